@@ -1,0 +1,51 @@
+"""Glue between Invoke tasks and the library: host resolution and error reporting."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, Optional
+
+from invoke.exceptions import Exit
+
+from . import inventory
+from .errors import SpecopsError
+from .transport import Transport, connect
+
+
+def host_name(c, host: Optional[str]) -> str:
+    """--host, else $SPECOPS_HOST, else invoke.yaml's specops.host, else the built-in `local`."""
+    cfg = c.config.get("specops", {}) if c is not None else {}
+    return host or os.environ.get("SPECOPS_HOST") or (cfg or {}).get("host") or inventory.LOCAL
+
+
+def hosts_file(c, hosts: Optional[str]) -> Optional[str]:
+    cfg = c.config.get("specops", {}) if c is not None else {}
+    return hosts or (cfg or {}).get("hosts")
+
+
+def fail(e: SpecopsError) -> Exit:
+    msg = f"specops: {e}"
+    if e.detail:
+        msg += "\n" + e.detail
+    return Exit(msg, code=1)
+
+
+@contextlib.contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except SpecopsError as e:
+        raise fail(e) from None
+
+
+@contextlib.contextmanager
+def session(c, host: Optional[str], hosts: Optional[str]) -> Iterator[Transport]:
+    """Load the inventory, open one connection for the whole task, close it after."""
+    with errors():
+        h = inventory.load(hosts_file(c, hosts)).get(host_name(c, host))
+        t = connect(h)
+        try:
+            yield t
+        finally:
+            t.close()

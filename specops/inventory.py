@@ -1,0 +1,199 @@
+"""hosts.yaml: the inventory of hosts (and groups), validated with pydantic.
+
+Lookup order for the file: ``--hosts FILE``, then ``$SPECOPS_HOSTS``, then ``./hosts.yaml``.
+The host ``local`` is built in (this machine, no SSH); hosts.yaml may override its fields.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import SpecopsError
+
+LOCAL = "local"
+LOCAL_ROOT = "~/.cache/specops"
+
+
+class Host(BaseModel):
+    """One host entry. Unknown keys and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(default="", exclude=True)
+    transport: Literal["ssh", "local"] = "ssh"
+    address: Optional[str] = None
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    key: Optional[str] = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new_host_key: bool = False
+    proxy_jump: Optional[str] = None
+    venv: Optional[str] = None
+    workdir: Optional[str] = None
+    base_python: str = "python3"
+    profile: Literal["cuda", "cpu"] = "cuda"
+    gpus: Optional[int] = Field(default=None, ge=0)
+    #: Path on the host of the verifier model (a HF-format directory).
+    verifier: Optional[str] = None
+
+    @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
+    @classmethod
+    def _no_empty(cls, v):
+        if v is not None and not str(v).strip():
+            raise ValueError("must not be empty")
+        return v
+
+    # Defaults that depend on other fields.
+    @property
+    def venv_path(self) -> str:
+        if self.venv:
+            return self.venv
+        if self.transport == "local":
+            return f"{LOCAL_ROOT}/ml-env"
+        return "/root/ml-env" if self.user == "root" else "~/ml-env"
+
+    @property
+    def workdir_path(self) -> str:
+        if self.workdir:
+            return self.workdir
+        if self.transport == "local":
+            return f"{LOCAL_ROOT}/work"
+        return "/root/specops" if self.user == "root" else "~/specops"
+
+    @property
+    def python(self) -> str:
+        """The host venv's interpreter: the only Python specops runs there."""
+        return f"{self.venv_path.rstrip('/')}/bin/python3"
+
+    @property
+    def target(self) -> str:
+        if self.transport == "local":
+            return "this machine"
+        return f"{self.user}@{self.address}:{self.port}"
+
+
+def builtin_local() -> Host:
+    return Host(name=LOCAL, transport="local", profile="cpu")
+
+
+@dataclass
+class Inventory:
+    path: Optional[Path]
+    hosts: dict[str, Host] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path else "(no hosts.yaml)"
+
+    def names(self) -> list[str]:
+        return sorted(self.hosts)
+
+    def get(self, name: str) -> Host:
+        if name in self.hosts:
+            return self.hosts[name]
+        known = ", ".join(self.names())
+        if self.path is None:
+            raise SpecopsError(
+                f"unknown host {name!r}: no hosts.yaml found (looked for ./hosts.yaml and "
+                f"$SPECOPS_HOSTS; give one with --hosts FILE); known hosts: {known}"
+            )
+        raise SpecopsError(f"unknown host {name!r} in {self.where}; known hosts: {known}")
+
+    def resolve(self, spec: str) -> list[Host]:
+        """``gpu1``, ``gpu1,gpu2`` or ``@group`` -> hosts (in order, no repeats)."""
+        out: list[Host] = []
+        for part in [p.strip() for p in spec.split(",") if p.strip()]:
+            if part.startswith("@"):
+                g = part[1:]
+                if g not in self.groups:
+                    known = ", ".join(sorted(self.groups)) or "none"
+                    raise SpecopsError(f"unknown group {g!r} in {self.where}; known groups: {known}")
+                members = [self.get(n) for n in self.groups[g]]
+            else:
+                members = [self.get(part)]
+            out += [h for h in members if h.name not in {o.name for o in out}]
+        if not out:
+            raise SpecopsError("no host given: pass --host NAME (or set SPECOPS_HOST)")
+        return out
+
+
+def find_file(explicit: Optional[str] = None) -> Optional[Path]:
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.is_file():
+            raise SpecopsError(f"hosts file {p} not found (given with --hosts): check the path")
+        return p
+    env = os.environ.get("SPECOPS_HOSTS")
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise SpecopsError(f"hosts file {p} not found (from $SPECOPS_HOSTS): fix or unset it")
+        return p
+    p = Path("hosts.yaml")
+    return p if p.is_file() else None
+
+
+def _field_error(path: Path, host: str, err: dict) -> str:
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        allowed = ", ".join(k for k in Host.model_fields if k != "name")
+        msg = f"unknown field (allowed: {allowed})"
+    elif "input" in err and err["type"] != "missing":
+        msg = f"{msg} (got {err['input']!r})"
+    return f"{path}: host {host!r}, field {loc!r}: {msg}"
+
+
+def load(explicit: Optional[str] = None) -> Inventory:
+    path = find_file(explicit)
+    inv = Inventory(path=path, hosts={LOCAL: builtin_local()})
+    if path is None:
+        return inv
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise SpecopsError(f"{path}: YAML syntax error at {where}: {e.problem}: fix the file") from None
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecopsError(f"{path}: cannot read: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecopsError(f"{path}: top level must be a mapping with 'hosts:' (and 'groups:')")
+    extra = set(raw) - {"hosts", "groups"}
+    if extra:
+        raise SpecopsError(f"{path}: unknown top-level key(s) {sorted(extra)}: only 'hosts' and 'groups' are allowed")
+    hosts = raw.get("hosts") or {}
+    if not isinstance(hosts, dict):
+        raise SpecopsError(f"{path}: 'hosts' must be a mapping of name -> fields")
+    for name, fields in hosts.items():
+        name = str(name)
+        if not isinstance(fields, dict):
+            raise SpecopsError(f"{path}: host {name!r} must be a mapping of fields (got {fields!r})")
+        base = {"transport": "local", "profile": "cpu"} if name == LOCAL else {}
+        try:
+            h = Host.model_validate({**base, **fields, "name": name})
+        except ValidationError as e:
+            errs = e.errors()
+            more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+            raise SpecopsError(_field_error(path, name, errs[0]) + more) from None
+        if h.transport == "ssh" and not h.address:
+            raise SpecopsError(f"{path}: host {name!r}, field 'address': required for ssh hosts")
+        inv.hosts[name] = h
+    groups = raw.get("groups") or {}
+    if not isinstance(groups, dict):
+        raise SpecopsError(f"{path}: 'groups' must be a mapping of name -> list of hosts")
+    for g, members in groups.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise SpecopsError(f"{path}: group {g!r} must be a list of host names")
+        for m in members:
+            if m not in inv.hosts:
+                raise SpecopsError(f"{path}: group {g!r} names unknown host {m!r}; known hosts: {', '.join(inv.names())}")
+        inv.groups[str(g)] = list(members)
+    return inv

@@ -1,0 +1,73 @@
+"""Push remote/ (and the profiles) to a host's workdir, by content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from . import paths
+from .errors import SpecopsError
+from .transport import Transport
+
+
+def local_manifest() -> dict[str, str]:
+    """{relative path on host: sha256} for everything specops pushes."""
+    out = {}
+    for src, dst in ((paths.REMOTE_DIR, paths.REMOTE), (paths.PROFILES_DIR, paths.PROFILES)):
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts and not f.name.endswith(".pyc"):
+                rel = f"{dst}/{f.relative_to(src).as_posix()}"
+                out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def _source(rel: str) -> Path:
+    for src, dst in ((paths.REMOTE_DIR, paths.REMOTE), (paths.PROFILES_DIR, paths.PROFILES)):
+        if rel.startswith(dst + "/"):
+            return src / rel[len(dst) + 1 :]
+    raise KeyError(rel)
+
+
+def ensure_workdir(t: Transport) -> str:
+    wd = t.expand(t.host.workdir_path)
+    q = shlex.quote(wd)
+    r = t.run(f"mkdir -p {q}/{paths.STATE} && test -w {q}")
+    if not r.ok:
+        raise SpecopsError(
+            f"workdir {wd} on {t.host.name} is not writable by {t.host.user}: "
+            f"fix its permissions or set 'workdir' in hosts.yaml"
+        )
+    return wd
+
+
+def push(t: Transport) -> list[str]:
+    """Upload changed files; return the relative paths sent (empty: already in sync)."""
+    wd = ensure_workdir(t)
+    mine = local_manifest()
+    r = t.run(f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null")
+    try:
+        theirs = json.loads(r.stdout) if r.ok and r.stdout.strip() else {}
+    except json.JSONDecodeError:
+        theirs = {}
+    changed = [rel for rel, h in mine.items() if theirs.get(rel) != h]
+    stale = [rel for rel in theirs if rel not in mine]
+    if not changed and not stale:
+        return []
+    dirs = sorted({os.path.dirname(rel) for rel in changed})
+    cmds = [f"mkdir -p {' '.join(shlex.quote(wd + '/' + d) for d in dirs)}"] if dirs else []
+    cmds += [f"rm -f {shlex.quote(wd + '/' + rel)}" for rel in stale]
+    if cmds:
+        t.check(" && ".join(cmds), "preparing remote/ on the host")
+    for rel in changed:
+        t.put(str(_source(rel)), f"{wd}/{rel}")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(mine, f, indent=1, sort_keys=True)
+    try:
+        t.put(f.name, f"{wd}/{paths.MANIFEST}")
+    finally:
+        os.unlink(f.name)
+    return changed + [f"-{rel}" for rel in stale]

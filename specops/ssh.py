@@ -1,0 +1,216 @@
+"""SSH transport: one Fabric connection for a whole task, strict host keys, OpenSSH rsync for bulk."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path, PurePosixPath
+from typing import Optional
+
+import paramiko
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut
+
+from . import hostkeys
+from .errors import SpecopsError
+from .inventory import Host
+from .transport import Result, Transport
+
+CONNECT_TIMEOUT = 10
+KEEPALIVE = 15
+
+
+def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, 22
+    if rest.startswith("["):  # [v6]:port
+        host, _, p = rest[1:].partition("]")
+        port = int(p.lstrip(":") or 22)
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = int(p)
+    return user or default_user, host, port
+
+
+class SSHTransport(Transport):
+    def __init__(self, host: Host, connect_timeout: int = CONNECT_TIMEOUT, keepalive: int = KEEPALIVE):
+        self.host = host
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self._rsync_remote: Optional[bool] = None
+        self.key_file = self._key_file()
+        self.conn = self._connection(host.address, host.user, host.port, gateway=self._gateway())
+
+    # -- connection ------------------------------------------------------------------
+    def _key_file(self) -> Optional[str]:
+        if not self.host.key:
+            return None
+        p = Path(self.host.key).expanduser()
+        if not p.is_file():
+            raise SpecopsError(f"key file {p} for host {self.host.name!r} not found: fix 'key' in hosts.yaml")
+        if not os.access(p, os.R_OK):
+            raise SpecopsError(f"key file {p} for host {self.host.name!r} is not readable: check its permissions")
+        return str(p)
+
+    def _connection(self, address, user, port, gateway=None) -> Connection:
+        kw = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        if self.key_file:
+            kw["key_filename"] = [self.key_file]
+        c = Connection(
+            address, user=user, port=port, connect_timeout=self.connect_timeout,
+            connect_kwargs=kw, gateway=gateway if gateway is not None else False,
+        )
+        # Fabric installs AutoAddPolicy and loads no known_hosts: replace both before open().
+        hostkeys.install(c.client, self.host.known_hosts, self.host.accept_new_host_key)
+        return c
+
+    def _gateway(self) -> Optional[Connection]:
+        if not self.host.proxy_jump:
+            return None
+        user, addr, port = _parse_jump(self.host.proxy_jump, self.host.user)
+        return self._connection(addr, user, port)
+
+    def open(self) -> None:
+        h = self.host
+        where = f"{h.address}:{h.port}"
+        try:
+            self.conn.open()
+        except hostkeys.UnknownHostKey as e:
+            raise SpecopsError(
+                f"unknown host key for {e.hostname} ({e.key.get_name()} {hostkeys.fingerprint(e.key)}), "
+                f"not in {e.path}: verify the fingerprint, then add it (ssh-keyscan -p {h.port} {h.address} "
+                f">> {e.path}) or set accept_new_host_key: true for {h.name!r}"
+            ) from None
+        except paramiko.BadHostKeyException as e:
+            raise SpecopsError(
+                f"host key for {where} ({h.name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
+                f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
+                f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
+                f"ssh-keygen -R '[{h.address}]:{h.port}' -f {Path(h.known_hosts).expanduser()}; otherwise do not connect"
+            ) from None
+        except paramiko.AuthenticationException:
+            key = self.key_file or "agent/default keys"
+            raise SpecopsError(
+                f"authentication refused for {h.user}@{where} (key: {key}): check 'user'/'key' in "
+                f"hosts.yaml and the host's authorized_keys"
+            ) from None
+        except (socket.timeout, TimeoutError):
+            raise SpecopsError(
+                f"timed out after {self.connect_timeout}s connecting to {where} ({h.name}): is the "
+                f"address right and the port open?"
+            ) from None
+        except paramiko.ssh_exception.NoValidConnectionsError:
+            raise SpecopsError(
+                f"nothing listening at {where} ({h.name}): is sshd running and the port right?"
+            ) from None
+        except (socket.gaierror,) as e:
+            raise SpecopsError(f"cannot resolve {h.address!r} ({h.name}): {e.strerror}: fix 'address'") from None
+        except (paramiko.SSHException, OSError) as e:
+            raise SpecopsError(f"cannot connect to {where} ({h.name}): {e}") from None
+        self.conn.transport.set_keepalive(self.keepalive)
+
+    def close(self) -> None:
+        self.conn.close()
+        if isinstance(self.conn.gateway, Connection):
+            self.conn.gateway.close()
+
+    # -- operations ------------------------------------------------------------------
+    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+        try:
+            r = self.conn.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False)
+        except CommandTimedOut:
+            raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise SpecopsError(f"connection to {self.host.name} lost while running a command: {e}") from None
+        return Result(cmd, r.exited, r.stdout, r.stderr)
+
+    def put(self, local: str, remote: str) -> None:
+        self.conn.put(local, remote)
+
+    def get(self, remote: str, local: str) -> None:
+        self.conn.get(remote, local)
+
+    # -- bulk --------------------------------------------------------------------------
+    def ssh_command(self) -> list[str]:
+        """OpenSSH argv with this host's parameters (port, key, known_hosts policy, jump)."""
+        h = self.host
+        argv = ["ssh", "-p", str(h.port), "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={self.connect_timeout}",
+                "-o", f"ServerAliveInterval={self.keepalive}",
+                *hostkeys.openssh_options(h.known_hosts, h.accept_new_host_key)]
+        if self.key_file:
+            argv += ["-i", self.key_file]
+        if h.proxy_jump:
+            argv += ["-J", h.proxy_jump]
+        return argv
+
+    def _remote_spec(self, path: str) -> str:
+        addr = self.host.address
+        if ":" in addr:
+            addr = f"[{addr}]"
+        return f"{self.host.user}@{addr}:{path}"
+
+    def rsync_ok(self) -> bool:
+        if shutil.which("rsync") is None:
+            return False
+        if self._rsync_remote is None:
+            self._rsync_remote = self.run("command -v rsync >/dev/null").ok
+        return self._rsync_remote
+
+    def rsync(self, src: str, dst: str, extra: list[str] = ()) -> None:
+        argv = ["rsync", "-a", "--secluded-args" if _rsync_has_secluded() else "--protect-args",
+                "-e", shlex.join(self.ssh_command()), *extra, src, dst]
+        p = subprocess.run(argv, capture_output=True, text=True)
+        if p.returncode != 0:
+            tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            raise SpecopsError(f"rsync {src} -> {dst} failed for {self.host.name}: {tail}")
+
+    def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
+        remote_dir = self.expand(remote_dir)
+        self.check(f"mkdir -p {shlex.quote(remote_dir)}", f"mkdir {remote_dir}")
+        if self.rsync_ok():
+            self.rsync(local_dir.rstrip("/") + "/", self._remote_spec(remote_dir.rstrip("/") + "/"),
+                       ["--delete"] if delete else [])
+            return
+        for root, dirs, files in os.walk(local_dir):
+            rel = os.path.relpath(root, local_dir)
+            rdir = str(PurePosixPath(remote_dir) / rel) if rel != "." else remote_dir
+            self.check(f"mkdir -p {shlex.quote(rdir)}", f"mkdir {rdir}")
+            for f in files:
+                self.put(os.path.join(root, f), f"{rdir}/{f}")
+
+    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True) -> None:
+        remote_dir = self.expand(remote_dir)
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        if self.rsync_ok():
+            self.rsync(self._remote_spec(remote_dir.rstrip("/") + "/"), local_dir.rstrip("/") + "/",
+                       ["--partial"] if partial else [])
+            return
+        sftp = self.conn.sftp()
+
+        def walk(rdir: str, ldir: Path):
+            ldir.mkdir(parents=True, exist_ok=True)
+            for a in sftp.listdir_attr(rdir):
+                r, l = f"{rdir}/{a.filename}", ldir / a.filename
+                if stat.S_ISDIR(a.st_mode):
+                    walk(r, l)
+                elif not (l.exists() and l.stat().st_size == a.st_size and int(l.stat().st_mtime) == a.st_mtime):
+                    sftp.get(r, str(l))
+                    os.utime(l, (a.st_atime, a.st_mtime))
+
+        walk(remote_dir.rstrip("/"), Path(local_dir))
+
+
+_SECLUDED: Optional[bool] = None
+
+
+def _rsync_has_secluded() -> bool:
+    global _SECLUDED
+    if _SECLUDED is None:
+        out = subprocess.run(["rsync", "--help"], capture_output=True, text=True).stdout
+        _SECLUDED = "--secluded-args" in out
+    return _SECLUDED

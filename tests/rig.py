@@ -1,0 +1,148 @@
+"""A real OpenSSH sshd on 127.0.0.1 for the integration tests.
+
+Generated host key, client key, authorized_keys and known_hosts live in a temp dir;
+sshd runs as `sshd -D -e -f CFG` and is stopped by its PID. When the tests run as root,
+sshd can log in both root and a non-root user (created here), so both are tested.
+The authorized_keys line sets PATH so that `python3` on the host is a recorder: a script
+that logs its arguments and then runs the real interpreter (the interpreter-rule test).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+TEST_USER = os.environ.get("SPECOPS_TEST_USER", "specops-ci")
+REAL_PYTHON = os.environ.get("SPECOPS_TEST_BASE_PYTHON", "/usr/bin/python3")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specops-test", "-f", str(path)],
+                   check=True)
+    return Path(f"{path}.pub").read_text().strip()
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+        # '*' = no password, but not a locked account (sshd refuses locked ones without PAM).
+        subprocess.run(["usermod", "-p", "*", name], check=True)
+        return pwd.getpwnam(name)
+
+
+class Rig:
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="specops-rig-"))
+        self.root.chmod(0o755)
+        self.port = free_port()
+        self.is_root = os.geteuid() == 0
+        self.user = ensure_user(TEST_USER).pw_name if self.is_root else pwd.getpwuid(os.getuid()).pw_name
+        self.home = pwd.getpwnam(self.user).pw_dir
+        self.proc: subprocess.Popen | None = None
+
+        self.host_key = self.root / "host_ed25519"
+        self.client_key = self.root / "client_ed25519"
+        self.other_key = self.root / "stranger_ed25519"
+        keygen(self.host_key)
+        pub = keygen(self.client_key)
+        keygen(self.other_key)
+        self.client_key.chmod(0o600)
+
+        # python3 on the host's PATH is a recorder.
+        self.bin = self.root / "bin"
+        self.bin.mkdir()
+        self.calls = self.root / "python3-calls.log"
+        self.calls.touch()
+        self.calls.chmod(0o666)
+        rec = self.bin / "python3"
+        rec.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {self.calls}\nexec {REAL_PYTHON} "$@"\n')
+        rec.chmod(0o755)
+        # One pip cache for the test users: the heavy venv's wheels are downloaded once.
+        self.pip_cache = Path(os.environ.get("SPECOPS_TEST_PIP_CACHE", "/var/tmp/specops-test-pip-cache"))
+        self.pip_cache.mkdir(parents=True, exist_ok=True)
+        self.pip_cache.chmod(0o777)
+        env = f'PATH={self.bin}:/usr/local/bin:/usr/bin:/bin,PIP_CACHE_DIR={self.pip_cache}'
+        opts = ",".join(f'environment="{kv}"' for kv in env.split(","))
+        (self.root / "authorized_keys").write_text(f"{opts} {pub}\n")
+        (self.root / "authorized_keys").chmod(0o644)
+
+        host_pub = Path(f"{self.host_key}.pub").read_text().split()
+        self.known_hosts = self.root / "known_hosts"
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        self.cfg = self.root / "sshd_config"
+        self.cfg.write_text(f"""Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {self.host_key}
+PidFile {self.root}/sshd.pid
+AuthorizedKeysFile {self.root}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PermitUserEnvironment yes
+MaxStartups 100:30:200
+MaxSessions 100
+Subsystem sftp internal-sftp
+LogLevel VERBOSE
+""")
+        self.log = self.root / "sshd.log"
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> "Rig":
+        Path("/run/sshd").mkdir(exist_ok=True)
+        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+        self.proc = subprocess.Popen([os.path.abspath(sshd), "-D", "-e", "-f", str(self.cfg)],
+                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError(f"sshd did not listen on {self.port}: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # by PID, never by name
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    # -- inventory -----------------------------------------------------------------------
+    def host(self, user: str | None = None, **over) -> dict:
+        h = {"address": "127.0.0.1", "port": self.port, "user": user or self.user,
+             "key": str(self.client_key), "known_hosts": str(self.known_hosts), "profile": "cpu"}
+        h.update(over)
+        return h
+
+    def write_hosts(self, path: Path, hosts: dict, groups: dict | None = None) -> Path:
+        doc = {"hosts": hosts}
+        if groups:
+            doc["groups"] = groups
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def recorded_calls(self) -> list[str]:
+        return [ln for ln in self.calls.read_text().splitlines() if ln.strip()]
