@@ -8,6 +8,7 @@ from rich.table import Table
 
 from . import paths
 from .errors import SpecopsError
+from .push import push
 from .remote_exec import run_script
 from .transport import Transport
 from .ui import console
@@ -15,6 +16,7 @@ from .ui import console
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> dict:
     h = t.host
+    push(t)  # the scripts that run are always the laptop's current ones
     args = ["--venv", t.expand(h.venv_path), "--profile", f"{paths.PROFILES}/{h.profile}.txt",
             "--kind", h.profile, "--min-free-gb", str(min_free_gb)]
     if h.gpus is not None:

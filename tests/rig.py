@@ -14,6 +14,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,15 @@ import yaml
 
 TEST_USER = os.environ.get("SPECOPS_TEST_USER", "specops-ci")
 REAL_PYTHON = os.environ.get("SPECOPS_TEST_BASE_PYTHON", "/usr/bin/python3")
+
+
+def pip_find_links() -> str | None:
+    v = os.environ.get("PIP_FIND_LINKS")
+    if v:
+        return v
+    p = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() or None if p.returncode == 0 else None
 
 
 def free_port() -> int:
@@ -78,6 +88,11 @@ class Rig:
         self.pip_cache.mkdir(parents=True, exist_ok=True)
         self.pip_cache.chmod(0o777)
         env = f'PATH={self.bin}:/usr/local/bin:/usr/bin:/bin,PIP_CACHE_DIR={self.pip_cache}'
+        # The test host's pip sees the wheels this machine's pip sees (torch's CPU build lies on
+        # disk here; on a user's host it comes from PyTorch's CPU index, as the profile says).
+        links = pip_find_links()
+        if links:
+            env += f",PIP_FIND_LINKS={links}"
         opts = ",".join(f'environment="{kv}"' for kv in env.split(","))
         (self.root / "authorized_keys").write_text(f"{opts} {pub}\n")
         (self.root / "authorized_keys").chmod(0o644)
