@@ -37,6 +37,14 @@ class LocalTransport(Transport):
     def get(self, remote: str, local: str) -> None:
         shutil.copy2(self.expand(remote), local)
 
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+        try:
+            with open(self.expand(path), "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+
     def _copy_tree(self, src: str, dst: str, extra: list[str]) -> None:
         Path(dst).mkdir(parents=True, exist_ok=True)
         if shutil.which("rsync"):

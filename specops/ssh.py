@@ -134,6 +134,26 @@ class SSHTransport(Transport):
     def get(self, remote: str, local: str) -> None:
         self.conn.get(remote, local)
 
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+        try:
+            with self.conn.sftp().open(self.expand(path), "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise SpecopsError(f"connection to {self.host.name} lost while reading {path}: {e}") from None
+
+    def reopen(self) -> "SSHTransport":
+        """A fresh connection with the same parameters (after a drop)."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the old one is gone anyway
+            pass
+        t = SSHTransport(self.host, self.connect_timeout, self.keepalive)
+        t.open()
+        return t
+
     # -- bulk --------------------------------------------------------------------------
     def ssh_command(self) -> list[str]:
         """OpenSSH argv with this host's parameters (port, key, known_hosts policy, jump)."""

@@ -40,6 +40,10 @@ class Transport:
     def get(self, remote: str, local: str) -> None:
         raise NotImplementedError
 
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+        """Bytes of a host file from offset (at most limit); None if the file does not exist."""
+        raise NotImplementedError
+
     def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         """Make remote_dir hold local_dir's files (bulk, incremental)."""
         raise NotImplementedError

@@ -42,3 +42,18 @@ def cpu_box(rig, hosts_file):
     r = inv("bootstrap", "--host", "box", "--hosts", str(hosts_file))
     assert r.returncode == 0, r.stdout + r.stderr
     return {"venv": str(venv), "created": created, "first_output": r.stdout}
+
+
+@pytest.fixture(scope="session")
+def light_host(rig):
+    """A host whose venv is a bare `python -m venv --without-pip` (stdlib-only remote scripts)."""
+    from specops import inventory
+    from specops.transport import connect
+
+    hf = rig.write_hosts(rig.root / "hosts-light.yaml",
+                         {"light": rig.host(venv="~/light-venv", workdir="~/specops-light")})
+    h = inventory.load(str(hf)).get("light")
+    with connect(h) as t:
+        t.check("test -x ~/light-venv/bin/python3 || /usr/bin/python3 -m venv --without-pip ~/light-venv",
+                "light venv")
+    return h

@@ -1,0 +1,276 @@
+"""Detached jobs on this host: start, status, stop, wait. Job state lives on the host.
+
+Launch (what specops sends, from the host workdir):
+    <venv>/bin/python3 remote/job.py start --run-id R --kind train [--lock train] \
+        [--env-file F] -- CMD ARGS...
+    <venv>/bin/python3 remote/job.py status [--run-id R]
+    <venv>/bin/python3 remote/job.py stop --run-id R [--grace 60]
+
+`start` spawns a supervisor in a new session (setsid: its own process group, no controlling
+terminal, stdin from /dev/null, output to runs/R/output.log) and returns at once; the job
+survives the SSH connection. The supervisor runs CMD in that process group, writes
+runs/R/exit_code when it ends and keeps runs/R/job.json up to date. `stop` signals the
+process group (SIGTERM, grace, SIGKILL) and waits until no process of the group is left.
+Other remote scripts import start_job / stop_job / job_state from here.
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _payload import emit
+
+RUNS = Path("runs")
+ID_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def valid_run_id(run_id):
+    return bool(run_id) and len(run_id) <= 128 and set(run_id) <= ID_OK and not run_id.startswith(".")
+
+
+def run_dir(run_id, root=None):
+    if not valid_run_id(run_id):
+        raise SystemExit(f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    return Path(root or RUNS) / run_id
+
+
+def read_json(path, default=None):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, obj):
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def pid_alive(pid):
+    """True if pid runs (a zombie, which kill -0 still reports, counts as gone)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def group_alive(pgid):
+    """True while any non-zombie process is in the process group."""
+    if not pgid:
+        return False
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def job_state(d):
+    """The job record of run dir d, with 'state' brought up to date."""
+    d = Path(d)
+    rec = read_json(d / "job.json")
+    if rec is None:
+        return None
+    code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
+    if code is not None:
+        rc = int(code)
+        rec["exit_code"] = rc
+        rec["state"] = "succeeded" if rc == 0 else (
+            f"killed (signal {-rc})" if rc < 0 else ("killed (137: SIGKILL, e.g. out of memory)" if rc == 137 else f"failed (exit {rc})"))
+        if rec.get("stopped_by_user") and rc != 0:
+            rec["state"] = "stopped"
+    elif pid_alive(rec.get("pid")) or group_alive(rec.get("pgid")):
+        rec["state"] = "running"
+    else:
+        rec["state"] = "lost (supervisor gone without an exit code)"
+    rec["age_s"] = round(time.time() - rec.get("started", time.time()), 1)
+    log = d / "output.log"
+    rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
+    return rec
+
+
+def all_jobs(root=None):
+    out = []
+    base = Path(root or RUNS)
+    if base.is_dir():
+        for d in sorted(base.iterdir(), key=lambda p: p.stat().st_mtime):
+            rec = job_state(d) if (d / "job.json").is_file() else None
+            if rec:
+                out.append(rec)
+    return out
+
+
+def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None):
+    """Start argv detached; return its record. Refuses if `lock` is held by a running job."""
+    d = run_dir(run_id, root)
+    base = Path(root or RUNS)
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        if lock:
+            for rec in all_jobs(root):
+                if rec.get("lock") == lock and rec["state"] == "running" and rec["run_id"] != run_id:
+                    return {"ok": False, "error": f"lock {lock!r} is held by run {rec['run_id']!r} "
+                            f"(pid {rec['pid']}, running {rec['age_s']:.0f}s)", "holder": rec["run_id"]}
+        prev = job_state(d) if (d / "job.json").is_file() else None
+        if prev and prev["state"] == "running":
+            return {"ok": False, "error": f"run {run_id!r} is already running (pid {prev['pid']})"}
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "exit_code").unlink(missing_ok=True)
+        rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv),
+               "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(),
+               "started": time.time(), "state": "starting", **(extra or {})}
+        write_json(d / "job.json", rec)
+        log = open(d / "output.log", "ab")
+        sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
+        if env_file:
+            sup += ["--env-file", env_file]
+        p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, cwd=cwd, close_fds=True)
+        log.close()
+        rec.update(pid=p.pid, pgid=p.pid, state="running")
+        write_json(d / "job.json", rec)
+    return {"ok": True, **rec}
+
+
+def stop_job(d, grace=60.0):
+    """SIGTERM the job's process group, wait up to grace, then SIGKILL; wait until it is gone."""
+    d = Path(d)
+    rec = job_state(d)
+    if rec is None:
+        return {"ok": False, "error": f"no job in {d}"}
+    pgid = rec.get("pgid")
+    if rec["state"] != "running":
+        return {"ok": True, "already": rec["state"], **rec}
+    rec["stopped_by_user"] = True
+    raw = read_json(d / "job.json")
+    raw["stopped_by_user"] = True
+    write_json(d / "job.json", raw)
+    t0 = time.time()
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    killed = False
+    while group_alive(pgid):
+        if time.time() - t0 > grace and not killed:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed = True
+        if time.time() - t0 > grace + 30:
+            return {"ok": False, "error": f"process group {pgid} still alive after SIGKILL"}
+        time.sleep(0.2)
+    # the supervisor writes exit_code as it ends; give it a moment if it was SIGKILLed
+    if not (d / "exit_code").is_file():
+        (d / "exit_code").write_text("-9\n" if killed else "-15\n")
+    return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **job_state(d)}
+
+
+def supervise(d, env_file=None):
+    """Runs in the job's own session: start the command, record its end."""
+    d = Path(d)
+    rec = read_json(d / "job.json")
+    env = dict(os.environ)
+    if env_file:  # secrets travel in a 0600 file, never on a command line
+        for line in Path(env_file).read_text().splitlines():
+            k, sep, v = line.partition("=")
+            if sep:
+                env[k] = v
+        Path(env_file).unlink(missing_ok=True)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SIGTERM reaches the whole group; the supervisor outlives the child to record its code.
+    signal.signal(signal.SIGTERM, lambda *a: None)
+    signal.signal(signal.SIGINT, lambda *a: None)
+    print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
+    try:
+        child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
+    except OSError as e:
+        print(f"[specops] cannot start: {e}", flush=True)
+        (d / "exit_code").write_text("127\n")
+        return 127
+    rec["child_pid"] = child.pid
+    write_json(d / "job.json", {**read_json(d / "job.json"), "child_pid": child.pid})
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:
+            continue
+    print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
+    (d / "exit_code").write_text(f"{rc}\n")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start")
+    s.add_argument("--run-id", required=True)
+    s.add_argument("--kind", default="job")
+    s.add_argument("--lock", default=None)
+    s.add_argument("--env-file", default=None)
+    s.add_argument("argv", nargs=argparse.REMAINDER)
+    st = sub.add_parser("status")
+    st.add_argument("--run-id", default=None)
+    sp = sub.add_parser("stop")
+    sp.add_argument("--run-id", required=True)
+    sp.add_argument("--grace", type=float, default=60.0)
+    sv = sub.add_parser("supervise")
+    sv.add_argument("--dir", required=True)
+    sv.add_argument("--env-file", default=None)
+    a = ap.parse_args()
+
+    if a.cmd == "supervise":
+        return supervise(a.dir, a.env_file)
+    if a.cmd == "start":
+        argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+        if not argv:
+            emit({"ok": False, "error": "no command given after --"})
+            return 2
+        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file)
+        emit(res)
+        return 0 if res["ok"] else 1
+    if a.cmd == "status":
+        if a.run_id:
+            rec = job_state(run_dir(a.run_id))
+            emit({"ok": rec is not None, "jobs": [rec] if rec else [],
+                  **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})
+        else:
+            emit({"ok": True, "jobs": all_jobs()})
+        return 0
+    if a.cmd == "stop":
+        d = run_dir(a.run_id)
+        if not (d / "job.json").is_file():
+            emit({"ok": False, "error": f"unknown run id {a.run_id!r}"})
+            return 1
+        res = stop_job(d, a.grace)
+        emit(res)
+        return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

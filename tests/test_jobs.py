@@ -1,0 +1,121 @@
+"""Detached jobs over the real sshd: survive the connection, follow, stop, lock, secrets."""
+
+import shlex
+import time
+
+import pytest
+
+from specops import jobs
+from specops.errors import SpecopsError
+from specops.transport import connect
+
+pytestmark = pytest.mark.integration
+
+
+def live_in_group(t, pgid):
+    """Processes of the group that are not zombies (a zombie waits for init to reap it)."""
+    out = t.run("ps -eo pgid=,stat=,pid=").stdout.split("\n")
+    return [ln for ln in out if ln.split() and ln.split()[0] == str(pgid) and not ln.split()[1].startswith("Z")]
+
+
+def wait_state(t, run_id, pred, timeout=30):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        j = jobs.status(t, run_id)[0]
+        if pred(j["state"]):
+            return j
+        time.sleep(0.2)
+    raise AssertionError(f"{run_id}: state still {j['state']}")
+
+
+def test_job_survives_connection_and_follow_loses_nothing(light_host):
+    rid = jobs.new_run_id("t") + "-survive"
+    script = "for i in $(seq 1 40); do echo line $i; sleep 0.05; done"
+    t = connect(light_host)
+    jobs.start(t, rid, ["sh", "-c", script], kind="test")
+    t.conn.client.close()  # the SSH client dies mid-run
+    with connect(light_host) as t2:
+        got = []
+        off, code = jobs.follow(t2, rid, write=got.append)
+        text = b"".join(got).decode()
+        lines = [ln for ln in text.splitlines() if ln.startswith("line ")]
+        assert lines == [f"line {i}" for i in range(1, 41)]
+        assert code == 0 and jobs.status(t2, rid)[0]["state"] == "succeeded"
+        # re-attaching from an offset gives exactly the rest
+        got2 = []
+        jobs.follow(t2, rid, offset=len(text.split("line 20\n")[0] + "line 20\n"), write=got2.append)
+        assert b"".join(got2).decode().splitlines()[0] == "line 21"
+
+
+def test_stop_terms_the_group_and_waits(light_host):
+    rid = jobs.new_run_id("t") + "-stop"
+    with connect(light_host) as t:
+        marker = t.expand("~/specops-light/runs/" + rid + "/interrupted-checkpoint")
+        script = (f"trap 'sleep 0.5; echo saved > {shlex.quote(marker)}; exit 143' TERM; "
+                  "sleep 300 & wait")
+        j = jobs.start(t, rid, ["sh", "-c", script], kind="test")
+        time.sleep(0.5)
+        res = jobs.stop(t, rid, grace=10)
+        assert res["state"] == "stopped" and not res["sigkill"]
+        assert t.run(f"cat {shlex.quote(marker)}").stdout.strip() == "saved"
+        # nothing of the process group is left
+        assert live_in_group(t, j["pgid"]) == []
+
+
+def test_stop_escalates_to_sigkill(light_host):
+    rid = jobs.new_run_id("t") + "-stubborn"
+    with connect(light_host) as t:
+        j = jobs.start(t, rid, ["sh", "-c", "trap '' TERM; sleep 300 & wait; sleep 300"], kind="test")
+        time.sleep(0.5)
+        res = jobs.stop(t, rid, grace=1)
+        assert res["sigkill"] is True
+        assert live_in_group(t, j["pgid"]) == []
+
+
+def test_lock_refuses_second_job(light_host):
+    a, b = jobs.new_run_id("t") + "-lockA", jobs.new_run_id("t") + "-lockB"
+    with connect(light_host) as t:
+        jobs.start(t, a, ["sleep", "60"], kind="train", lock="train")
+        with pytest.raises(SpecopsError, match=f"held by run '{a}'"):
+            jobs.start(t, b, ["sleep", "1"], kind="train", lock="train")
+        jobs.stop(t, a, grace=5)
+        jobs.start(t, b, ["true"], kind="train", lock="train")  # free again
+
+
+def test_killed_and_failed_states(light_host):
+    with connect(light_host) as t:
+        k, f = jobs.new_run_id("t") + "-k9", jobs.new_run_id("t") + "-fail"
+        jobs.start(t, k, ["sh", "-c", "kill -9 $$"], kind="test")
+        jobs.start(t, f, ["sh", "-c", "echo boom >&2; exit 3"], kind="test")
+        assert wait_state(t, k, jobs.ended)["state"] == "killed (signal 9)"
+        assert wait_state(t, f, jobs.ended)["state"] == "failed (exit 3)"
+        assert b"boom" in t.read_bytes(jobs.run_path(t, f, "output.log"))
+
+
+def test_secret_env_not_on_command_line(light_host):
+    rid = jobs.new_run_id("t") + "-secret"
+    secret = "s3cr3t-token-value"
+    with connect(light_host) as t:
+        jobs.start(t, rid, ["sh", "-c", 'echo "seen ${#HF_TOKEN} ${HF_TOKEN#s3cr3t}"; sleep 2'],
+                   kind="test", env={"HF_TOKEN": secret})
+        time.sleep(0.5)
+        ps = t.run("ps -eo args").stdout
+        assert secret not in ps
+        wait_state(t, rid, jobs.ended)
+        log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
+        assert "seen 18 -token-value" in log and secret not in log
+        assert not t.exists(jobs.run_path(t, rid) + ".env")
+
+
+@pytest.mark.parametrize("bad", ["a;b", "$(touch x)", "../up", ".hidden", "a b", "x\ny", ""])
+def test_run_id_validated(bad):
+    with pytest.raises(SpecopsError, match="invalid run id"):
+        jobs.validate_run_id(bad)
+
+
+def test_unknown_run_id(light_host):
+    with connect(light_host) as t:
+        with pytest.raises(SpecopsError, match="unknown run id 'nope-123'"):
+            jobs.status(t, "nope-123")
+        with pytest.raises(SpecopsError, match="unknown run id"):
+            jobs.stop(t, "nope-123")
