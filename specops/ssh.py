@@ -158,14 +158,17 @@ class SSHTransport(Transport):
     def ssh_command(self) -> list[str]:
         """OpenSSH argv with this host's parameters (port, key, known_hosts policy, jump)."""
         h = self.host
-        argv = ["ssh", "-p", str(h.port), "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={self.connect_timeout}",
+        opts = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}",
                 "-o", f"ServerAliveInterval={self.keepalive}",
                 *hostkeys.openssh_options(h.known_hosts, h.accept_new_host_key)]
         if self.key_file:
-            argv += ["-i", self.key_file]
+            opts += ["-i", self.key_file]
+        argv = ["ssh", "-p", str(h.port), *opts]
         if h.proxy_jump:
-            argv += ["-J", h.proxy_jump]
+            # Not -J: OpenSSH does not hand -i/-o to the jump hop; ProxyCommand gets them all.
+            user, addr, port = _parse_jump(h.proxy_jump, h.user)
+            hop = shlex.join(["ssh", "-p", str(port), *opts, "-W", "%h:%p", f"{user}@{addr}"])
+            argv += ["-o", f"ProxyCommand={hop}"]
         return argv
 
     def _remote_spec(self, path: str) -> str:

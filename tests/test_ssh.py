@@ -136,3 +136,30 @@ def test_push_by_content_hash(rig, hosts_file):
     assert r2.returncode == 0 and "already in sync" in r2.stdout
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         assert t.exists(f"{rig.home}/specops/remote/check.py", "-f")
+
+
+def test_proxy_jump_with_strict_keys(rig, tmp_path):
+    """Through a jump host (the same sshd), both hops checked against known_hosts."""
+    jump = f"{rig.user}@127.0.0.1:{rig.port}"
+    with connect(host(rig, proxy_jump=jump)) as t:
+        assert t.run("echo via-jump").stdout.strip() == "via-jump"
+        t.sync_up(str(tmp_path), "~/specops-jump-test")  # OpenSSH -J with the same options
+    kh = tmp_path / "kh"
+    kh.write_text("")
+    with pytest.raises(SpecopsError, match="unknown host key"):
+        connect(host(rig, proxy_jump=jump, known_hosts=str(kh)))
+
+
+def test_host_default_resolution(monkeypatch):
+    from specops.cli import host_name
+
+    class C:
+        def __init__(self, cfg):
+            self.config = {"specops": cfg}
+
+    monkeypatch.delenv("SPECOPS_HOST", raising=False)
+    assert host_name(C({"host": None}), None) == "local"
+    assert host_name(C({"host": "gpu1"}), None) == "gpu1"
+    monkeypatch.setenv("SPECOPS_HOST", "gpu2")
+    assert host_name(C({"host": "gpu1"}), None) == "gpu2"
+    assert host_name(C({"host": "gpu1"}), "gpu3") == "gpu3"
