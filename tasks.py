@@ -11,6 +11,10 @@ from specops import bootstrap as _bootstrap
 from specops import check as _check
 from specops import inventory
 from specops.cli import errors, hosts_file, session
+from specops.errors import SpecopsError
+from specops import fetch as _fetch
+from specops import jobs as _jobs
+from specops import runs_view
 from specops.push import push as _push
 from specops.ui import console
 
@@ -62,5 +66,56 @@ def push(c, host=None, hosts=None):
         console.print(f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync"))
 
 
-ns = Collection(hosts, bootstrap, check, push)
+@task(help={"host": HOST, "hosts": HOSTS, "run_id": "one run (default: all)", "json": "print JSON"})
+def status(c, host=None, hosts=None, run_id=None, json=False):
+    """Runs on the host: state, age, GPU memory, last log line."""
+    import json as _json
+
+    with session(c, host, hosts) as t:
+        rows = _jobs.status(t, run_id)
+        if json:
+            print(_json.dumps(rows, indent=1))
+        else:
+            console.print(runs_view.status_table(t.host.name, rows))
+
+
+@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run (default: the newest)",
+            "follow": "follow until the job ends; Ctrl-C detaches only"})
+def logs(c, host=None, hosts=None, run_id=None, follow=False):
+    """Show a run's log; with -f, follow it (reconnecting if the connection drops)."""
+    with session(c, host, hosts) as t:
+        j = _jobs.get(t, run_id)
+        if follow:
+            code = runs_view.follow(t, j["run_id"])
+            if code:
+                raise SpecopsError(f"run {j['run_id']} ended: {_jobs.status(t, j['run_id'])[0]['state']}")
+        else:
+            data = t.read_bytes(_jobs.run_path(t, j["run_id"], "output.log"), max(j["log_bytes"] - (1 << 20), 0))
+            print((data or b"").decode(errors="replace"), end="")
+
+
+@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run to stop",
+            "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
+def stop(c, host=None, hosts=None, run_id=None, grace=120.0):
+    """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
+    with session(c, host, hosts) as t:
+        if not run_id:
+            raise SpecopsError("stop needs --run-id (`inv status` lists the runs)")
+        res = _jobs.stop(t, run_id, float(grace))
+        console.print(f"stop {run_id}: {res['state']}" + (f" after {res.get('seconds')}s" if "seconds" in res else "")
+                      + (" (SIGKILL needed)" if res.get("sigkill") else ""))
+
+
+@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run to fetch (default: the newest)",
+            "dest": "local folder for runs (default runs/)", "bwlimit": "rsync bandwidth limit, KiB/s (0: none)"})
+def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
+    """Pull a run back: incremental, resumable, every file checked against the host's sha256."""
+    with session(c, host, hosts) as t:
+        rid = run_id or _jobs.get(t, None)["run_id"]
+        res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit))
+        console.print(f"fetch {rid}: {res['files']} file(s), {res['bytes'] / 2**20:.1f} MiB verified "
+                      f"(sha256) in {res['dest']}")
+
+
+ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch)
 ns.configure({"specops": {"host": None, "hosts": None}})

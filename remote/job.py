@@ -108,7 +108,45 @@ def job_state(d):
     rec["age_s"] = round(time.time() - rec.get("started", time.time()), 1)
     log = d / "output.log"
     rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
+    rec["last_line"] = last_line(log, rec["log_bytes"])
     return rec
+
+
+def last_line(log, size):
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(size - 4096, 0))
+            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1][-200:] if lines else ""
+    except OSError:
+        return ""
+
+
+def group_pids(pgid):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    out.append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def gpu_memory_by_pid():
+    """{pid: MiB} from nvidia-smi, or {} where there is no NVIDIA GPU."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    res = {}
+    for line in out.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            res[int(parts[0])] = res.get(int(parts[0]), 0) + int(parts[1])
+    return res
 
 
 def all_jobs(root=None):
@@ -260,7 +298,13 @@ def main():
             emit({"ok": rec is not None, "jobs": [rec] if rec else [],
                   **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})
         else:
-            emit({"ok": True, "jobs": all_jobs()})
+            jobs = all_jobs()
+            gpu = gpu_memory_by_pid()
+            if gpu:
+                for rec in jobs:
+                    if rec["state"] == "running":
+                        rec["gpu_mib"] = sum(gpu.get(p, 0) for p in group_pids(rec.get("pgid")))
+            emit({"ok": True, "jobs": jobs})
         return 0
     if a.cmd == "stop":
         d = run_dir(a.run_id)

@@ -58,5 +58,7 @@ class LocalTransport(Transport):
     def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         self._copy_tree(local_dir, self.expand(remote_dir), ["--delete"] if delete else [])
 
-    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True) -> None:
-        self._copy_tree(self.expand(remote_dir), local_dir, ["--partial"] if partial else [])
+    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
+                  progress: bool = False, checksum: bool = False, bwlimit: int = 0) -> None:
+        extra = (["--partial"] if partial else []) + (["--checksum"] if checksum else [])
+        self._copy_tree(self.expand(remote_dir), local_dir, extra)

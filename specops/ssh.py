@@ -184,12 +184,12 @@ class SSHTransport(Transport):
             self._rsync_remote = self.run("command -v rsync >/dev/null").ok
         return self._rsync_remote
 
-    def rsync(self, src: str, dst: str, extra: list[str] = ()) -> None:
+    def rsync(self, src: str, dst: str, extra: list[str] = (), progress: bool = False) -> None:
         argv = ["rsync", "-a", "--secluded-args" if _rsync_has_secluded() else "--protect-args",
                 "-e", shlex.join(self.ssh_command()), *extra, src, dst]
-        p = subprocess.run(argv, capture_output=True, text=True)
-        if p.returncode != 0:
-            tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        rc, err = run_rsync(argv, progress, f"{self.host.name}: {src.rsplit('/', 2)[-2] or src}")
+        if rc != 0:
+            tail = (err.strip().splitlines() or [f"exit {rc}"])[-1]
             raise SpecopsError(f"rsync {src} -> {dst} failed for {self.host.name}: {tail}")
 
     def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
@@ -206,12 +206,16 @@ class SSHTransport(Transport):
             for f in files:
                 self.put(os.path.join(root, f), f"{rdir}/{f}")
 
-    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True) -> None:
+    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
+                  progress: bool = False, checksum: bool = False, bwlimit: int = 0) -> None:
         remote_dir = self.expand(remote_dir)
         Path(local_dir).mkdir(parents=True, exist_ok=True)
         if self.rsync_ok():
+            extra = (["--partial"] if partial else []) + (["--checksum"] if checksum else [])
+            if bwlimit:
+                extra.append(f"--bwlimit={int(bwlimit)}")
             self.rsync(self._remote_spec(remote_dir.rstrip("/") + "/"), local_dir.rstrip("/") + "/",
-                       ["--partial"] if partial else [])
+                       extra, progress=progress)
             return
         sftp = self.conn.sftp()
 
@@ -226,6 +230,34 @@ class SSHTransport(Transport):
                     os.utime(l, (a.st_atime, a.st_mtime))
 
         walk(remote_dir.rstrip("/"), Path(local_dir))
+
+
+def run_rsync(argv: list[str], progress: bool, label: str) -> tuple[int, str]:
+    """Run rsync; with progress, show its overall progress (--info=progress2) as a rich bar."""
+    if not progress:
+        p = subprocess.run(argv, capture_output=True, text=True)
+        return p.returncode, p.stderr
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    argv = argv[:1] + ["--info=progress2", "--no-inc-recursive"] + argv[1:]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn()) as bar:
+        task = bar.add_task(label, total=100, rate="")
+        buf = b""
+        while True:
+            ch = p.stdout.read(1)
+            if not ch:
+                break
+            if ch in b"\r\n":
+                parts = buf.decode(errors="replace").split()
+                if len(parts) >= 3 and parts[1].endswith("%"):
+                    bar.update(task, completed=float(parts[1].rstrip("%")), rate=parts[2])
+                buf = b""
+            else:
+                buf += ch
+    err = p.stderr.read().decode(errors="replace")
+    return p.wait(), err
 
 
 _SECLUDED: Optional[bool] = None

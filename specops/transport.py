@@ -48,7 +48,8 @@ class Transport:
         """Make remote_dir hold local_dir's files (bulk, incremental)."""
         raise NotImplementedError
 
-    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True) -> None:
+    def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
+                  progress: bool = False, checksum: bool = False, bwlimit: int = 0) -> None:
         """Make local_dir hold remote_dir's files (bulk, incremental, resumable)."""
         raise NotImplementedError
 

@@ -1,0 +1,74 @@
+"""sha256 manifest of a directory on this host (for verified fetches).
+
+Launch (what `inv fetch` sends, from the host workdir):
+    <venv>/bin/python3 remote/manifest.py runs/RUN_ID
+
+Hashes are cached in DIR/.specops-hashes.json keyed by (size, mtime_ns, ctime_ns), so an unchanged
+directory is answered without reading its files again. One payload: {"files": {rel: {...}}}.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from _payload import emit
+
+CACHE = ".specops-hashes.json"
+
+
+def sha256(path, bufsize=4 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def manifest(root, cache_name=CACHE):
+    """{rel: {"size", "mtime_ns", "sha256"}} for every regular file under root (cache excluded)."""
+    root = Path(root)
+    cache_path = root / cache_name
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    out = {}
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".rsync")]
+        for name in files:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if rel == cache_name or not p.is_file():
+                continue
+            st = p.stat()
+            c = cache.get(rel)
+            # ctime moves on every write and cannot be set back (unlike mtime): part of the key.
+            if c and (c["size"], c["mtime_ns"], c.get("ctime_ns")) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                out[rel] = c
+            else:
+                out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                            "sha256": sha256(p)}
+    try:
+        tmp = cache_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out))
+        os.replace(tmp, cache_path)
+    except OSError:
+        pass
+    return out
+
+
+def main():
+    d = sys.argv[1]
+    if not os.path.isdir(d):
+        emit({"ok": False, "error": f"no directory {d} on this host"})
+        return 1
+    emit({"ok": True, "root": os.path.abspath(d), "files": manifest(d)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""fetch: pull a run directory back, incremental, resumable and verified.
+
+Bulk transfer rides OpenSSH rsync with the host's SSH parameters (``--partial``: an
+interrupted transfer continues where it stopped); SFTP where rsync is missing. Afterwards the
+host computes a sha256 manifest (remote/manifest.py, cached by size+mtime) and every local
+file is checked against it; a mismatch (say, a checkpoint still being written) is fetched
+again, up to ``tries`` times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import paths
+from .errors import SpecopsError
+from .jobs import run_path, validate_run_id
+from .push import push
+from .remote_exec import run_script
+from .transport import Transport
+from .ui import console
+
+
+def _manifest_module():
+    sys.path.insert(0, str(paths.REMOTE_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location("specops_remote_manifest", paths.REMOTE_DIR / "manifest.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(paths.REMOTE_DIR))
+
+
+def local_manifest(root: Path) -> dict:
+    """The same manifest, on the laptop side (own cache file)."""
+    return _manifest_module().manifest(root, cache_name=".specops-local-hashes.json")
+
+
+def remote_manifest(t: Transport, remote_dir: str) -> dict:
+    res = run_script(t, "manifest", [remote_dir])
+    if not res.get("ok"):
+        raise SpecopsError(f"fetch: {res.get('error')}")
+    return res["files"]
+
+
+def diff(remote: dict, local: dict) -> list[str]:
+    skip = {".specops-hashes.json", ".specops-local-hashes.json"}
+    return sorted(rel for rel, r in remote.items()
+                  if rel not in skip and (rel not in local or local[rel]["sha256"] != r["sha256"]))
+
+
+def check_writable(dest: Path) -> None:
+    """Create dest and write a probe file there, or say in one line why not."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        probe = dest / ".specops-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise SpecopsError(f"fetch: local destination {dest} is not writable ({e.strerror}): "
+                           f"choose another --dest or fix its permissions") from None
+
+
+def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwlimit: int = 0) -> dict:
+    check_writable(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    bad: list[str] = []
+    for attempt in range(1, tries + 1):
+        t.sync_down(remote_dir, str(dest), partial=True, progress=console.is_terminal and attempt == 1,
+                    checksum=attempt > 1, bwlimit=bwlimit)
+        remote = remote_manifest(t, remote_dir)
+        bad = diff(remote, local_manifest(dest))
+        if not bad:
+            total = sum(f["size"] for f in remote.values())
+            (dest / "fetch-manifest.json").write_text(json.dumps(
+                {rel: f["sha256"] for rel, f in sorted(remote.items()) if not rel.startswith(".specops")}, indent=1))
+            return {"files": len(remote), "bytes": total, "attempts": attempt, "dest": str(dest)}
+        console.print(f"[yellow]fetch: {len(bad)} file(s) differ from the host's checksums "
+                      f"(still being written?): {', '.join(bad[:3])}; fetching again[/]")
+    raise SpecopsError(f"fetch: {len(bad)} file(s) still differ after {tries} attempts ({', '.join(bad[:3])}): "
+                       f"is the run still writing them? retry when it has stopped")
+
+
+def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0) -> dict:
+    validate_run_id(run_id)
+    push(t)
+    remote = run_path(t, run_id)
+    if not t.exists(remote, "-d"):
+        raise SpecopsError(f"fetch: unknown run id {run_id!r} on {t.host.name} (no {remote}): "
+                           f"`inv status --host {t.host.name}` lists the runs")
+    return fetch_dir(t, remote, Path(dest) / run_id, tries=tries, bwlimit=bwlimit)
