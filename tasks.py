@@ -9,6 +9,7 @@ from rich.table import Table
 
 from specops import bootstrap as _bootstrap
 from specops import check as _check
+from specops import inspect as _inspect
 from specops import inventory
 from specops.cli import errors, hosts_file, session
 from specops.errors import SpecopsError
@@ -117,5 +118,21 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
                       f"(sha256) in {res['dest']}")
 
 
-ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch)
+@task(name="inspect-data", help={"host": HOST, "hosts": HOSTS,
+                                 "path": "data directory on the host (default: <workdir>/data/default)",
+                                 "sample": "files to load fully (default 8)",
+                                 "verifier": "verifier model dir on the host (default: the host's `verifier` "
+                                             "or the one recorded at extraction)",
+                                 "layers": "expected stored layers per position", "json": "print JSON"})
+def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False):
+    """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds."""
+    with session(c, host, hosts) as t:
+        res = _inspect.inspect(t, path or f"{t.host.workdir_path}/data/default", sample=int(sample),
+                               verifier=verifier or t.host.verifier,
+                               layers=None if layers is None else int(layers))
+        _inspect.render(res, as_json=json)
+        _inspect.verdict(res)
+
+
+ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data)
 ns.configure({"specops": {"host": None, "hosts": None}})

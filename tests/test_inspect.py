@@ -1,0 +1,88 @@
+"""inspect-data over the real sshd, run by the real cpu venv: a valid set and each bad case."""
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import inv
+from specops import inventory, synth
+from specops.transport import connect
+
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+
+
+def corrupt_nan(p: Path):
+    hdr_len = struct.unpack("<Q", p.read_bytes()[:8])[0]
+    data = bytearray(p.read_bytes())
+    data[8 + hdr_len: 8 + hdr_len + 2] = b"\xc0\x7f"  # bf16 NaN
+    p.write_bytes(bytes(data))
+
+
+def token_mismatch(p: Path):
+    raw = p.read_bytes()
+    p.write_bytes(raw[:-8] + struct.pack("<q", 999999))  # last token id
+
+
+CASES = {
+    "wrong_hidden": (lambda d, r: shutil.copy(d / "cfg32" / "config.json", d / "cfg" / "config.json"),
+                     "hidden size 64 but the verifier's hidden_size is 32"),
+    "missing_file": (lambda d, r: (d / "set/hidden_states/hs_3.safetensors").unlink(),
+                     "1 dataset row(s) have no file: hs_3.safetensors"),
+    "nan": (lambda d, r: corrupt_nan(d / "set/hidden_states/hs_2.safetensors"), "NaN"),
+    "token_mismatch": (lambda d, r: token_mismatch(d / "set/hidden_states/hs_5.safetensors"),
+                       "token_ids differ from dataset row 5 input_ids"),
+    "mixed_dtypes": (lambda d, r: synth.write_hs(d / "set/hidden_states/hs_1.safetensors", r[1]["input_ids"], 4, 64,
+                                                 dtype="F16"), "mixed dtypes"),
+    "truncated": (lambda d, r: (d / "set/hidden_states/hs_4.safetensors").write_bytes(
+        (d / "set/hidden_states/hs_4.safetensors").read_bytes()[:-100]), "truncated"),
+    "zeroed": (lambda d, r: synth.write_hs(d / "set/hidden_states/hs_6.safetensors", r[6]["input_ids"], 4, 64,
+                                           fill=0.0), "all zero"),
+    "wrong_format": (lambda d, r: [shutil.rmtree(d / "set"), (d / "set").mkdir(), (d / "set" / "x.bin").write_bytes(b"x")],
+                     "holds no recognised format"),
+    "wrong_layers": (None, "4 stored layers per position, expected 3"),
+}
+
+
+def build(tmp_path):
+    rows = synth.make(tmp_path / "set", rows=8, seq=24, n_layers=4, hidden=64)
+    synth.verifier_config(tmp_path / "cfg", 64, 8)
+    synth.verifier_config(tmp_path / "cfg32", 32, 8)
+    return rows
+
+
+def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra):
+    h = inventory.load(str(hosts_file)).get("box")
+    remote = f"~/specops/data/test-{name}"
+    with connect(h) as t:
+        t.check(f"rm -rf {remote}", "clean")
+        t.sync_up(str(tmp_path), remote)
+    return inv("inspect-data", "--host", "box", "--hosts", str(hosts_file), "--path", f"{remote}/set",
+               "--verifier", f"{remote}/cfg", "--sample", "8", *extra)
+
+
+def test_valid_data_passes(cpu_box, hosts_file, tmp_path):
+    build(tmp_path)
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "valid", "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    res = json.loads(r.stdout)
+    assert res["format"] == "speculators-0.9" and res["rows"] == 8 and res["files"] == 8
+    assert res["hidden_size"] == 64 and res["stored_layers"] == 4 and res["dtypes"] == {"BF16": 8}
+    assert len(res["sampled"]) == 8 and res["violations"] == []
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_data_detected(cpu_box, hosts_file, tmp_path, case):
+    rows = build(tmp_path)
+    fn, expect = CASES[case]
+    extra = ["--layers", "3"] if case == "wrong_layers" else []
+    if fn:
+        fn(tmp_path, rows)
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, case, *extra)
+    assert r.returncode != 0, r.stdout[-2000:]
+    err = r.stderr.strip()
+    assert err.startswith("specops: inspect-data: ") and "\n" not in err, err
+    assert expect in err or expect in r.stdout, (expect, err, r.stdout[-1500:])
