@@ -4,7 +4,7 @@
 --hosts defaults to $SPECOPS_HOSTS, then ./hosts.yaml.
 """
 
-from invoke import Collection, task
+from invoke import Collection, Exit, task
 from rich.table import Table
 
 from specops import bootstrap as _bootstrap
@@ -13,6 +13,7 @@ from specops import inspect as _inspect
 from specops import inventory
 from specops.cli import errors, hosts_file, session
 from specops.errors import SpecopsError
+from specops import data as _data
 from specops import fetch as _fetch
 from specops import jobs as _jobs
 from specops import runs_view
@@ -134,5 +135,20 @@ def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, l
         _inspect.verdict(res)
 
 
-ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data)
+@task(name="convert-data", help={"host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
+                                 "dst": "new speculators 0.9 data dir on the host (must not exist)",
+                                 "verifier": "verifier model dir for the contract check"})
+def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None):
+    """Convert legacy speculators v0.3 data (rows_*/data_*.pt) to the 0.9 layout, then inspect it."""
+    if not src or not dst:
+        raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
+    with session(c, host, hosts) as t:
+        res = _data.convert(t, src, dst)
+        console.print(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
+        out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
+        _inspect.render(out)
+        _inspect.verdict(out)
+
+
+ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data)
 ns.configure({"specops": {"host": None, "hosts": None}})

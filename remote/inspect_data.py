@@ -110,8 +110,6 @@ def inspect_speculators(root, rep, sample, verifier, layers):
     nl = n_layers_seen.most_common(1)[0][0] if n_layers_seen else None
     if verifier and hid is not None:
         vh, vl = verifier
-        for p in [files[i] for i in sorted(files)]:
-            pass
         if hid != vh:
             odd = [str(files[i].name) for i in sorted(files)][:3]
             rep.bad(Path(root) / "hidden_states", f"hidden size {hid} but the verifier's hidden_size is {vh} "
@@ -217,7 +215,9 @@ def main():
     verifier = verifier_config(verifier_path) if verifier_path else None
     if verifier_path and verifier is None:
         rep.warn(verifier_path, "no config.json there: hidden size not checked against the verifier")
-    layers = a.layers if a.layers is not None else (len(record["layer_ids"]) if record.get("layer_ids") else None)
+    layers = a.layers
+    if layers is None:
+        layers = record.get("stored_layers") or (len(record["layer_ids"]) if record.get("layer_ids") else None)
     summary = {}
     if fmt is None:
         what = "does not exist" if not root.exists() else "holds no recognised format"

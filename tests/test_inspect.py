@@ -86,3 +86,42 @@ def test_bad_data_detected(cpu_box, hosts_file, tmp_path, case):
     err = r.stderr.strip()
     assert err.startswith("specops: inspect-data: ") and "\n" not in err, err
     assert expect in err or expect in r.stdout, (expect, err, r.stdout[-1500:])
+
+
+LEGACY = r'''
+import json, sys, torch
+from pathlib import Path
+root = Path(sys.argv[1])
+g = torch.Generator().manual_seed(0)
+for i in range(5):
+    d = root / ("rows_0-2000" if i < 3 else "rows_2000-4000")
+    d.mkdir(parents=True, exist_ok=True)
+    n = 10 + i
+    torch.save({"input_ids": torch.randint(0, 500, (n,), generator=g),
+                "hidden_states": [torch.randn(n, 64, generator=g).to(torch.bfloat16) for _ in range(4)],
+                "loss_mask": torch.ones(n, dtype=torch.long)}, d / f"data_{i}.pt")
+(root / "data_config.json").write_text(json.dumps({"layer_ids": [1, 3, 5, 8]}))
+'''
+
+
+def test_legacy_detected_then_converted(cpu_box, hosts_file, tmp_path):
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        t.check("rm -rf ~/specops/data/legacy ~/specops/data/converted && mkdir -p ~/specops/data", "clean")
+        gen = tmp_path / "gen.py"
+        gen.write_text(LEGACY)
+        t.put(str(gen), f"{t.home()}/specops/data/gen_legacy.py")
+        t.check(f"cd ~/specops/data && {cpu_box['venv']}/bin/python3 gen_legacy.py legacy", "make legacy data")
+    synth.verifier_config(tmp_path / "cfg", 64, 8)
+    with connect(h) as t:
+        t.sync_up(str(tmp_path / "cfg"), "~/specops/data/cfg64")
+    r = inv("inspect-data", "--host", "box", "--hosts", str(hosts_file), "--path", "~/specops/data/legacy")
+    assert r.returncode != 0 and "format legacy-v0.3" in r.stderr and "inv convert-data" in r.stderr
+    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", "~/specops/data/legacy",
+            "--dst", "~/specops/data/converted", "--verifier", "~/specops/data/cfg64")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "converted 5 rows" in r.stdout and "verdict: OK" in r.stdout
+    # nothing is overwritten
+    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", "~/specops/data/legacy",
+            "--dst", "~/specops/data/converted")
+    assert r.returncode != 0 and "not empty" in r.stderr
