@@ -150,5 +150,57 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None):
         _inspect.verdict(out)
 
 
-ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data)
+DATA = "dataset name under <workdir>/data/ or a path on the host (default: default)"
+VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
+
+
+@task(name="prepare-data", help={"host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
+                                 "(a laptop file is uploaded; otherwise a host path)", "seq_length": "max tokens "
+                                 "per row (default 2048)", "dataset": DATA, "verifier": VERIFIER,
+                                 "detach": "start it and return"})
+def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False):
+    """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations)."""
+    if not data:
+        raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
+    with session(c, host, hosts) as t:
+        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                  prepare=_data.remote_input(t, data), seq_length=int(seq_length))
+        res = _data.run_datagen(t, args, kind="prepare", detach=detach)
+        console.print(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
+
+
+@task(help={"host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
+            "(default speculators' [2, n//2, n-3, n] where valid)", "shard": "i/n: this host's share of the rows",
+            "rows": "a:b: a row range (hf backend)", "dataset": DATA, "verifier": VERIFIER,
+            "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
+            "max_model_len": "vLLM --max-model-len"})
+def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
+            verifier=None, concurrency=32, detach=False, max_model_len=None):
+    """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first)."""
+    if backend not in ("vllm", "hf"):
+        raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
+    with session(c, host, hosts) as t:
+        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                  extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
+                                  concurrency=int(concurrency), max_model_len=max_model_len)
+        res = _data.run_datagen(t, args, kind="extract", detach=detach)
+        ex = res.get("extract", {})
+        console.print(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
+                      f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
+
+
+@task(name="make-verifier", help={"host": HOST, "hosts": HOSTS, "path": "where on the host (default "
+                                  "<workdir>/models/tiny-llama)", "layers": "decoder layers (default 6)",
+                                  "hidden": "hidden size (default 256)"})
+def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256):
+    """Build a tiny random Llama verifier + local tokenizer on the host (no model hub needed)."""
+    with session(c, host, hosts) as t:
+        res = _data.make_tiny_verifier(t, path or f"{t.host.workdir_path}/models/tiny-llama",
+                                       layers=int(layers), hidden=int(hidden))
+        console.print(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
+                      f"vocab {res['vocab']}, {res['params']} parameters")
+
+
+ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
+                prepare_data, extract, make_verifier)
 ns.configure({"specops": {"host": None, "hosts": None}})

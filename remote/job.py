@@ -225,6 +225,10 @@ def stop_job(d, grace=60.0):
     # the supervisor writes exit_code as it ends; give it a moment if it was SIGKILLed
     if not (d / "exit_code").is_file():
         (d / "exit_code").write_text("-9\n" if killed else "-15\n")
+    # jobs this job started (e.g. its vLLM server under RUN/server/) go too
+    for sub in sorted(d.iterdir()):
+        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == "running":
+            stop_job(sub, grace=min(grace, 30))
     return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **job_state(d)}
 
 

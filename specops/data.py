@@ -1,11 +1,100 @@
-"""The data stage on a host: convert-data (and prepare-data / extract, which build on jobs)."""
+"""The data stage on a host: prepare-data, extract, convert-data (remote/datagen.py does the work)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from . import jobs
 from .errors import SpecopsError
 from .push import push
 from .remote_exec import run_script
 from .transport import Transport
+from .ui import console
+
+
+def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
+    """`default` -> <workdir>/data/default; a path (with / or ~) is used as given."""
+    v = name_or_path or "default"
+    if "/" in v or v.startswith("~"):
+        return t.expand(v)
+    jobs.validate_run_id(v)  # same character rules for dataset names
+    return f"{t.expand(t.host.workdir_path)}/data/{v}"
+
+
+def remote_input(t: Transport, path: str) -> str:
+    """A file on the laptop is uploaded to <workdir>/uploads/; otherwise it is a host path."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        dest_dir = f"{t.expand(t.host.workdir_path)}/uploads"
+        t.check(f"mkdir -p {shlex.quote(dest_dir)}", "mkdir uploads")
+        dest = f"{dest_dir}/{p.name}"
+        t.put(str(p), dest)
+        console.print(f"[specops] uploaded {p} -> {t.host.name}:{dest}")
+        return dest
+    remote = t.expand(path)
+    if not t.exists(remote):
+        raise SpecopsError(f"data file {path!r} is neither on this laptop nor on {t.host.name}: check the path")
+    return remote
+
+
+def verifier_path(t: Transport, verifier: Optional[str]) -> str:
+    v = verifier or t.host.verifier
+    if not v:
+        raise SpecopsError(f"no verifier for {t.host.name}: set `verifier:` in hosts.yaml or pass --verifier PATH")
+    return t.expand(v)
+
+
+def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None,
+                 seq_length: int = 2048, extract: bool = False, backend: str = "vllm",
+                 layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
+                 concurrency: int = 32, max_model_len: Optional[int] = None) -> list[str]:
+    args = ["--data-dir", data, "--verifier", verifier, "--kind", t.host.profile]
+    if prepare:
+        args += ["--prepare", prepare, "--seq-length", str(seq_length)]
+    if extract:
+        args += ["--extract", "--backend", backend, "--concurrency", str(concurrency)]
+        if layers:
+            args += ["--layers", str(layers)]
+        if shard:
+            args += ["--shard", shard]
+        if rows:
+            args += ["--rows", rows]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    return args
+
+
+def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
+                detach: bool = False) -> dict:
+    """Plan (synchronous, changes nothing), then run as a job and follow it."""
+    push(t)
+    plan = run_script(t, "datagen", args + ["--plan"])
+    if not plan.get("ok"):
+        raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
+    if "estimate_bytes" in plan:
+        console.print(f"[specops] disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
+                      f"{plan['hidden_size']} x 2 B = {plan['estimate_bytes'] / 2**30:.2f} GiB "
+                      f"(+10%); {plan['free_bytes'] / 2**30:.2f} GiB free; {plan['todo']} file(s) to write, "
+                      f"{plan['done']} already there")
+    rid = run_id or jobs.new_run_id(kind)
+    result = jobs.run_path(t, rid, "result.json")
+    argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
+    lock = "data-" + hashlib.sha1(args[1].encode()).hexdigest()[:12]  # one writer per data dir
+    code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
+    if code is None:
+        return {"run_id": rid, "detached": True}
+    raw = t.read_bytes(result)
+    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
+    if code != 0 or not res.get("ok"):
+        raise SpecopsError(f"{kind} {rid} on {t.host.name} failed: {res.get('error')}",
+                           detail=jobs.tail(t, rid, 15))
+    res["run_id"] = rid
+    return res
 
 
 def convert(t: Transport, src: str, dst: str) -> dict:
@@ -13,4 +102,13 @@ def convert(t: Transport, src: str, dst: str) -> dict:
     res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)])
     if not res.get("ok"):
         raise SpecopsError(f"convert-data on {t.host.name}: {res.get('error')}")
+    return res
+
+
+def make_tiny_verifier(t: Transport, path: str, *, layers: int = 6, hidden: int = 256) -> dict:
+    """Build a tiny random Llama + local tokenizer on the host (demo, tests; no model hub)."""
+    push(t)
+    res = run_script(t, "tiny_verifier", [t.expand(path), "--layers", str(layers), "--hidden", str(hidden)])
+    if not res.get("ok"):
+        raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
     return res

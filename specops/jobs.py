@@ -132,3 +132,32 @@ def follow(t: Transport, run_id: str, *, offset: int = 0, write: Callable[[bytes
             return offset, int(code.decode().strip() or 0)
         if not chunk:
             time.sleep(poll)
+
+
+def tail(t: Transport, run_id: str, n: int = 25) -> str:
+    data = t.read_bytes(run_path(t, run_id, "output.log"), 0) or b""
+    return "\n".join(data.decode(errors="replace").splitlines()[-n:])
+
+
+def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
+                 detach: bool = False, stop_on_interrupt: bool = True) -> Optional[int]:
+    """Start a job and follow its log until it ends. Ctrl-C stops it (stop_on_interrupt) or
+    detaches. Returns the exit code (None if detached)."""
+    from .ui import console, err_console
+
+    j = start(t, run_id, argv, kind=kind, lock=lock)
+    console.print(f"[specops] {kind} started on {t.host.name}: run {run_id} (pid {j['pid']}); "
+                  f"`inv logs -f --run-id {run_id}` follows it")
+    if detach:
+        return None
+    try:
+        _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
+    except KeyboardInterrupt:
+        if not stop_on_interrupt:
+            err_console.print(f"\n[specops] detached; {run_id} keeps running")
+            return None
+        err_console.print(f"\n[specops] interrupted: stopping {run_id} (and the processes it started) ...")
+        res = stop(t, run_id, grace=60)
+        err_console.print(f"[specops] {run_id}: {res['state']}")
+        raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
+    return code
