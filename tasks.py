@@ -4,6 +4,8 @@
 --hosts defaults to $SPECOPS_HOSTS, then ./hosts.yaml.
 """
 
+from pathlib import Path
+
 from invoke import Collection, Exit, task
 from rich.table import Table
 
@@ -16,7 +18,9 @@ from specops.errors import SpecopsError
 from specops import data as _data
 from specops import fetch as _fetch
 from specops import jobs as _jobs
+from specops import metrics as _metrics
 from specops import runs_view
+from specops import train as _train
 from specops.push import push as _push
 from specops.ui import console
 
@@ -115,8 +119,10 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
     with session(c, host, hosts) as t:
         rid = run_id or _jobs.get(t, None)["run_id"]
         res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit))
+        m = _metrics.write(Path(res["dest"]))
         console.print(f"fetch {rid}: {res['files']} file(s), {res['bytes'] / 2**20:.1f} MiB verified "
-                      f"(sha256) in {res['dest']}")
+                      f"(sha256) in {res['dest']}; {m['records']} metric records"
+                      + (f", plot {m['plot']}" if m["plot"] else ""))
 
 
 @task(name="inspect-data", help={"host": HOST, "hosts": HOSTS,
@@ -201,6 +207,22 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256):
                       f"vocab {res['vocab']}, {res['params']} parameters")
 
 
+@task(help={"host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
+            "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
+            "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
+            "epochs": "override the config's epochs", "max_steps": "override: stop after N steps"})
+def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
+          nproc=None, epochs=None, max_steps=None):
+    """Train the draft with `speculators train` as a detached job (survives the SSH session)."""
+    with session(c, host, hosts) as t:
+        res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,
+                           nproc=None if nproc is None else int(nproc), follow=follow,
+                           overrides={"epochs": epochs and int(epochs), "max-steps": max_steps and int(max_steps)})
+        console.print(f"train {res['run_id']} on {t.host.name}: "
+                      + ("started (`inv logs -f` follows it)" if res["exit_code"] is None else
+                         f"finished (exit {res['exit_code']}); `inv fetch --run-id {res['run_id']}` brings it back"))
+
+
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier)
+                prepare_data, extract, make_verifier, train)
 ns.configure({"specops": {"host": None, "hosts": None}})

@@ -160,8 +160,11 @@ def all_jobs(root=None):
     return out
 
 
-def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None):
-    """Start argv detached; return its record. Refuses if `lock` is held by a running job."""
+def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
+              term="group"):
+    """Start argv detached; return its record. Refuses if `lock` is held by a running job.
+    term: what `stop` sends SIGTERM to first: the whole process group, or only the command
+    ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves)."""
     d = run_dir(run_id, root)
     base = Path(root or RUNS)
     base.mkdir(parents=True, exist_ok=True)
@@ -177,7 +180,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
             return {"ok": False, "error": f"run {run_id!r} is already running (pid {prev['pid']})"}
         d.mkdir(parents=True, exist_ok=True)
         (d / "exit_code").unlink(missing_ok=True)
-        rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv),
+        rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(),
                "started": time.time(), "state": "starting", **(extra or {})}
         write_json(d / "job.json", rec)
@@ -208,7 +211,11 @@ def stop_job(d, grace=60.0):
     write_json(d / "job.json", raw)
     t0 = time.time()
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        child = raw.get("child_pid")
+        if raw.get("term") == "child" and child and pid_alive(child):
+            os.kill(child, signal.SIGTERM)
+        else:
+            os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         pass
     killed = False
@@ -275,6 +282,7 @@ def main():
     s.add_argument("--kind", default="job")
     s.add_argument("--lock", default=None)
     s.add_argument("--env-file", default=None)
+    s.add_argument("--term", choices=["group", "child"], default="group")
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -293,7 +301,7 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
-        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file)
+        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":

@@ -36,12 +36,12 @@ def run_path(t: Transport, run_id: str, *parts: str) -> str:
 
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-          env: Optional[dict] = None) -> dict:
+          env: Optional[dict] = None, term: str = "group") -> dict:
     """Start argv detached on the host (survives the SSH session). Secrets go through `env`,
     which travels as a 0600 file, never on a command line."""
     validate_run_id(run_id)
     push(t)
-    args = ["start", "--run-id", run_id, "--kind", kind]
+    args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
     if env:
@@ -140,12 +140,12 @@ def tail(t: Transport, run_id: str, n: int = 25) -> str:
 
 
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-                 detach: bool = False, stop_on_interrupt: bool = True) -> Optional[int]:
+                 detach: bool = False, stop_on_interrupt: bool = True, term: str = "group") -> Optional[int]:
     """Start a job and follow its log until it ends. Ctrl-C stops it (stop_on_interrupt) or
     detaches. Returns the exit code (None if detached)."""
     from .ui import console, err_console
 
-    j = start(t, run_id, argv, kind=kind, lock=lock)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
     console.print(f"[specops] {kind} started on {t.host.name}: run {run_id} (pid {j['pid']}); "
                   f"`inv logs -f --run-id {run_id}` follows it")
     if detach:

@@ -1,0 +1,98 @@
+"""train: `speculators train` on the extracted data, as a detached job (remote/train.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from . import __version__, jobs, paths
+from .data import data_dir
+from .errors import SpecopsError
+from .inspect import inspect
+from .push import push
+from .transport import Transport
+from .ui import console
+
+
+def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
+    p = Path(path) if path else paths.CONFIGS_DIR / "eagle3.yaml"
+    if not p.is_file():
+        raise SpecopsError(f"training config {p} not found: pass --config configs/NAME.yaml")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SpecopsError(f"{p}: YAML error: {e}") from None
+    extra = set(raw) - {"train", "profiles"}
+    if extra or not isinstance(raw.get("train", {}), dict):
+        raise SpecopsError(f"{p}: top level must hold 'train:' (flags) and 'profiles:' (per-profile overrides)")
+    flags = dict(raw.get("train") or {})
+    flags.update((raw.get("profiles") or {}).get(profile) or {})
+    flags.update({k: v for k, v in overrides.items() if v is not None})
+    reserved = {"verifier-name-or-path", "data-path", "target-layer-ids", "save-path", "log-dir", "run-name"}
+    bad = reserved & set(flags)
+    if bad:
+        raise SpecopsError(f"{p}: {sorted(bad)} are set by specops (from the host, the data and the run id)")
+    return {"path": str(p), "flags": flags}
+
+
+def revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(paths.REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(paths.REPO), "status", "--porcelain"],
+                               capture_output=True, text=True).stdout.strip()
+        return f"{rev}{'-dirty' if dirty else ''}" if rev else __version__
+    except OSError:
+        return __version__
+
+
+def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
+          dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
+          overrides: Optional[dict] = None, follow: bool = False) -> dict:
+    h = t.host
+    push(t)
+    cfg = load_config(config, h.profile, overrides or {})
+    data = data_dir(t, dataset)
+    summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
+    if summary.get("format") is None or not summary.get("files"):
+        raise SpecopsError(f"no extracted data at {data} on {h.name}: run `inv prepare-data` and `inv extract` "
+                           f"first (nothing was started)")
+    if not summary["ok"]:
+        v = summary["violations"][0]
+        raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
+                           f"(nothing was started)")
+    rec = summary.get("record") or {}
+    layer_ids = rec.get("layer_ids")
+    if not layer_ids:
+        raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `inv extract` for it")
+    ver = verifier or rec.get("verifier") or h.verifier
+    rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
+    run_dir = jobs.run_path(t, rid)
+    spec = {
+        "run_dir": run_dir, "kind": h.profile, "nproc": nproc or h.gpus or 1, "verifier": t.expand(ver),
+        "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"],
+        "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
+                   "config": cfg["flags"], "data_summary": {k: summary.get(k) for k in (
+                       "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
+    }
+    t.check(f"mkdir -p {shlex.quote(run_dir)}", "mkdir run dir")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f, indent=1)
+    try:
+        t.put(f.name, f"{run_dir}/train-spec.json")
+    finally:
+        os.unlink(f.name)
+    argv = [t.expand(h.python), "remote/train.py", "--spec", f"{run_dir}/train-spec.json"]
+    code = jobs.run_attached(t, rid, argv, kind="train", lock="train", detach=not follow,
+                             stop_on_interrupt=False, term="child")
+    if follow and code not in (None, 0):
+        raise SpecopsError(f"train {rid} on {h.name} {jobs.status(t, rid)[0]['state']}",
+                           detail=jobs.tail(t, rid, 15))
+    return {"run_id": rid, "exit_code": code, "run_dir": run_dir}
