@@ -13,8 +13,7 @@ $(VENV)/.specops-setup: pyproject.toml .ci/system-deps
 	touch $@
 
 demo: setup
-	$(VENV)/bin/inv bootstrap --host local
-	$(VENV)/bin/inv check --host local
+	$(VENV)/bin/inv demo
 
 test: setup
 	$(VENV)/bin/python -m pytest -q -ra

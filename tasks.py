@@ -19,6 +19,7 @@ from specops import data as _data
 from specops import fetch as _fetch
 from specops import jobs as _jobs
 from specops import metrics as _metrics
+from specops import pipeline as _pipeline
 from specops import runs_view
 from specops import train as _train
 from specops.push import push as _push
@@ -223,6 +224,29 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
                          f"finished (exit {res['exit_code']}); `inv fetch --run-id {res['run_id']}` brings it back"))
 
 
+@task(help={"host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
+            "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
+            "seq_length": "max tokens per row (default 2048)", "config": "training config",
+            "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps"})
+def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
+             seq_length=2048, config=None, dest="runs", max_steps=None):
+    """bootstrap, check, prepare-data, extract, inspect-data, train, fetch: the whole job on one host."""
+    if not data:
+        raise Exit("specops: pipeline needs --data FILE (.jsonl)")
+    with session(c, host, hosts) as t:
+        _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
+                      seq_length=int(seq_length), config=config, dest=dest,
+                      overrides={"max-steps": int(max_steps)} if max_steps else None)
+
+
+@task(help={"host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
+            "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps"})
+def demo(c, host="local", hosts=None, dest="runs", steps=None):
+    """The whole pipeline on `local` with a tiny random verifier built on the fly, on CPU."""
+    with session(c, host, hosts) as t:
+        _pipeline.demo(t, dest=dest, steps=int(steps) if steps else None)
+
+
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train)
+                prepare_data, extract, make_verifier, train, pipeline, demo)
 ns.configure({"specops": {"host": None, "hosts": None}})

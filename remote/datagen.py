@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import hostenv
 from _payload import emit
 from datafmt import RECORD, HeaderError, hs_files, read_arrow_columns, safetensors_header, verifier_config
 
@@ -299,6 +300,7 @@ def main():
     def on_term(signum, _frame):
         raise SystemExit(128 + signum)
 
+    hostenv.apply(os.getcwd(), a.kind)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     t0 = time.time()

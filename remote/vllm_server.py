@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import hostenv
 from job import job_state, start_job, stop_job
 
 REMOTE = Path(__file__).resolve().parent
@@ -26,19 +27,8 @@ def free_port():
 
 def server_env(workdir, kind):
     """Caches inside the workdir; the connector module importable by engine subprocesses."""
-    cache = Path(workdir) / ".specops" / "cache"
-    env = {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REMOTE), os.environ.get("PYTHONPATH", "")])),
-        "VLLM_CACHE_ROOT": str(cache / "vllm"), "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
-        "VLLM_ASSETS_CACHE": str(cache / "vllm-assets"), "VLLM_RPC_BASE_PATH": str(cache / "rpc"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TMPDIR": str(cache / "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-    }
-    if kind == "cpu":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
-    for k in ("VLLM_CACHE_ROOT", "TMPDIR", "VLLM_RPC_BASE_PATH"):
-        Path(env[k]).mkdir(parents=True, exist_ok=True)
+    env = hostenv.cache_env(workdir, kind)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REMOTE), os.environ.get("PYTHONPATH", "")]))
     return env
 
 

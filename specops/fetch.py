@@ -10,6 +10,7 @@ again, up to ``tries`` times.
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 import json
 import os
 import sys
@@ -48,9 +49,9 @@ def remote_manifest(t: Transport, remote_dir: str) -> dict:
 
 
 def diff(remote: dict, local: dict) -> list[str]:
-    skip = {".specops-hashes.json", ".specops-local-hashes.json"}
     return sorted(rel for rel, r in remote.items()
-                  if rel not in skip and (rel not in local or local[rel]["sha256"] != r["sha256"]))
+                  if not rel.startswith(".specops") and rel != "fetch-manifest.json"
+                  and (rel not in local or local[rel]["sha256"] != r["sha256"]))
 
 
 def check_writable(dest: Path) -> None:
@@ -66,23 +67,42 @@ def check_writable(dest: Path) -> None:
 
 
 def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwlimit: int = 0) -> dict:
+    """rsync, then verify every file against the host's sha256 manifest. The host hashes while
+    rsync transfers (its cache makes an unchanged file free); an unchanged re-fetch compares the
+    two cached manifests and sends nothing."""
     check_writable(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    bad: list[str] = []
-    for attempt in range(1, tries + 1):
-        t.sync_down(remote_dir, str(dest), partial=True, progress=console.is_terminal and attempt == 1,
-                    checksum=attempt > 1, bwlimit=bwlimit)
-        remote = remote_manifest(t, remote_dir)
-        bad = diff(remote, local_manifest(dest))
-        if not bad:
-            total = sum(f["size"] for f in remote.values())
-            (dest / "fetch-manifest.json").write_text(json.dumps(
-                {rel: f["sha256"] for rel, f in sorted(remote.items()) if not rel.startswith(".specops")}, indent=1))
-            return {"files": len(remote), "bytes": total, "attempts": attempt, "dest": str(dest)}
-        console.print(f"[yellow]fetch: {len(bad)} file(s) differ from the host's checksums "
-                      f"(still being written?): {', '.join(bad[:3])}; fetching again[/]")
+    had_files = any(p.is_file() for p in dest.rglob("*") if not p.name.startswith(".specops"))
+    pool = ThreadPoolExecutor(1)
+    try:
+        pending = pool.submit(remote_manifest, t, remote_dir)
+        if had_files and not diff(pending.result(), local_manifest(dest)):
+            return _done(dest, pending.result(), 0)
+        bad: list[str] = []
+        for attempt in range(1, tries + 1):
+            t.sync_down(remote_dir, str(dest), partial=True, progress=console.is_terminal and attempt == 1,
+                        checksum=attempt > 1, bwlimit=bwlimit)
+            local = local_manifest(dest)
+            remote = pending.result()
+            bad = diff(remote, local)
+            if bad:  # the host may have changed files since it hashed them: hash again, then judge
+                remote = remote_manifest(t, remote_dir)
+                bad = diff(remote, local)
+            if not bad:
+                return _done(dest, remote, attempt)
+            console.print(f"[yellow]fetch: {len(bad)} file(s) differ from the host's checksums "
+                          f"(still being written?): {', '.join(bad[:3])}; fetching again[/]")
+            pending = pool.submit(remote_manifest, t, remote_dir)
+    finally:
+        pool.shutdown(wait=True)
     raise SpecopsError(f"fetch: {len(bad)} file(s) still differ after {tries} attempts ({', '.join(bad[:3])}): "
                        f"is the run still writing them? retry when it has stopped")
+
+
+def _done(dest: Path, remote: dict, attempts: int) -> dict:
+    (dest / "fetch-manifest.json").write_text(json.dumps(
+        {rel: f["sha256"] for rel, f in sorted(remote.items()) if not rel.startswith(".specops")}, indent=1))
+    return {"files": len(remote), "bytes": sum(f["size"] for f in remote.values()), "attempts": attempts,
+            "dest": str(dest)}
 
 
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0) -> dict:

@@ -32,23 +32,32 @@ def _source(rel: str) -> Path:
     raise KeyError(rel)
 
 
+NOT_WRITABLE = 86
+
+
+def _not_writable(t: Transport, wd: str) -> SpecopsError:
+    return SpecopsError(f"workdir {wd} on {t.host.name} is not writable by {t.host.user}: "
+                        f"fix its permissions or set 'workdir' in hosts.yaml")
+
+
 def ensure_workdir(t: Transport) -> str:
     wd = t.expand(t.host.workdir_path)
     q = shlex.quote(wd)
-    r = t.run(f"mkdir -p {q}/{paths.STATE} && test -w {q}")
-    if not r.ok:
-        raise SpecopsError(
-            f"workdir {wd} on {t.host.name} is not writable by {t.host.user}: "
-            f"fix its permissions or set 'workdir' in hosts.yaml"
-        )
+    if not t.run(f"mkdir -p {q}/{paths.STATE} && test -w {q}").ok:
+        raise _not_writable(t, wd)
     return wd
 
 
 def push(t: Transport) -> list[str]:
     """Upload changed files; return the relative paths sent (empty: already in sync)."""
-    wd = ensure_workdir(t)
+    wd = t.expand(t.host.workdir_path)
+    q = shlex.quote(wd)
     mine = local_manifest()
-    r = t.run(f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null")
+    # one round trip: make sure the workdir is there and writable, and read what it holds
+    r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
+              f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0")
+    if r.exited == NOT_WRITABLE:
+        raise _not_writable(t, wd)
     try:
         theirs = json.loads(r.stdout) if r.ok and r.stdout.strip() else {}
     except json.JSONDecodeError:

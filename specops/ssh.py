@@ -112,6 +112,10 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError) as e:
             raise SpecopsError(f"cannot connect to {where} ({h.name}): {e}") from None
         self.conn.transport.set_keepalive(self.keepalive)
+        sock = self.conn.transport.sock
+        if isinstance(sock, socket.socket):  # not through a jump host's channel
+            # paramiko leaves Nagle on: each short command would wait ~40 ms for a delayed ACK
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def close(self) -> None:
         self.conn.close()

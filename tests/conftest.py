@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +26,24 @@ def rig():
     r.stop()
 
 
+def box_work(rig) -> Path:
+    """box's workdir lives in the rig's temp dir, so every cache of the tests stays there."""
+    work = rig.root / "work"
+    if not work.exists():
+        work.mkdir()
+        shutil.chown(work, rig.user, rig.user)
+    return work
+
+
+@pytest.fixture(scope="session")
+def work(rig) -> Path:
+    return box_work(rig)
+
+
 @pytest.fixture(scope="session")
 def hosts_file(rig):
     """The main inventory: `box` (non-root user when tests run as root) and `box-root`."""
-    hosts = {"box": rig.host(venv="~/ml-env", workdir="~/specops")}
+    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)))}
     if rig.is_root:
         hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"))
     return rig.write_hosts(rig.root / "hosts.yaml", hosts)

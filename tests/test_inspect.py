@@ -54,9 +54,9 @@ def build(tmp_path):
     return rows
 
 
-def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra):
+def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra, work=None):
     h = inventory.load(str(hosts_file)).get("box")
-    remote = f"~/specops/data/test-{name}"
+    remote = f"{work}/data/test-{name}"
     with connect(h) as t:
         t.check(f"rm -rf {remote}", "clean")
         t.sync_up(str(tmp_path), remote)
@@ -64,9 +64,9 @@ def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra):
                "--verifier", f"{remote}/cfg", "--sample", "8", *extra)
 
 
-def test_valid_data_passes(cpu_box, hosts_file, tmp_path):
+def test_valid_data_passes(cpu_box, hosts_file, tmp_path, work):
     build(tmp_path)
-    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "valid", "--json")
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "valid", "--json", work=work)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     res = json.loads(r.stdout)
     assert res["format"] == "speculators-0.9" and res["rows"] == 8 and res["files"] == 8
@@ -75,13 +75,13 @@ def test_valid_data_passes(cpu_box, hosts_file, tmp_path):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_data_detected(cpu_box, hosts_file, tmp_path, case):
+def test_bad_data_detected(cpu_box, hosts_file, tmp_path, case, work):
     rows = build(tmp_path)
     fn, expect = CASES[case]
     extra = ["--layers", "3"] if case == "wrong_layers" else []
     if fn:
         fn(tmp_path, rows)
-    r = push_and_inspect(cpu_box, hosts_file, tmp_path, case, *extra)
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, case, *extra, work=work)
     assert r.returncode != 0, r.stdout[-2000:]
     err = r.stderr.strip()
     assert err.startswith("specops: inspect-data: ") and "\n" not in err, err
@@ -104,24 +104,24 @@ for i in range(5):
 '''
 
 
-def test_legacy_detected_then_converted(cpu_box, hosts_file, tmp_path):
+def test_legacy_detected_then_converted(cpu_box, hosts_file, tmp_path, work):
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
-        t.check("rm -rf ~/specops/data/legacy ~/specops/data/converted && mkdir -p ~/specops/data", "clean")
+        t.check(f"rm -rf {work}/data/legacy {work}/data/converted && mkdir -p {work}/data", "clean")
         gen = tmp_path / "gen.py"
         gen.write_text(LEGACY)
-        t.put(str(gen), f"{t.home()}/specops/data/gen_legacy.py")
-        t.check(f"cd ~/specops/data && {cpu_box['venv']}/bin/python3 gen_legacy.py legacy", "make legacy data")
+        t.put(str(gen), f"{work}/data/gen_legacy.py")
+        t.check(f"cd {work}/data && {cpu_box['venv']}/bin/python3 gen_legacy.py legacy", "make legacy data")
     synth.verifier_config(tmp_path / "cfg", 64, 8)
     with connect(h) as t:
-        t.sync_up(str(tmp_path / "cfg"), "~/specops/data/cfg64")
-    r = inv("inspect-data", "--host", "box", "--hosts", str(hosts_file), "--path", "~/specops/data/legacy")
+        t.sync_up(str(tmp_path / "cfg"), f"{work}/data/cfg64")
+    r = inv("inspect-data", "--host", "box", "--hosts", str(hosts_file), "--path", f"{work}/data/legacy")
     assert r.returncode != 0 and "format legacy-v0.3" in r.stderr and "inv convert-data" in r.stderr
-    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", "~/specops/data/legacy",
-            "--dst", "~/specops/data/converted", "--verifier", "~/specops/data/cfg64")
+    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", f"{work}/data/legacy",
+            "--dst", f"{work}/data/converted", "--verifier", f"{work}/data/cfg64")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     assert "converted 5 rows" in r.stdout and "verdict: OK" in r.stdout
     # nothing is overwritten
-    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", "~/specops/data/legacy",
-            "--dst", "~/specops/data/converted")
+    r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", f"{work}/data/legacy",
+            "--dst", f"{work}/data/converted")
     assert r.returncode != 0 and "not empty" in r.stderr

@@ -1,0 +1,29 @@
+"""Environment for the heavy programs specops starts on a host: every cache inside the workdir
+(HF, datasets, vLLM, inductor, triton, tmp), no model hub unless the user enables it."""
+
+import os
+from pathlib import Path
+
+
+def cache_env(workdir, kind="cpu"):
+    cache = Path(workdir).resolve() / ".specops" / "cache"
+    env = {
+        "HF_HOME": str(cache / "hf"), "HF_DATASETS_CACHE": str(cache / "hf" / "datasets"),
+        "XDG_CACHE_HOME": str(cache / "xdg"),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"), "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
+        "VLLM_ASSETS_CACHE": str(cache / "vllm-assets"), "VLLM_RPC_BASE_PATH": str(cache / "rpc"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TMPDIR": str(cache / "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    }
+    if kind == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+    for k in ("HF_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TMPDIR", "VLLM_RPC_BASE_PATH"):
+        Path(env[k]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def apply(workdir, kind="cpu"):
+    """Set the cache environment for this process (and what it starts), keeping user overrides."""
+    for k, v in cache_env(workdir, kind).items():
+        os.environ.setdefault(k, v)
