@@ -5,13 +5,24 @@ import os
 from pathlib import Path
 
 
+def rpc_dir(cache):
+    """vLLM's IPC sockets: a unix socket path must stay under 107 bytes, so a deep workdir gets
+    a short private directory in /tmp instead."""
+    p = cache / "rpc"
+    if len(str(p)) + 45 <= 107:
+        return str(p)
+    short = Path(f"/tmp/specops-rpc-{os.getuid()}")
+    short.mkdir(mode=0o700, exist_ok=True)
+    return str(short)
+
+
 def cache_env(workdir, kind="cpu"):
     cache = Path(workdir).resolve() / ".specops" / "cache"
     env = {
         "HF_HOME": str(cache / "hf"), "HF_DATASETS_CACHE": str(cache / "hf" / "datasets"),
         "XDG_CACHE_HOME": str(cache / "xdg"),
         "VLLM_CACHE_ROOT": str(cache / "vllm"), "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
-        "VLLM_ASSETS_CACHE": str(cache / "vllm-assets"), "VLLM_RPC_BASE_PATH": str(cache / "rpc"),
+        "VLLM_ASSETS_CACHE": str(cache / "vllm-assets"), "VLLM_RPC_BASE_PATH": rpc_dir(cache),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
         "TMPDIR": str(cache / "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),

@@ -44,14 +44,14 @@ def write_hs(path: Path, token_ids: list[int], n_layers: int, hidden: int, *, dt
                              "token_ids": ("I64", [seq], np.asarray(token_ids, np.int64).tobytes())})
 
 
-def write_dataset(root: Path, rows: list[dict]) -> None:
+def write_dataset(root: Path, rows: list[dict], seq_lens: list[int] | None = None) -> None:
     import pyarrow as pa
 
     root.mkdir(parents=True, exist_ok=True)
     table = pa.table({
         "input_ids": pa.array([r["input_ids"] for r in rows], pa.list_(pa.int32())),
         "loss_mask": pa.array([r["loss_mask"] for r in rows], pa.list_(pa.int64())),
-        "seq_len": pa.array([len(r["input_ids"]) for r in rows], pa.int64()),
+        "seq_len": pa.array(seq_lens or [len(r["input_ids"]) for r in rows], pa.int64()),
     })
     with pa.OSFile(str(root / "data-00000-of-00001.arrow"), "wb") as sink:
         with pa.ipc.new_stream(sink, table.schema) as w:

@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,3 +73,34 @@ def light_host(rig):
         t.check("test -x ~/light-venv/bin/python3 || /usr/bin/python3 -m venv --without-pip ~/light-venv",
                 "light venv")
     return h
+
+
+LAYERS = "1,3,4,6"
+
+
+@pytest.fixture(scope="session")
+def verifier(cpu_box, hosts_file, work):
+    path = f"{work}/models/tiny-llama"
+    r = inv("make-verifier", "--host", "box", "--hosts", str(hosts_file), "--path", path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(verifier, hosts_file, tmp_path_factory):
+    """`inv pipeline` over sshd: prepare-data and extract share one real vLLM server."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    convs = demo_conversations(tmp / "convs.jsonl", n=24)
+    dest = tmp / "runs"
+    r = inv("pipeline", "--host", "box", "--hosts", str(hosts_file), "--data", str(convs), "--dataset", "pipe",
+            "--verifier", verifier, "--layers", LAYERS, "--seq-length", "512", "--config", "configs/demo.yaml",
+            "--dest", str(dest), "--max-steps", "4")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
+    rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)
+    return {"out": r.stdout, "run_id": rid, "dest": dest / rid}
+
+
+def demo_conversations(*a, **k):
+    from specops.pipeline import demo_conversations as f
+
+    return f(*a, **k)

@@ -1,0 +1,87 @@
+"""Training as a detached job over the real sshd: outlives its SSH client, `logs -f`
+re-attaches without losing a line, one training per host, `stop` leaves an interrupted
+checkpoint and no process behind."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, inv
+from specops import inventory, jobs
+from specops.transport import connect
+
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+
+LONG = """train:
+  speculator-type: eagle3
+  draft-vocab-size: 256
+  epochs: 200
+  total-seq-len: 512
+  num-workers: 0
+  on-missing: raise
+  log-freq: 1
+profiles:
+  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
+"""
+
+
+def wait_for(pred, timeout, what):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_file, tmp_path, work):
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "t-long-" + str(int(time.time()))
+    h = inventory.load(str(hosts_file)).get("box")
+    base = ["--host", "box", "--hosts", str(hosts_file)]
+    # `inv train --follow` as a user runs it; then its SSH client dies (SIGKILL) mid-run.
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "train", *base, "--config", str(cfg), "--run-id", rid,
+                          "--dataset", "pipe", "--follow"], cwd=REPO, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with connect(h) as t:
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 240, "the first training step")
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        time.sleep(2)
+        assert jobs.status(t, rid)[0]["state"] == "running"
+        steps_before = (t.read_bytes(log) or b"").count(b"train/loss=")
+
+        # one training per host
+        r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe")
+        assert r.returncode != 0 and f"held by run '{rid}'" in r.stderr
+
+        # logs -f re-attaches from the start and follows until the job ends (we stop it meanwhile)
+        follower = subprocess.Popen([sys.executable, "-m", "invoke", "logs", *base, "--run-id", rid, "-f"],
+                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") > steps_before + 2, 120, "more steps")
+        r = inv("stop", *base, "--run-id", rid, "--grace", "120")
+        assert r.returncode == 0, r.stderr
+        assert f"stop {rid}: " in r.stdout
+        out, _ = follower.communicate(timeout=60)
+        full = t.read_bytes(log)
+        assert out == full, "logs -f lost or changed bytes"
+        ckpt = jobs.run_path(t, rid, "checkpoints", "interrupted")
+        assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint"
+        j = jobs.status(t, rid)[0]
+        assert j["state"] in ("succeeded", "stopped"), j["state"]
+        ps = t.run("ps -eo pgid=,stat=").stdout.split("\n")
+        assert not [ln for ln in ps if ln.split() and ln.split()[0] == str(j["pgid"]) and "Z" not in ln.split()[1]]
+        assert b"interrupting training to save checkpoint" in full or b"interrupted" in full
+
+        # the same run id resumes from its latest checkpoint
+        rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        assert rec["run_id"] == rid and len(rec["starts"]) == 1
