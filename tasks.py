@@ -46,12 +46,12 @@ def hosts(c, hosts=None):
         console.print(f"group @{g}: {', '.join(members)}")
 
 
-@task(help={"host": HOST, "hosts": HOSTS,
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS,
             "profile": "profile in bootstrap/profiles/ (default: the host's `profile`)",
             "force": "reinstall the profile even if the venv's stamp matches"})
-def bootstrap(c, host=None, hosts=None, profile=None, force=False):
+def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False):
     """Create or refresh the host venv from a pinned profile and push remote/ (idempotent)."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         _bootstrap.bootstrap(t, profile=profile, force=force)
 
 
@@ -65,12 +65,13 @@ def check(c, host=None, hosts=None, json=False, min_free_gb=5.0):
         _check.verdict(t.host.name, res)
 
 
-@task(help={"host": HOST, "hosts": HOSTS})
-def push(c, host=None, hosts=None):
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS})
+def push(c, host=None, hosts=None, dry_run=False):
     """Push remote/ (and the profiles) to the host's workdir; only changed files travel."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         sent = _push(t)
-        console.print(f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync"))
+        if not t.dry_run:
+            console.print(f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync"))
 
 
 @task(help={"host": HOST, "hosts": HOSTS, "run_id": "one run (default: all)", "json": "print JSON"})
@@ -101,11 +102,11 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False):
             print((data or b"").decode(errors="replace"), end="")
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run to stop",
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "run_id": "run to stop",
             "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
-def stop(c, host=None, hosts=None, run_id=None, grace=120.0):
+def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         if not run_id:
             raise SpecopsError("stop needs --run-id (`inv status` lists the runs)")
         res = _jobs.stop(t, run_id, float(grace))
@@ -142,15 +143,17 @@ def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, l
         _inspect.verdict(res)
 
 
-@task(name="convert-data", help={"host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
+@task(name="convert-data", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
                                  "dst": "new speculators 0.9 data dir on the host (must not exist)",
                                  "verifier": "verifier model dir for the contract check"})
-def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None):
+def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dry_run=False):
     """Convert legacy speculators v0.3 data (rows_*/data_*.pt) to the 0.9 layout, then inspect it."""
     if not src or not dst:
         raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         res = _data.convert(t, src, dst)
+        if t.dry_run:
+            return
         console.print(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
         out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
         _inspect.render(out)
@@ -161,89 +164,93 @@ DATA = "dataset name under <workdir>/data/ or a path on the host (default: defau
 VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
 
 
-@task(name="prepare-data", help={"host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
+@task(name="prepare-data", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
                                  "(a laptop file is uploaded; otherwise a host path)", "seq_length": "max tokens "
                                  "per row (default 2048)", "dataset": DATA, "verifier": VERIFIER,
                                  "detach": "start it and return"})
-def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False):
+def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False, dry_run=False):
     """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations)."""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   prepare=_data.remote_input(t, data), seq_length=int(seq_length))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
-        console.print(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
+        if not t.dry_run:
+            console.print(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
             "(default speculators' [2, n//2, n-3, n] where valid)", "shard": "i/n: this host's share of the rows",
             "rows": "a:b: a row range (hf backend)", "dataset": DATA, "verifier": VERIFIER,
             "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
             "max_model_len": "vLLM --max-model-len"})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
-            verifier=None, concurrency=32, detach=False, max_model_len=None):
+            verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first)."""
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
                                   concurrency=int(concurrency), max_model_len=max_model_len)
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         ex = res.get("extract", {})
-        console.print(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
+        if not t.dry_run and not res.get("detached"):
+            console.print(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
                       f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
 
 
-@task(name="make-verifier", help={"host": HOST, "hosts": HOSTS, "path": "where on the host (default "
+@task(name="make-verifier", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "path": "where on the host (default "
                                   "<workdir>/models/tiny-llama)", "layers": "decoder layers (default 6)",
                                   "hidden": "hidden size (default 256)"})
-def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256):
+def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry_run=False):
     """Build a tiny random Llama verifier + local tokenizer on the host (no model hub needed)."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         res = _data.make_tiny_verifier(t, path or f"{t.host.workdir_path}/models/tiny-llama",
                                        layers=int(layers), hidden=int(hidden))
-        console.print(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
+        if not t.dry_run:
+            console.print(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
                       f"vocab {res['vocab']}, {res['params']} parameters")
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
             "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
             "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
             "epochs": "override the config's epochs", "max_steps": "override: stop after N steps"})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
-          nproc=None, epochs=None, max_steps=None):
+          nproc=None, epochs=None, max_steps=None, dry_run=False):
     """Train the draft with `speculators train` as a detached job (survives the SSH session)."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,
                            nproc=None if nproc is None else int(nproc), follow=follow,
                            overrides={"epochs": epochs and int(epochs), "max-steps": max_steps and int(max_steps)})
-        console.print(f"train {res['run_id']} on {t.host.name}: "
+        if not t.dry_run:
+            console.print(f"train {res['run_id']} on {t.host.name}: "
                       + ("started (`inv logs -f` follows it)" if res["exit_code"] is None else
                          f"finished (exit {res['exit_code']}); `inv fetch --run-id {res['run_id']}` brings it back"))
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
             "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
             "seq_length": "max tokens per row (default 2048)", "config": "training config",
             "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps"})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
-             seq_length=2048, config=None, dest="runs", max_steps=None):
+             seq_length=2048, config=None, dest="runs", max_steps=None, dry_run=False):
     """bootstrap, check, prepare-data, extract, inspect-data, train, fetch: the whole job on one host."""
     if not data:
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
                       seq_length=int(seq_length), config=config, dest=dest,
                       overrides={"max-steps": int(max_steps)} if max_steps else None)
 
 
-@task(help={"host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
+@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None):
+def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
     """The whole pipeline on `local` with a tiny random verifier built on the fly, on CPU."""
-    with session(c, host, hosts) as t:
+    with session(c, host, hosts, dry_run) as t:
         _pipeline.demo(t, dest=dest, steps=int(steps) if steps else None)
 
 

@@ -37,7 +37,7 @@ def ensure_venv(t: Transport) -> bool:
     if t.exists(py, "-x"):
         return False
     bp = shlex.quote(h.base_python)
-    if not t.run(f"command -v {bp} >/dev/null").ok:
+    if not t.run(f"command -v {bp} >/dev/null", changes=False).ok:
         raise SpecopsError(
             f"base_python {h.base_python!r} not found on {h.name}: install it or set 'base_python' "
             f"in hosts.yaml to an interpreter that exists there"
@@ -61,6 +61,8 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
     if force:
         args.append("--force")
     res = run_script(t, "install_profile", args)
+    if res.get("dry_run"):
+        return {"ok": True, "action": "installed or verified (dry run)"}
     if not res.get("ok"):
         bad = ", ".join(f"{m['package']} want {m['want']} have {m['have']}" for m in res.get("mismatches", []))
         what = f"pins not satisfied ({bad})" if bad else f"pip exited {res.get('pip_exit')}"

@@ -21,7 +21,7 @@ def check(t: Transport, *, min_free_gb: float = 5.0) -> dict:
             "--kind", h.profile, "--min-free-gb", str(min_free_gb)]
     if h.gpus is not None:
         args += ["--gpus", str(h.gpus)]
-    return run_script(t, "check", args)
+    return run_script(t, "check", args, changes=False)
 
 
 def failing(res: dict) -> list[dict]:

@@ -40,12 +40,16 @@ def errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def session(c, host: Optional[str], hosts: Optional[str]) -> Iterator[Transport]:
-    """Load the inventory, open one connection for the whole task, close it after."""
+def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False) -> Iterator[Transport]:
+    """Load the inventory, open one connection for the whole task, close it after. With
+    dry_run, what would change the host is printed instead of run."""
     with errors():
         h = inventory.load(hosts_file(c, hosts)).get(host_name(c, host))
         t = connect(h)
+        t.dry_run = dry_run
         try:
             yield t
+            if dry_run:
+                print(f"DRY-RUN {h.name}: nothing was changed")
         finally:
             t.close()

@@ -29,12 +29,16 @@ def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
 def remote_input(t: Transport, path: str) -> str:
     """A file on the laptop is uploaded to <workdir>/uploads/; otherwise it is a host path."""
     p = Path(path).expanduser()
+    if p.is_file() and t.dry_run:
+        dest = f"{t.expand(t.host.workdir_path)}/uploads/{p.name}"
+        t.put(str(p), dest)
+        return dest
     if p.is_file():
         dest_dir = f"{t.expand(t.host.workdir_path)}/uploads"
         t.check(f"mkdir -p {shlex.quote(dest_dir)}", "mkdir uploads")
         dest = f"{dest_dir}/{p.name}"
         t.put(str(p), dest)
-        console.print(f"[specops] uploaded {p} -> {t.host.name}:{dest}")
+        console.print(f"\\[specops] uploaded {p} -> {t.host.name}:{dest}")
         return dest
     remote = t.expand(path)
     if not t.exists(remote):
@@ -73,11 +77,11 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
                 detach: bool = False) -> dict:
     """Plan (synchronous, changes nothing), then run as a job and follow it."""
     push(t)
-    plan = run_script(t, "datagen", args + ["--plan"])
+    plan = run_script(t, "datagen", args + ["--plan"], changes=False)
     if not plan.get("ok"):
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
     if "estimate_bytes" in plan:
-        console.print(f"[specops] disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
+        console.print(f"\\[specops] disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
                       f"{plan['hidden_size']} x 2 B = {plan['estimate_bytes'] / 2**30:.2f} GiB "
                       f"(+10%); {plan['free_bytes'] / 2**30:.2f} GiB free; {plan['todo']} file(s) to write, "
                       f"{plan['done']} already there")
@@ -87,7 +91,7 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     lock = "data-" + hashlib.sha1(args[1].encode()).hexdigest()[:12]  # one writer per data dir
     code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
     if code is None:
-        return {"run_id": rid, "detached": True}
+        return {"run_id": rid, "detached": True, "dry_run": t.dry_run}
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
@@ -100,6 +104,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
 def convert(t: Transport, src: str, dst: str) -> dict:
     push(t)
     res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)])
+    if res.get("dry_run"):
+        return res
     if not res.get("ok"):
         raise SpecopsError(f"convert-data on {t.host.name}: {res.get('error')}")
     return res
@@ -109,6 +115,8 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: int = 6, hidden: int 
     """Build a tiny random Llama + local tokenizer on the host (demo, tests; no model hub)."""
     push(t)
     res = run_script(t, "tiny_verifier", [t.expand(path), "--layers", str(layers), "--hidden", str(hidden)])
+    if res.get("dry_run"):
+        return res
     if not res.get("ok"):
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
     return res

@@ -42,7 +42,7 @@ def local_manifest(root: Path) -> dict:
 
 
 def remote_manifest(t: Transport, remote_dir: str) -> dict:
-    res = run_script(t, "manifest", [remote_dir])
+    res = run_script(t, "manifest", [remote_dir], changes=False)
     if not res.get("ok"):
         raise SpecopsError(f"fetch: {res.get('error')}")
     return res["files"]

@@ -22,7 +22,7 @@ def inspect(t: Transport, path: str, *, sample: int = 8, verifier: Optional[str]
         args += ["--verifier", t.expand(verifier)]
     if layers is not None:
         args += ["--layers", str(layers)]
-    return run_script(t, "inspect_data", args)
+    return run_script(t, "inspect_data", args, changes=False)
 
 
 def render(res: dict, as_json: bool = False) -> None:

@@ -34,6 +34,7 @@ class Host(BaseModel):
     known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_key: bool = False
     proxy_jump: Optional[str] = None
+    connect_timeout: int = Field(default=10, ge=1, le=600)
     venv: Optional[str] = None
     workdir: Optional[str] = None
     base_python: str = "python3"

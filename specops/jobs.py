@@ -45,7 +45,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     if lock:
         args += ["--lock", lock]
     if env:
-        remote_env = run_path(t, run_id) + ".env"
+        remote_env = run_path(t, run_id) + ".env"  # (the values never appear in a command)
         t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
                 "preparing the env file")
         with tempfile.NamedTemporaryFile("w", delete=False) as f:
@@ -57,6 +57,8 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
             os.unlink(f.name)
         args += ["--env-file", remote_env]
     res = run_script(t, "job", [*args, "--", *argv])
+    if res.get("dry_run"):
+        return {**res, "pid": None, "run_id": run_id}
     if not res.get("ok"):
         raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.get('error')}")
     return res
@@ -64,7 +66,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
 
 def status(t: Transport, run_id: Optional[str] = None) -> list[dict]:
     push(t)
-    res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []))
+    res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []), changes=False)
     if not res.get("ok"):
         raise SpecopsError(f"{res.get('error')} on {t.host.name}: `inv status --host {t.host.name}` lists the runs")
     return res["jobs"]
@@ -83,6 +85,8 @@ def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> dict
 def stop(t: Transport, run_id: str, grace: float = 60.0) -> dict:
     push(t)
     res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)])
+    if res.get("dry_run"):
+        return {"state": "unchanged (dry run)"}
     if not res.get("ok"):
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.get('error')}")
     return res
@@ -99,10 +103,13 @@ def follow(t: Transport, run_id: str, *, offset: int = 0, write: Callable[[bytes
     forever if not until_end. Lost connections are retried with backoff (`reconnect`), from the
     byte last printed: no line is lost or repeated. Returns (offset, exit code or None)."""
     write = write or (lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()))
-    log, code_file = run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+    where = None
     failures = 0
     while True:
         try:
+            if where is None:  # (needs the host's $HOME: inside the retry loop too)
+                where = run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+            log, code_file = where
             code = t.read_bytes(code_file)
             chunk = t.read_bytes(log, offset)
             failures = 0
@@ -146,7 +153,9 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
     from .ui import console, err_console
 
     j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
-    console.print(f"[specops] {kind} started on {t.host.name}: run {run_id} (pid {j['pid']}); "
+    if t.dry_run:
+        return None
+    console.print(f"\\[specops] {kind} started on {t.host.name}: run {run_id} (pid {j['pid']}); "
                   f"`inv logs -f --run-id {run_id}` follows it")
     if detach:
         return None
@@ -154,10 +163,10 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
         _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
     except KeyboardInterrupt:
         if not stop_on_interrupt:
-            err_console.print(f"\n[specops] detached; {run_id} keeps running")
+            err_console.print(f"\n\\[specops] detached; {run_id} keeps running")
             return None
-        err_console.print(f"\n[specops] interrupted: stopping {run_id} (and the processes it started) ...")
+        err_console.print(f"\n\\[specops] interrupted: stopping {run_id} (and the processes it started) ...")
         res = stop(t, run_id, grace=60)
-        err_console.print(f"[specops] {run_id}: {res['state']}")
+        err_console.print(f"\\[specops] {run_id}: {res['state']}")
         raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
     return code

@@ -21,7 +21,7 @@ class LocalTransport(Transport):
         self.host = host
         self.ctx = Context()
 
-    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
         try:
             r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh")
         except CommandTimedOut:
@@ -31,7 +31,7 @@ class LocalTransport(Transport):
     def home(self) -> str:
         return os.path.expanduser("~")
 
-    def put(self, local: str, remote: str) -> None:
+    def _put(self, local: str, remote: str) -> None:
         shutil.copy2(local, self.expand(remote))
 
     def get(self, remote: str, local: str) -> None:
@@ -55,7 +55,7 @@ class LocalTransport(Transport):
         else:
             shutil.copytree(src, dst, dirs_exist_ok=True)
 
-    def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
+    def _sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         self._copy_tree(local_dir, self.expand(remote_dir), ["--delete"] if delete else [])
 
     def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,

@@ -56,6 +56,9 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     args = data.datagen_args(t, data=ddir, verifier=ver, prepare=data.remote_input(t, data_file),
                              seq_length=seq_length, extract=True, backend=backend, layers=layers)
     dg = data.run_datagen(t, args, kind="data")
+    if t.dry_run:
+        t.say("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
+        return {"dry_run": True}
     ex = dg.get("extract", {})
     console.print(f"[green]✓[/] data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
                   f"{ex.get('tokens_per_s')} tokens/s")

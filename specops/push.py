@@ -54,8 +54,11 @@ def push(t: Transport) -> list[str]:
     q = shlex.quote(wd)
     mine = local_manifest()
     # one round trip: make sure the workdir is there and writable, and read what it holds
-    r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
-              f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0")
+    if t.dry_run:  # read what is there; change nothing
+        r = t.run(f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0", changes=False)
+    else:
+        r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
+                  f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0")
     if r.exited == NOT_WRITABLE:
         raise _not_writable(t, wd)
     try:
@@ -76,7 +79,7 @@ def push(t: Transport) -> list[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(mine, f, indent=1, sort_keys=True)
     try:
-        t.put(f.name, f"{wd}/{paths.MANIFEST}")
+        t.put(f.name if not t.dry_run else "(manifest)", f"{wd}/{paths.MANIFEST}")
     finally:
         os.unlink(f.name)
     return changed + [f"-{rel}" for rel in stale]

@@ -42,10 +42,16 @@ def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
     )
 
 
-def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None) -> dict:
-    """Run a remote script; return its payload (which carries ``ok``)."""
+def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None,
+               changes: bool = True) -> dict:
+    """Run a remote script; return its payload (which carries ``ok``). Under --dry-run a script
+    that changes the host (changes=True) is shown, not run."""
     h = t.host
-    r = t.run(script_command(t, script, args), timeout=timeout)
+    cmd = script_command(t, script, args)
+    if t.dry_run and changes:
+        t.say(f"run: {cmd}")
+        return {"ok": True, "dry_run": True}
+    r = t.run(cmd, timeout=timeout, changes=changes)
     if r.exited == NO_VENV:
         raise SpecopsError(
             f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `inv bootstrap --host {h.name}`"

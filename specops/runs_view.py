@@ -34,7 +34,7 @@ def follow(t: Transport, run_id: str, *, until_end: bool = True) -> int | None:
     try:
         _, code = jobs.follow(t, run_id, reconnect=reconnect, until_end=until_end)
     except KeyboardInterrupt:
-        err_console.print(f"\n[specops] detached from {run_id}; it keeps running on {t.host.name} "
+        err_console.print(f"\n\\[specops] detached from {run_id}; it keeps running on {t.host.name} "
                           f"(`inv logs -f --run-id {run_id}` re-attaches, `inv stop` stops it)")
         return None
     return code

@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
@@ -54,6 +55,14 @@ class SSHTransport(Transport):
             raise SpecopsError(f"key file {p} for host {self.host.name!r} not found: fix 'key' in hosts.yaml")
         if not os.access(p, os.R_OK):
             raise SpecopsError(f"key file {p} for host {self.host.name!r} is not readable: check its permissions")
+        try:
+            paramiko.PKey.from_path(p)
+        except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "no password"
+            raise SpecopsError(f"key file {p} for {self.host.name!r} is encrypted: load it into ssh-agent "
+                               f"(ssh-add) and drop 'key' from hosts.yaml, or use an unencrypted key") from None
+        except (paramiko.SSHException, ValueError, OSError) as e:
+            raise SpecopsError(f"key file {p} for {self.host.name!r} cannot be read as a private key ({e}): "
+                               f"point 'key' at an OpenSSH private key") from None
         return str(p)
 
     def _connection(self, address, user, port, gateway=None) -> Connection:
@@ -77,6 +86,7 @@ class SSHTransport(Transport):
     def open(self) -> None:
         h = self.host
         where = f"{h.address}:{h.port}"
+        t0 = time.monotonic()
         try:
             self.conn.open()
         except hostkeys.UnknownHostKey as e:
@@ -110,6 +120,11 @@ class SSHTransport(Transport):
         except (socket.gaierror,) as e:
             raise SpecopsError(f"cannot resolve {h.address!r} ({h.name}): {e.strerror}: fix 'address'") from None
         except (paramiko.SSHException, OSError) as e:
+            if "banner" in str(e).lower() or time.monotonic() - t0 >= self.connect_timeout - 0.5:
+                raise SpecopsError(
+                    f"timed out after {self.connect_timeout}s waiting for the SSH banner from {where} ({h.name}): "
+                    f"something listens there but is not answering as sshd (hung sshd, wrong port, firewall?)"
+                ) from None
             raise SpecopsError(f"cannot connect to {where} ({h.name}): {e}") from None
         self.conn.transport.set_keepalive(self.keepalive)
         sock = self.conn.transport.sock
@@ -123,7 +138,7 @@ class SSHTransport(Transport):
             self.conn.gateway.close()
 
     # -- operations ------------------------------------------------------------------
-    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
         try:
             r = self.conn.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False)
         except CommandTimedOut:
@@ -132,7 +147,7 @@ class SSHTransport(Transport):
             raise SpecopsError(f"connection to {self.host.name} lost while running a command: {e}") from None
         return Result(cmd, r.exited, r.stdout, r.stderr)
 
-    def put(self, local: str, remote: str) -> None:
+    def _put(self, local: str, remote: str) -> None:
         self.conn.put(local, remote)
 
     def get(self, remote: str, local: str) -> None:
@@ -185,7 +200,7 @@ class SSHTransport(Transport):
         if shutil.which("rsync") is None:
             return False
         if self._rsync_remote is None:
-            self._rsync_remote = self.run("command -v rsync >/dev/null").ok
+            self._rsync_remote = self.run("command -v rsync >/dev/null", changes=False).ok
         return self._rsync_remote
 
     def rsync(self, src: str, dst: str, extra: list[str] = (), progress: bool = False) -> None:
@@ -196,7 +211,7 @@ class SSHTransport(Transport):
             tail = (err.strip().splitlines() or [f"exit {rc}"])[-1]
             raise SpecopsError(f"rsync {src} -> {dst} failed for {self.host.name}: {tail}")
 
-    def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
+    def _sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         remote_dir = self.expand(remote_dir)
         self.check(f"mkdir -p {shlex.quote(remote_dir)}", f"mkdir {remote_dir}")
         if self.rsync_ok():

@@ -29,12 +29,41 @@ class Result:
 
 class Transport:
     host: Host
+    #: --dry-run: commands and transfers that would change the host are printed, not run;
+    #: read-only queries (changes=False) still run, so the plan shown is the real one.
+    dry_run: bool = False
 
-    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
         """Run a shell command on the host; never raises on a non-zero exit."""
-        raise NotImplementedError
+        if self.dry_run and changes:
+            self.say(f"run: {cmd}")
+            return Result(cmd, 0, "", "")
+        return self._run(cmd, timeout=timeout, hide=hide)
 
     def put(self, local: str, remote: str) -> None:
+        if self.dry_run:
+            self.say(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}")
+            return
+        self._put(local, remote)
+
+    def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
+        """Make remote_dir hold local_dir's files (bulk, incremental)."""
+        if self.dry_run:
+            self.say(f"sync: {shlex.quote(local_dir)}/ -> {self.host.name}:{shlex.quote(remote_dir)}/"
+                     + (" (--delete)" if delete else ""))
+            return
+        self._sync_up(local_dir, remote_dir, delete=delete)
+
+    def say(self, what: str) -> None:
+        print(f"DRY-RUN {self.host.name}: {what}", flush=True)
+
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+        raise NotImplementedError
+
+    def _put(self, local: str, remote: str) -> None:
+        raise NotImplementedError
+
+    def _sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         raise NotImplementedError
 
     def get(self, remote: str, local: str) -> None:
@@ -42,10 +71,6 @@ class Transport:
 
     def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         """Bytes of a host file from offset (at most limit); None if the file does not exist."""
-        raise NotImplementedError
-
-    def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
-        """Make remote_dir hold local_dir's files (bulk, incremental)."""
         raise NotImplementedError
 
     def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
@@ -61,7 +86,7 @@ class Transport:
 
     def home(self) -> str:
         if self._home is None:
-            r = self.run('printf %s "$HOME"')
+            r = self.run('printf %s "$HOME"', changes=False)
             if not r.ok or not r.stdout.startswith("/"):
                 raise SpecopsError(f"cannot read $HOME on {self.host.name}: {r.stderr.strip()}")
             self._home = r.stdout
@@ -73,8 +98,9 @@ class Transport:
             return self.home() + path[1:]
         return path
 
-    def check(self, cmd: str, what: str, hint: str = "", timeout: Optional[float] = None) -> Result:
-        r = self.run(cmd, timeout=timeout)
+    def check(self, cmd: str, what: str, hint: str = "", timeout: Optional[float] = None,
+              changes: bool = True) -> Result:
+        r = self.run(cmd, timeout=timeout, changes=changes)
         if not r.ok:
             err = (r.stderr or r.stdout).strip().splitlines()
             tail = err[-1] if err else f"exit {r.exited}"
@@ -82,7 +108,7 @@ class Transport:
         return r
 
     def exists(self, path: str, kind: str = "-e") -> bool:
-        return self.run(f"test {kind} {shlex.quote(path)}").ok
+        return self.run(f"test {kind} {shlex.quote(path)}", changes=False).ok
 
     def __enter__(self):
         return self
@@ -98,6 +124,7 @@ def connect(host: Host, **kw) -> Transport:
         return LocalTransport(host)
     from .ssh import SSHTransport
 
+    kw.setdefault("connect_timeout", host.connect_timeout)
     t = SSHTransport(host, **kw)
     t.open()
     return t

@@ -145,6 +145,24 @@ LogLevel VERBOSE
                 self.proc.kill()
                 self.proc.wait()
 
+    def drop_connections(self) -> None:
+        """Kill the per-connection sshd processes (children of the master, found by PPID)."""
+        import signal
+
+        if not self.proc:
+            return
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == self.proc.pid:
+                    try:
+                        os.kill(int(p.name), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
     # -- inventory -----------------------------------------------------------------------
     def host(self, user: str | None = None, **over) -> dict:
         h = {"address": "127.0.0.1", "port": self.port, "user": user or self.user,

@@ -85,3 +85,23 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         # the same run id resumes from its latest checkpoint
         rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
         assert rec["run_id"] == rid and len(rec["starts"]) == 1
+
+
+def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_file, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text(LONG.replace("speculator-type: eagle3", "speculator-type: no-such-draft"))
+    r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--config", str(cfg), "--dataset", "pipe",
+            "--follow", "--run-id", "t-broken-" + str(int(time.time())))
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith("specops: train t-broken-") and "failed (exit" in first
+    assert "no-such-draft" in r.stderr  # the tail of the trainer's own error is shown
+
+
+def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
+    r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--config",
+            "configs/demo.yaml", "--run-id", "t-dry", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "remote/job.py start --run-id t-dry --kind train" in r.stdout and "nothing was changed" in r.stdout
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        assert not t.exists(jobs.run_path(t, "t-dry"))
