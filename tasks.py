@@ -13,7 +13,8 @@ from specops import bootstrap as _bootstrap
 from specops import check as _check
 from specops import inspect as _inspect
 from specops import inventory
-from specops.cli import errors, hosts_file, session
+from specops import multinode as _multi
+from specops.cli import errors, fan, hosts_file, is_multi, session, targets
 from specops.errors import SpecopsError
 from specops import data as _data
 from specops import fetch as _fetch
@@ -48,21 +49,39 @@ def hosts(c, hosts=None):
 
 @task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS,
             "profile": "profile in bootstrap/profiles/ (default: the host's `profile`)",
-            "force": "reinstall the profile even if the venv's stamp matches"})
-def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False):
-    """Create or refresh the host venv from a pinned profile and push remote/ (idempotent)."""
+            "force": "reinstall the profile even if the venv's stamp matches",
+            "wheelhouse": "a folder from `inv wheelhouse`: pushed, then installed with --no-index (air-gapped hosts)"})
+def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False, wheelhouse=None):
+    """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
+
+    A `venv_existing` host's venv is only topped up with what it lacks, never upgraded."""
     with session(c, host, hosts, dry_run) as t:
-        _bootstrap.bootstrap(t, profile=profile, force=force)
+        _bootstrap.bootstrap(t, profile=profile, force=force, wheelhouse=wheelhouse)
 
 
 @task(help={"host": HOST, "hosts": HOSTS, "json": "print the raw result as JSON",
-            "min_free_gb": "free disk the workdir must have (GiB, default 5)"})
-def check(c, host=None, hosts=None, json=False, min_free_gb=5.0):
-    """Preflight, run by the host venv's interpreter: versions, imports, devices, disk."""
+            "min_free_gb": "free disk the workdir must have (GiB, default 5)",
+            "deep": "also train real steps on a tiny fixture with the config's settings, then fallbacks; "
+                    "the verdict stays on the host for `inv train`", "config": "with --deep: training config "
+                    "(default configs/eagle3.yaml)", "all": "with --deep: try every fallback too",
+            "steps": "with --deep: training steps per attempt (default 2)",
+            "timeout": "with --deep: seconds per attempt (default 300)"})
+def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
+          timeout=300.0):
+    """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
     with session(c, host, hosts) as t:
         res = _check.check(t, min_free_gb=float(min_free_gb))
         _check.render(t.host.name, res, as_json=json)
         _check.verdict(t.host.name, res)
+        if deep:
+            out = _check.deep(t, config=config, try_all=all, steps=int(steps), timeout=float(timeout))
+            if json:
+                import json as _json
+
+                print(_json.dumps(out, indent=1))
+            else:
+                _check.render_deep(t.host.name, out)
+            _check.deep_verdict(t.host.name, out)
 
 
 @task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS})
@@ -79,6 +98,13 @@ def status(c, host=None, hosts=None, run_id=None, json=False):
     """Runs on the host: state, age, GPU memory, last log line."""
     import json as _json
 
+    if is_multi(c, host, hosts):
+        outs = fan(c, host, hosts, "status", lambda t: _jobs.status(t, run_id),
+                   describe=lambda rows: f"{len(rows)} run(s), running: "
+                   + (", ".join(j["run_id"] for j in rows if j["state"] == "running") or "none"))
+        for o in outs:
+            console.print(runs_view.status_table(o.host, o.value))
+        return
     with session(c, host, hosts) as t:
         rows = _jobs.status(t, run_id)
         if json:
@@ -88,9 +114,15 @@ def status(c, host=None, hosts=None, run_id=None, json=False):
 
 
 @task(help={"host": HOST, "hosts": HOSTS, "run_id": "run (default: the newest)",
-            "follow": "follow until the job ends; Ctrl-C detaches only"})
-def logs(c, host=None, hosts=None, run_id=None, follow=False):
+            "follow": "follow until the job ends; Ctrl-C detaches only",
+            "rank": "with a group: which node's log (default 0, the first host)"})
+def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
     """Show a run's log; with -f, follow it (reconnecting if the connection drops)."""
+    if is_multi(c, host, hosts):
+        hs = targets(c, host, hosts)
+        if not 0 <= int(rank) < len(hs):
+            raise Exit(f"specops: --rank {rank}: the group has ranks 0..{len(hs) - 1}")
+        host, hosts_arg = hs[int(rank)].name, hosts
     with session(c, host, hosts) as t:
         j = _jobs.get(t, run_id)
         if follow:
@@ -106,9 +138,13 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False):
             "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
 def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
+    if not run_id:
+        raise Exit("specops: stop needs --run-id (`inv status` lists the runs)")
+    if is_multi(c, host, hosts):
+        fan(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)),
+            describe=lambda r: r["state"], dry_run=dry_run)
+        return
     with session(c, host, hosts, dry_run) as t:
-        if not run_id:
-            raise SpecopsError("stop needs --run-id (`inv status` lists the runs)")
         res = _jobs.stop(t, run_id, float(grace))
         console.print(f"stop {run_id}: {res['state']}" + (f" after {res.get('seconds')}s" if "seconds" in res else "")
                       + (" (SIGKILL needed)" if res.get("sigkill") else ""))
@@ -118,6 +154,14 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
             "dest": "local folder for runs (default runs/)", "bwlimit": "rsync bandwidth limit, KiB/s (0: none)"})
 def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
     """Pull a run back: incremental, resumable, every file checked against the host's sha256."""
+    if is_multi(c, host, hosts):
+        if not run_id:
+            raise Exit("specops: fetch from a group needs --run-id")
+        fan(c, host, hosts, f"fetch {run_id}",
+            lambda t: _fetch.fetch_run(t, run_id, dest, bwlimit=int(bwlimit),
+                                       into=Path(dest) / run_id / "nodes" / t.host.name),
+            describe=lambda r: f"{r['files']} files, {r['bytes'] / 2**20:.1f} MiB verified in {r['dest']}")
+        return
     with session(c, host, hosts) as t:
         rid = run_id or _jobs.get(t, None)["run_id"]
         res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit))
@@ -190,6 +234,21 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first)."""
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
+    if is_multi(c, host, hosts):
+        if shard or rows:
+            raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
+        hs = targets(c, host, hosts)
+        outs = _multi.extract_sharded(hs, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
+                                      concurrency=int(concurrency), max_model_len=max_model_len)
+        from specops import fanout
+        console.print(fanout.table(f"extract ({len(hs)} hosts)", outs, lambda r: (
+            f"rows {r['rows'][0]}:{r['rows'][1]}, {r.get('extract', {}).get('tokens')} tokens, "
+            f"{r.get('extract', {}).get('tokens_per_s')} tokens/s")))
+        with errors():
+            fanout.verdict("extract", outs)
+            res = _multi.complete_data(hs, dataset)
+        console.print(f"extract: every host now holds all shards ({res['mode']})")
+        return
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
@@ -217,10 +276,22 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry
 @task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
             "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
             "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
-            "epochs": "override the config's epochs", "max_steps": "override: stop after N steps"})
+            "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
+            "rdzv_host": "with a group: rendezvous address of the first host as the others reach it "
+                         "(default: its hosts.yaml address)", "rdzv_port": "rendezvous port (default 29500)"})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
-          nproc=None, epochs=None, max_steps=None, dry_run=False):
-    """Train the draft with `speculators train` as a detached job (survives the SSH session)."""
+          nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500):
+    """Train the draft with `speculators train` as a detached job (survives the SSH session);
+    with a group, one torchrun per host (c10d rendezvous on the first)."""
+    overrides = {"epochs": epochs and int(epochs), "max-steps": max_steps and int(max_steps)}
+    if is_multi(c, host, hosts):
+        with errors():
+            res = _multi.train_nodes(targets(c, host, hosts), config=config, run_id=run_id, dataset=dataset,
+                                     verifier=verifier, nproc=None if nproc is None else int(nproc),
+                                     overrides=overrides, rdzv_host=rdzv_host, port=int(rdzv_port), follow=follow)
+        console.print(f"train {res['run_id']}: " + ("started on every node" if res["exit_code"] is None
+                                                      else f"rank 0 finished (exit {res['exit_code']})"))
+        return
     with session(c, host, hosts, dry_run) as t:
         res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,
                            nproc=None if nproc is None else int(nproc), follow=follow,
@@ -254,6 +325,68 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
         _pipeline.demo(t, dest=dest, steps=int(steps) if steps else None)
 
 
+@task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
+                               "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of "
+                               "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
+def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500):
+    """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce."""
+    with errors():
+        res = _multi.dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port))
+    r0 = res["ranks"][0]
+    console.print(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} "
+                  f"(want {r0['want']}) on every rank: " + ", ".join(
+                      f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}" for x in res["ranks"]))
+
+
+@task(help={"profile": "profile in bootstrap/profiles/ (cuda, cpu)", "python": "the host interpreter's version "
+            "(default 3.12)", "platform": "the host's wheel platform (default manylinux_2_28_x86_64; lower "
+            "manylinux tags are included)", "dest": "folder (default wheelhouse/<profile>-py<python>-<platform>)",
+            "have": "`pip list --format=freeze` of an existing host venv: download only what it lacks",
+            "host": "read --have from this host's venv instead (its venv must exist)", "hosts": HOSTS,
+            "skip": "comma-separated profile packages to leave out", "laptop": "also specops' own laptop-side "
+            "dependencies, into DEST/laptop/"})
+def wheelhouse(c, profile=None, python="3.12", platform="manylinux_2_28_x86_64", dest=None, have=None, host=None,
+               hosts=None, skip="", laptop=False):
+    """Download a profile's wheels on this machine (pip download --only-binary) for an air-gapped host."""
+    from specops import wheelhouse as _wh
+
+    if not profile:
+        raise Exit("specops: wheelhouse needs --profile (cuda or cpu)")
+    if have and host:
+        raise Exit("specops: give --have FILE or --host H, not both")
+    with errors():
+        have_map, source = None, ""
+        if have:
+            have_map, source = _wh.read_have(have), str(have)
+        elif host:
+            from specops.remote_exec import run_script
+
+            with session(c, host, hosts) as t:
+                _push(t)
+                res = run_script(t, "install_profile", ["--list-installed"], changes=False)
+                have_map, source = res["installed"], f"{t.host.name}:{t.host.venv_path}"
+                if res.get("python") and res["python"] != python:
+                    raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: "
+                                       f"pass --python {res['python']}")
+        man = _wh.build(profile, python=python, platform=platform, dest=dest, have=have_map, have_source=source,
+                        skip=[x for x in skip.split(",") if x.strip()], laptop=laptop, say=console.print)
+    from rich.markup import escape
+
+    console.print(f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
+                  f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s")
+    kept = man.get("kept", [])
+    same = [k for k in kept if k["requirement"].endswith(f"=={k['have']}")]
+    if same:
+        console.print(f"  {len(same)} profile package(s) already on the host at the pinned version")
+    for k in kept:
+        if k not in same:
+            console.print(escape(f"  kept as the host has it: {k['package']} {k['have']} (profile: {k['requirement']}"
+                                 + ("" if k.get("satisfies", True) else "; never upgraded") + ")"))
+    for d in man.get("dropped", []):
+        console.print("  [yellow]dropped[/] " + escape(f"{d['requirement']}: {d['reason']}"))
+    console.print(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
+
+
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train, pipeline, demo)
+                prepare_data, extract, make_verifier, train, pipeline, demo, dist_check, wheelhouse)
 ns.configure({"specops": {"host": None, "hosts": None}})

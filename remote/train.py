@@ -6,6 +6,7 @@ Launch (from the host workdir; the spec is written by `inv train`):
 Writes runs/R/run.json (specops revision, host, versions, resolved config, data summary),
 then replaces itself (exec) with the trainer, so `inv stop` signals the trainer directly:
 - cuda hosts: `python -m torch.distributed.run --standalone --nproc-per-node N -m speculators train ...`
+  (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python remote/train_cpu.py ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
 """
@@ -47,16 +48,33 @@ def versions():
     return res
 
 
+def torchrun(spec):
+    """torchrun's own arguments: standalone on one node, c10d rendezvous on the first host for
+    several (the same run id everywhere)."""
+    nodes = spec.get("nnodes") or 1
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(spec.get("nproc") or 1)]
+    if nodes == 1:
+        return argv + ["--standalone"]
+    # is_host: node 0 hosts the c10d store. torchrun guesses it by matching the endpoint against
+    # this machine's hostname, which fails when hosts.yaml names it by another address.
+    return argv + ["--nnodes", str(nodes), "--node-rank", str(spec["node_rank"]), "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", spec["rdzv_endpoint"], "--rdzv-id", Path(spec["run_dir"]).name,
+                   "--rdzv-conf", f"is_host={1 if spec['node_rank'] == 0 else 0}"] + (
+        # the address the other nodes reach this one by (else torchrun advertises the hostname)
+        ["--local-addr", spec["local_addr"]] if spec.get("local_addr") else [])
+
+
 def command(spec):
     run = Path(spec["run_dir"])
+    if spec.get("program") == "dist_check":
+        return torchrun(spec) + [str(HERE / "dist_check.py")]
     f = dict(spec["flags"])
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],
               "target-layer-ids": spec["target_layer_ids"], "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
-    if spec["kind"] == "cpu":
+    if spec["kind"] == "cpu" and (spec.get("nnodes") or 1) == 1:
         return [sys.executable, str(HERE / "train_cpu.py"), *flags(f)]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            str(spec.get("nproc") or 1), "-m", "speculators", "train", *flags(f)]
+    return torchrun(spec) + ["-m", "speculators", "train", *flags(f)]
 
 
 def main():

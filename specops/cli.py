@@ -53,3 +53,28 @@ def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False)
                 print(f"DRY-RUN {h.name}: nothing was changed")
         finally:
             t.close()
+
+
+def targets(c, host: Optional[str], hosts: Optional[str]) -> list:
+    """`--host gpu1`, `gpu1,gpu2` or `@group` -> hosts."""
+    with errors():
+        return inventory.load(hosts_file(c, hosts)).resolve(host_name(c, host))
+
+
+def fan(c, host: Optional[str], hosts: Optional[str], title: str, fn, *, describe=str, dry_run: bool = False,
+        command_timeout: Optional[float] = None):
+    """Run fn(t) on every target host in parallel; one table row per host; Exit if any failed."""
+    from . import fanout
+    from .ui import console
+
+    hs = targets(c, host, hosts)
+    outs = fanout.run_on(hs, fn, dry_run=dry_run, command_timeout=command_timeout)
+    console.print(fanout.table(f"{title} ({len(hs)} hosts)", outs, describe))
+    with errors():
+        fanout.verdict(title, outs)
+    return outs
+
+
+def is_multi(c, host: Optional[str], hosts: Optional[str]) -> bool:
+    spec = host_name(c, host)
+    return spec.startswith("@") or "," in spec

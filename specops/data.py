@@ -74,13 +74,13 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
 
 
 def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
-                detach: bool = False) -> dict:
+                detach: bool = False, quiet: bool = False) -> dict:
     """Plan (synchronous, changes nothing), then run as a job and follow it."""
     push(t)
     plan = run_script(t, "datagen", args + ["--plan"], changes=False)
     if not plan.get("ok"):
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
-    if "estimate_bytes" in plan:
+    if "estimate_bytes" in plan and not quiet:
         console.print(f"\\[specops] disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
                       f"{plan['hidden_size']} x 2 B = {plan['estimate_bytes'] / 2**30:.2f} GiB "
                       f"(+10%); {plan['free_bytes'] / 2**30:.2f} GiB free; {plan['todo']} file(s) to write, "
@@ -89,7 +89,11 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
     lock = "data-" + hashlib.sha1(args[1].encode()).hexdigest()[:12]  # one writer per data dir
-    code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
+    if quiet:  # several hosts at once: no interleaved logs; wait for the end
+        jobs.start(t, rid, argv, kind=kind, lock=lock)
+        _, code = jobs.follow(t, rid, write=lambda b: None, reconnect=getattr(t, "reopen", None))
+    else:
+        code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
     if code is None:
         return {"run_id": rid, "detached": True, "dry_run": t.dry_run}
     raw = t.read_bytes(result)

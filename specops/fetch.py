@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from . import paths
 from .errors import SpecopsError
@@ -105,11 +106,12 @@ def _done(dest: Path, remote: dict, attempts: int) -> dict:
             "dest": str(dest)}
 
 
-def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0) -> dict:
+def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,
+              into: Optional[Path] = None) -> dict:
     validate_run_id(run_id)
     push(t)
     remote = run_path(t, run_id)
     if not t.exists(remote, "-d"):
         raise SpecopsError(f"fetch: unknown run id {run_id!r} on {t.host.name} (no {remote}): "
                            f"`inv status --host {t.host.name}` lists the runs")
-    return fetch_dir(t, remote, Path(dest) / run_id, tries=tries, bwlimit=bwlimit)
+    return fetch_dir(t, remote, into or Path(dest) / run_id, tries=tries, bwlimit=bwlimit)

@@ -42,6 +42,13 @@ class Host(BaseModel):
     gpus: Optional[int] = Field(default=None, ge=0)
     #: Path on the host of the verifier model (a HF-format directory).
     verifier: Optional[str] = None
+    #: `venv` is an existing environment (e.g. an image's preinstalled torch venv): bootstrap never
+    #: creates or upgrades it, only tops it up with what the profile lacks (`inv bootstrap --wheelhouse`).
+    venv_existing: bool = False
+    #: Environment for the jobs specops starts there (e.g. NCCL_SOCKET_IFNAME); sent in a 0600 file.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: The host's data dirs are on a filesystem shared with the other hosts of its groups.
+    shared_data: bool = False
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -186,6 +193,9 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(_field_error(path, name, errs[0]) + more) from None
         if h.transport == "ssh" and not h.address:
             raise SpecopsError(f"{path}: host {name!r}, field 'address': required for ssh hosts")
+        if h.venv_existing and not h.venv:
+            raise SpecopsError(f"{path}: host {name!r}, field 'venv_existing': needs `venv:` set to that "
+                               f"environment (e.g. /opt/torch/.venv)")
         inv.hosts[name] = h
     groups = raw.get("groups") or {}
     if not isinstance(groups, dict):

@@ -41,6 +41,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     which travels as a 0600 file, never on a command line."""
     validate_run_id(run_id)
     push(t)
+    env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
@@ -169,4 +170,16 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
         res = stop(t, run_id, grace=60)
         err_console.print(f"\\[specops] {run_id}: {res['state']}")
         raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
+    return code
+
+
+def run_attached_follow(t: Transport, run_id: str) -> Optional[int]:
+    """Follow an already started job; Ctrl-C detaches."""
+    from .ui import err_console
+
+    try:
+        _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
+    except KeyboardInterrupt:
+        err_console.print(f"\n\\[specops] detached; {run_id} keeps running")
+        return None
     return code

@@ -53,9 +53,9 @@ def revision() -> str:
         return __version__
 
 
-def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
-          dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
-          overrides: Optional[dict] = None, follow: bool = False) -> dict:
+def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optional[str], verifier: Optional[str],
+              nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None) -> dict:
+    """Check the data (refusing before anything starts) and build the run's train spec."""
     h = t.host
     push(t)
     cfg = load_config(config, h.profile, overrides or {})
@@ -73,15 +73,18 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     if not layer_ids:
         raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `inv extract` for it")
     ver = verifier or rec.get("verifier") or h.verifier
-    rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    run_dir = jobs.run_path(t, rid)
-    spec = {
-        "run_dir": run_dir, "kind": h.profile, "nproc": nproc or h.gpus or 1, "verifier": t.expand(ver),
-        "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"],
+    return {
+        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": nproc or h.gpus or 1, "verifier": t.expand(ver),
+        "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
-                   "config": cfg["flags"], "data_summary": {k: summary.get(k) for k in (
+                   "config": cfg["flags"], **({"nodes": extra} if extra else {}),
+                   "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     }
+
+
+def put_spec(t: Transport, spec: dict) -> str:
+    run_dir = spec["run_dir"]
     t.check(f"mkdir -p {shlex.quote(run_dir)}", "mkdir run dir")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f, indent=1)
@@ -89,10 +92,23 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
         t.put(f.name, f"{run_dir}/train-spec.json")
     finally:
         os.unlink(f.name)
-    argv = [t.expand(h.python), "remote/train.py", "--spec", f"{run_dir}/train-spec.json"]
-    code = jobs.run_attached(t, rid, argv, kind="train", lock="train", detach=not follow,
+    return f"{run_dir}/train-spec.json"
+
+
+def launch_argv(t: Transport, spec_path: str) -> list[str]:
+    return [t.expand(t.host.python), "remote/train.py", "--spec", spec_path]
+
+
+def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
+          dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
+          overrides: Optional[dict] = None, follow: bool = False) -> dict:
+    h = t.host
+    rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
+    spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides)
+    path = put_spec(t, spec)
+    code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                              stop_on_interrupt=False, term="child")
     if follow and code not in (None, 0):
         raise SpecopsError(f"train {rid} on {h.name} {jobs.status(t, rid)[0]['state']}",
                            detail=jobs.tail(t, rid, 15))
-    return {"run_id": rid, "exit_code": code, "run_dir": run_dir}
+    return {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}

@@ -32,9 +32,12 @@ class Transport:
     #: --dry-run: commands and transfers that would change the host are printed, not run;
     #: read-only queries (changes=False) still run, so the plan shown is the real one.
     dry_run: bool = False
+    #: a per-command timeout for every run() that names none (fan-out over several hosts)
+    default_timeout: Optional[float] = None
 
     def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
         """Run a shell command on the host; never raises on a non-zero exit."""
+        timeout = timeout if timeout is not None else self.default_timeout
         if self.dry_run and changes:
             self.say(f"run: {cmd}")
             return Result(cmd, 0, "", "")

@@ -57,10 +57,11 @@ def ensure_user(name: str) -> pwd.struct_passwd:
 
 
 class Rig:
-    def __init__(self):
+    def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None):
         self.root = Path(tempfile.mkdtemp(prefix="specops-rig-"))
         self.root.chmod(0o755)
-        self.port = free_port()
+        self.address, self.netns = address, netns
+        self.port = port or free_port()
         self.is_root = os.geteuid() == 0
         self.user = ensure_user(TEST_USER).pw_name if self.is_root else pwd.getpwuid(os.getuid()).pw_name
         self.home = pwd.getpwnam(self.user).pw_dir
@@ -99,10 +100,11 @@ class Rig:
 
         host_pub = Path(f"{self.host_key}.pub").read_text().split()
         self.known_hosts = self.root / "known_hosts"
-        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        name = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        self.known_hosts.write_text(f"{name} {host_pub[0]} {host_pub[1]}\n")
         self.cfg = self.root / "sshd_config"
         self.cfg.write_text(f"""Port {self.port}
-ListenAddress 127.0.0.1
+ListenAddress {self.address}
 HostKey {self.host_key}
 PidFile {self.root}/sshd.pid
 AuthorizedKeysFile {self.root}/authorized_keys
@@ -124,14 +126,16 @@ LogLevel VERBOSE
     def start(self) -> "Rig":
         Path("/run/sshd").mkdir(exist_ok=True)
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        self.proc = subprocess.Popen([os.path.abspath(sshd), "-D", "-e", "-f", str(self.cfg)],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        argv = [os.path.abspath(sshd), "-D", "-e", "-f", str(self.cfg)]
+        if self.netns:  # `ip netns exec` execs sshd: the PID is sshd's
+            argv = ["ip", "netns", "exec", self.netns] + argv
+        self.proc = subprocess.Popen(argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                if s.connect_ex((self.address, self.port)) == 0:
                     return self
             time.sleep(0.05)
         raise RuntimeError(f"sshd did not listen on {self.port}: {self.log.read_text()[-2000:]}")
@@ -165,7 +169,7 @@ LogLevel VERBOSE
 
     # -- inventory -----------------------------------------------------------------------
     def host(self, user: str | None = None, **over) -> dict:
-        h = {"address": "127.0.0.1", "port": self.port, "user": user or self.user,
+        h = {"address": self.address, "port": self.port, "user": user or self.user,
              "key": str(self.client_key), "known_hosts": str(self.known_hosts), "profile": "cpu"}
         h.update(over)
         return h

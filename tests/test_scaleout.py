@@ -1,0 +1,112 @@
+"""Several hosts: parallel fan-out, sharded extraction across hosts, a two-node torchrun launch.
+Each host is a real sshd in its own network namespace with its own address (netrig.py)."""
+
+import hashlib
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LAYERS, inv
+from netrig import NetRig, netns_works
+from rig import Rig, free_port
+from specops import inventory, jobs
+from specops.transport import connect
+
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+
+
+@pytest.fixture(scope="module")
+def pod(cpu_box, rig):
+    """Two nodes; both use the test run's cpu venv (same user, same machine) and own workdirs."""
+    if os.geteuid() == 0 and netns_works():
+        net = NetRig(2).start()
+        rigs, ifaces, stop = net.rigs, net.ifaces, net.stop
+    else:  # without root: two sshds on loopback
+        rigs = [Rig().start(), Rig().start()]
+        ifaces, stop = ["lo", "lo"], lambda: [r.stop() for r in rigs]
+    hosts = {}
+    for i, (r, iface) in enumerate(zip(rigs, ifaces)):
+        work = r.root / "work"
+        work.mkdir()
+        shutil.chown(work, r.user, r.user)
+        hosts[f"node{i}"] = r.host(venv="~/ml-env", workdir=str(work), env={"GLOO_SOCKET_IFNAME": iface})
+    hosts["dead"] = rigs[0].host(address="127.0.0.1", port=free_port(), connect_timeout=3)
+    hf = rigs[0].write_hosts(rigs[0].root / "hosts.yaml", hosts, groups={"pod": ["node0", "node1"]})
+    yield {"hosts_file": hf, "rigs": rigs, "work": [r.root / "work" for r in rigs]}
+    stop()
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_fan_out_one_row_per_host_and_failures_do_not_hide_others(pod):
+    hf = str(pod["hosts_file"])
+    r = inv("status", "--host", "@pod", "--hosts", hf)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "status (2 hosts)" in r.stdout and "node0" in r.stdout and "node1" in r.stdout
+    r = inv("status", "--host", "node0,dead,node1", "--hosts", hf)
+    assert r.returncode != 0
+    assert "1 of 3 host(s) failed: dead: nothing listening at 127.0.0.1:" in r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if re.search(r"node[01]", ln) and "✓" in ln]
+    assert len(rows) >= 2, r.stdout
+
+
+def test_two_node_torchrun_rendezvous_all_reduce(pod):
+    r = inv("dist-check", "--host", "@pod", "--hosts", str(pod["hosts_file"]))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "world 2, all-reduce sum 3.0 (want 3.0)" in r.stdout
+    assert "node 0" in r.stdout and "node 1" in r.stdout
+
+
+def test_group_stop_stops_every_node(pod):
+    hf = str(pod["hosts_file"])
+    inv_hosts = inventory.load(hf)
+    rid = jobs.new_run_id("t") + "-groupstop"
+    for name in ("node0", "node1"):
+        with connect(inv_hosts.get(name)) as t:
+            jobs.start(t, rid, ["sleep", "300"], kind="test")
+    r = inv("stop", "--host", "@pod", "--hosts", hf, "--run-id", rid, "--grace", "5")
+    assert r.returncode == 0, r.stderr
+    for name in ("node0", "node1"):
+        with connect(inv_hosts.get(name)) as t:
+            assert jobs.status(t, rid)[0]["state"] == "stopped"
+
+
+def test_sharded_extraction_union_equals_single_host(pod, pipeline_run, hosts_file, work):
+    """Rows split across the two nodes (--shard i/2 each), then every node gets every shard;
+    the union equals one host extracting all rows."""
+    src = work / "data" / "pipe"
+    ver = f"{work}/models/tiny-llama"
+    targets = [w / "data" / "shard" for w in pod["work"]] + [work / "data" / "shard-single"]
+    for d in targets:
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        for f in list(src.glob("*.json")) + list(src.glob("*.arrow")):
+            shutil.copy(f, d / f.name)
+        for p in [d, *d.iterdir()]:
+            shutil.chown(p, pod["rigs"][0].user, pod["rigs"][0].user)
+    hf = str(pod["hosts_file"])
+    t0 = time.time()
+    r = inv("extract", "--host", "@pod", "--hosts", hf, "--backend", "hf", "--dataset", "shard",
+            "--verifier", ver, "--layers", LAYERS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "every host now holds all shards" in r.stdout
+    print(f"sharded extraction on 2 nodes: {time.time() - t0:.1f}s")
+    r = inv("extract", "--host", "box", "--hosts", str(hosts_file), "--backend", "hf",
+            "--dataset", str(targets[2]), "--verifier", ver, "--layers", LAYERS)
+    assert r.returncode == 0, r.stderr
+    single = {p.name: sha(p) for p in (targets[2] / "hidden_states").glob("hs_*.safetensors")}
+    assert len(single) == pipeline_run_rows(src)
+    for d in targets[:2]:
+        got = {p.name: sha(p) for p in (d / "hidden_states").glob("hs_*.safetensors")}
+        assert got == single, f"{d}: {len(got)} files, {sum(got.get(k) == v for k, v in single.items())} identical"
+
+
+def pipeline_run_rows(src: Path) -> int:
+    return len(list((src / "hidden_states").glob("hs_*.safetensors")))
