@@ -17,6 +17,7 @@ from specops import multinode as _multi
 from specops.cli import errors, fan, hosts_file, is_multi, session, targets
 from specops.errors import SpecopsError
 from specops import data as _data
+from specops import evaluate as _evaluate
 from specops import fetch as _fetch
 from specops import jobs as _jobs
 from specops import metrics as _metrics
@@ -325,6 +326,24 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
         _pipeline.demo(t, dest=dest, steps=int(steps) if steps else None)
 
 
+@task(help={"host": HOST, "hosts": HOSTS, "run_id": "the training run", "checkpoint": "best (default) or an "
+            "epoch number", "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation "
+            "split)", "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
+            "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)"})
+def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=None, num_spec_tokens=3,
+             max_prompts=32, max_tokens=64, dest="runs"):
+    """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
+    if not run_id:
+        raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
+    with session(c, host, hosts) as t:
+        ev = _evaluate.evaluate(t, run_id, checkpoint=checkpoint, prompts=prompts,
+                                num_spec_tokens=int(num_spec_tokens), max_prompts=int(max_prompts),
+                                max_tokens=int(max_tokens), dest=dest)
+        _evaluate.render(run_id, ev)
+        console.print(f"evaluation written to {dest}/{run_id}/evaluation.json (on the host: runs/{run_id}/)"
+                      + (f"; plot {ev['plot']}" if ev.get("plot") else ""))
+
+
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
                                "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of "
                                "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
@@ -388,5 +407,5 @@ def wheelhouse(c, profile=None, python="3.12", platform="manylinux_2_28_x86_64",
 
 
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train, pipeline, demo, dist_check, wheelhouse)
+                prepare_data, extract, make_verifier, train, pipeline, demo, dist_check, wheelhouse, evaluate)
 ns.configure({"specops": {"host": None, "hosts": None}})

@@ -1,0 +1,191 @@
+"""Serve the verifier with a run's EAGLE-3 draft through vLLM and measure acceptance.
+
+Launch (what `inv evaluate` starts as a job, from the host workdir):
+    <venv>/bin/python3 remote/evaluate.py --run-dir runs/R --verifier /models/V --kind cuda \
+        [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
+        [--max-tokens 64] [--result runs/R/evaluation.json]
+
+Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
+whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
+held-out prompts (default: the run's own validation split, the rows speculators did not
+train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters from
+/metrics before and after, and writes acceptance per draft position and the mean acceptance
+length to evaluation.json.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import hostenv
+import vllm_server
+from _payload import emit
+from datafmt import read_arrow_columns
+
+METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([-+\d.eE]+|NaN)$')
+
+
+def parse_metrics(text):
+    """{"drafts", "draft_tokens", "accepted", "per_pos": {k: n}} summed over engines."""
+    out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {}}
+    for line in text.splitlines():
+        if line.startswith("#") or "_created" in line:
+            continue
+        m = METRIC.match(line.strip())
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name == "vllm:spec_decode_num_drafts":
+            out["drafts"] += value
+        elif name == "vllm:spec_decode_num_draft_tokens":
+            out["draft_tokens"] += value
+        elif name == "vllm:spec_decode_num_accepted_tokens":
+            out["accepted"] += value
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            pos = re.search(r'position="(\d+)"', labels)
+            if pos:
+                k = int(pos.group(1))
+                out["per_pos"][k] = out["per_pos"].get(k, 0.0) + value
+    return out
+
+
+def acceptance(before, after):
+    d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted")}
+    per_pos = {k: after["per_pos"].get(k, 0.0) - before["per_pos"].get(k, 0.0) for k in sorted(after["per_pos"])}
+    drafts = d["drafts"]
+    res = {"counters": d, "per_position_accepted": per_pos}
+    if drafts > 0:
+        res["acceptance_by_position"] = [per_pos[k] / drafts for k in sorted(per_pos)]
+        res["conditional_acceptance_by_position"] = [
+            (per_pos[k] / per_pos[k - 1] if k and per_pos[k - 1] else (per_pos[k] / drafts if not k else 0.0))
+            for k in sorted(per_pos)]
+        res["mean_acceptance_length"] = 1 + d["accepted"] / drafts
+        res["draft_acceptance_rate"] = d["accepted"] / d["draft_tokens"] if d["draft_tokens"] else None
+    return res
+
+
+def get(url, timeout=30):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def checkpoint_dir(run, which):
+    ck = Path(run) / "checkpoints"
+    if which in (None, "best"):
+        p = ck / "checkpoint_best"
+        if not p.exists():
+            nums = sorted((int(x.name) for x in ck.glob("*") if x.name.isdigit()), reverse=True)
+            if not nums:
+                raise SystemExit(f"no checkpoint in {ck}: train the run first")
+            p = ck / str(nums[0])
+        return p.resolve()
+    p = ck / str(which)
+    if not (p / "config.json").is_file():
+        raise SystemExit(f"no checkpoint {which} in {ck} (have: {sorted(x.name for x in ck.iterdir())})")
+    return p.resolve()
+
+
+def held_out_prompts(spec, limit):
+    """The rows speculators validated on (the tail after train-data-ratio), cut before the
+    first trained token: the prompt the verifier answered."""
+    data = spec["data"]
+    ratio = float(spec.get("flags", {}).get("train-data-ratio", 0.9))
+    cols = read_arrow_columns(data, ["input_ids", "loss_mask"])
+    n = cols["_num_rows"]
+    start = int(n * ratio)
+    out = []
+    for i in range(start, n):
+        ids, mask = cols["input_ids"][i], cols["loss_mask"][i]
+        first = next((k for k, m in enumerate(mask) if m), len(ids))
+        if first > 0:
+            out.append({"row": i, "prompt": list(ids[:first])})
+    return out[:limit], {"rows": [start, n], "source": f"validation split of {data} (train-data-ratio {ratio})"}
+
+
+def file_prompts(path, limit):
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.append({"prompt": row.get("prompt") or row.get("input_ids") or row.get("text")})
+    return out[:limit], {"source": str(path)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--verifier", required=True)
+    ap.add_argument("--kind", choices=["cpu", "cuda"], required=True)
+    ap.add_argument("--checkpoint", default="best")
+    ap.add_argument("--prompts", default=None)
+    ap.add_argument("--num-spec-tokens", type=int, default=3)
+    ap.add_argument("--max-prompts", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--server-timeout", type=float, default=900)
+    ap.add_argument("--result", default=None)
+    a = ap.parse_args()
+    hostenv.apply(os.getcwd(), a.kind)
+
+    def on_term(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    run = Path(a.run_dir)
+    spec = json.loads((run / "train-spec.json").read_text())
+    ckpt = checkpoint_dir(run, a.checkpoint)
+    prompts, source = (file_prompts(a.prompts, a.max_prompts) if a.prompts
+                       else held_out_prompts(spec, a.max_prompts))
+    if not prompts:
+        raise SystemExit("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+    port = vllm_server.free_port()
+    sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
+    argv = vllm_server.server_argv(a.verifier, port, kind=a.kind, max_model_len=a.max_model_len,
+                                   extra=["--served-model-name", "verifier", "--speculative_config", json.dumps(sc)])
+    env = vllm_server.server_env(os.getcwd(), a.kind)
+    eval_dir = run / "evaluation"
+    eval_dir.mkdir(exist_ok=True)
+    server = None
+    t0 = time.time()
+    try:
+        server = vllm_server.start(eval_dir, argv, env, port, a.server_timeout)
+        base = f"http://127.0.0.1:{port}"
+        before = parse_metrics(get(f"{base}/metrics"))
+        gen_tokens = 0
+        for p in prompts:
+            r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": p["prompt"], "max_tokens": a.max_tokens,
+                                                "temperature": 0.0})
+            gen_tokens += r.get("usage", {}).get("completion_tokens", 0)
+        time.sleep(1)
+        after = parse_metrics(get(f"{base}/metrics"))
+    finally:
+        if server is not None:
+            vllm_server.stop(server)
+    res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
+           "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
+           "seconds": round(time.time() - t0, 1)}
+    if res["counters"]["drafts"] <= 0:
+        res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
+    out = Path(a.result) if a.result else run / "evaluation.json"
+    out.write_text(json.dumps(res, indent=1))
+    print(f"[specops] evaluation: {json.dumps({k: res.get(k) for k in ('acceptance_by_position', 'mean_acceptance_length')})}",
+          flush=True)
+    if not a.result:
+        emit(res)
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
