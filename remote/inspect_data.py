@@ -138,13 +138,15 @@ def inspect_speculators(root, rep, sample, verifier, layers):
             hs, tid = t.get("hidden_states"), t.get("token_ids")
             if hs is None or tid is None:
                 continue
-            f = hs.float()
-            n_nan, n_inf = int(torch.isnan(f).sum()), int(torch.isinf(f).sum())
-            if n_nan or n_inf:
+            if not bool(torch.isfinite(hs).all()):  # counts only when something is wrong
+                n_nan, n_inf = int(torch.isnan(hs).sum()), int(torch.isinf(hs).sum())
                 rep.bad(p, f"{n_nan} NaN and {n_inf} Inf values in hidden_states")
-            zero_layers = [k for k in range(f.shape[1]) if f.ndim == 3 and bool((f[:, k] == 0).all())]
-            if zero_layers:
-                rep.bad(p, f"hidden_states all zero in stored layer(s) {zero_layers}")
+            absval = hs.abs()
+            if hs.ndim == 3:
+                peak = absval.amax(dim=(0, 2))  # one pass: per stored layer
+                zero_layers = [k for k in range(hs.shape[1]) if float(peak[k]) == 0.0]
+                if zero_layers:
+                    rep.bad(p, f"hidden_states all zero in stored layer(s) {zero_layers}")
             ids_row = ds.get("input_ids", [None] * n_rows)[i]
             if ids_row is not None:
                 if len(ids_row) != tid.numel() or tid.tolist() != list(ids_row):
@@ -156,7 +158,7 @@ def inspect_speculators(root, rep, sample, verifier, layers):
             if lm is not None and lm_sum == 0:
                 rep.warn(p, f"row {i} has an all-zero loss_mask: it trains nothing")
             sampled.append({"row": i, "file": p.name, "seq": int(tid.numel()), "loss_mask_sum": lm_sum,
-                            "abs_mean": round(float(f.abs().mean()), 5)})
+                            "abs_mean": round(float(absval.float().mean()), 5)})
     table = [{"key": k, "dtype": dt, "ndim": nd, "files": c} for k, cnt in sorted(keys.items())
              for (dt, nd), c in sorted(cnt.items())]
     return {
