@@ -7,6 +7,14 @@ Launch (what `inv bootstrap` sends, from the host workdir):
 If the venv's stamp holds the same profile hash and every pin is installed, nothing is
 installed ("unchanged"). Otherwise pip runs (output to --log), pins are verified, and the
 stamp <venv>/.specops-stamp.json is written. One payload on stdout.
+
+--existing (a host's preinstalled venv, `venv_existing: true`): top up only. Every package
+already there is pinned to its installed version (a constraints file), so nothing present is
+ever upgraded or downgraded; profile requirements that are present (any version) are kept,
+those the wheelhouse manifest dropped are reported, the rest are installed with their missing
+dependencies. Writes .specops/env-<profile>.txt (relative to the workdir): the environment
+`inv check` verifies on such a host (present versions, and `#@ absent:` lines).
+--list-installed: only print the installed distributions {name: version}.
 """
 
 import argparse
@@ -78,16 +86,124 @@ def tail(log, n=25):
         return []
 
 
+def installed():
+    """{normalized name: version} of every distribution this interpreter sees."""
+    out = {}
+    for d in metadata.distributions():
+        name = d.metadata["Name"]
+        if name:
+            out.setdefault(norm(name), d.version)
+    return out
+
+
+def wheelhouse_manifest(wheelhouse):
+    """The wheelhouse's specops-wheelhouse.json ({} if none); refuses another Python's wheels."""
+    p = Path(wheelhouse) / "specops-wheelhouse.json"
+    if not Path(wheelhouse).is_dir():
+        raise SystemExit(f"wheelhouse {wheelhouse} is not a folder on this host")
+    man = json.loads(p.read_text()) if p.is_file() else {}
+    want = man.get("python")
+    have = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if want and want != have:
+        raise SystemExit(f"the wheelhouse holds wheels for Python {want} but {sys.executable} is Python {have}: "
+                         f"rebuild it with `inv wheelhouse --python {have}`")
+    return man
+
+
+def top_up(a, mode, reqs, log):
+    """--existing: install what is missing, never touching what is there."""
+    man = wheelhouse_manifest(a.wheelhouse) if a.wheelhouse else {}
+    before = installed()
+    dropped = {norm(PIN.match(d["requirement"]).group(1) if PIN.match(d["requirement"]) else d["package"]): d
+               for d in man.get("dropped", [])}
+    kept, absent, todo = [], [], []
+    for req, _ in reqs:
+        m = re.match(r"^([A-Za-z0-9_.\-]+)", req)
+        name = norm(m.group(1))
+        if name in before:
+            kept.append({"package": m.group(1), "want": req, "have": before[name]})
+        elif name in dropped:
+            absent.append({"package": m.group(1), "reason": dropped[name]["reason"]})
+        else:
+            todo.append(req)
+    rc = 0
+    if todo and man.get("mode") == "top-up":
+        # `inv wheelhouse --have/--host` resolved exactly what is missing: install those wheels,
+        # no dependencies (pip would otherwise re-judge what is present, inconsistencies included)
+        files = [str(Path(a.wheelhouse) / w) for w in sorted(man.get("wheels", {}))
+                 if norm(w.split("-")[0]) not in before]
+        rc = pip(["--no-index", "--no-deps", *files], log) if files else 0
+    elif todo:  # let pip resolve, every present package pinned to its version
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("".join(f"{n}=={v}\n" for n, v in sorted(before.items())))
+        args = ["--no-index", "--find-links", a.wheelhouse] if a.wheelhouse else []
+        try:
+            rc = pip(args + ["-c", f.name, *todo], log)
+        finally:
+            os.unlink(f.name)
+    after = installed()
+    added = {n: v for n, v in after.items() if n not in before}
+    changed = {n: [before[n], after.get(n)] for n in before if after.get(n) != before[n]}
+    missing = [r for r in todo if norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) not in after]
+    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    problems = [l for l in check.stdout.splitlines() if l.strip()]
+    broken = [l for l in problems if norm(l.split()[0]) in added]  # what the top-up brought must be whole
+    if mode == "exact":  # an exact profile is the whole environment: what it leaves out stays out
+        names = {norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) for r, _ in reqs}
+        broken = [l for l in broken if not (re.search(r" requires (\S+), which is not installed", l)
+                                            and norm(re.search(r" requires (\S+),", l).group(1)) not in names)]
+    ok = rc == 0 and not changed and not missing and not broken
+    if ok:
+        env = Path(".specops") / f"env-{Path(a.profile).stem}.txt"
+        env.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"# specops: the environment of {sys.prefix} for profile {Path(a.profile).stem} "
+                 f"(an existing venv, topped up {time.strftime('%Y-%m-%d %H:%M:%S')})", "#@ mode: existing"]
+        for req, _ in reqs:
+            n = norm(re.match(r"^([A-Za-z0-9_.\-]+)", req).group(1))
+            if n in after:
+                lines.append(f"{n}=={after[n]}")
+        lines += [f"#@ absent: {d['package']} -- {d['reason']}" for d in absent]
+        env.write_text("\n".join(lines) + "\n")
+        STAMP.write_text(json.dumps({"profile": a.profile, "sha256": a.sha256, "mode": "existing",
+                                     "installed": time.time(), "added": added}))
+        if added:  # versions changed under a previous deep check's verdict
+            Path(".specops/deep-check.json").unlink(missing_ok=True)
+    return {"ok": ok, "action": ("installed" if added else "unchanged") if ok else "failed", "mode": "existing",
+            "pip_exit": rc, "added": added, "kept": kept, "absent": absent, "changed": changed,
+            "missing": missing, "broken": broken, "pip_check": [l for l in problems if l not in broken][:20],
+            "mismatches": [], "log": log, "tail": tail(log)}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--profile", required=True)
-    ap.add_argument("--sha256", required=True)
-    ap.add_argument("--log", required=True)
+    ap.add_argument("--profile")
+    ap.add_argument("--sha256")
+    ap.add_argument("--log")
     ap.add_argument("--wheelhouse", default=None)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--existing", action="store_true", help="top up an existing venv; never change what is there")
+    ap.add_argument("--list-installed", action="store_true")
     a = ap.parse_args()
+    if a.list_installed:
+        emit({"ok": True, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "installed": installed()})
+        return 0
+    if not (a.profile and a.sha256 and a.log):
+        ap.error("--profile, --sha256 and --log are required")
 
     mode, reqs = parse(Path(a.profile).read_text())
+    if a.existing:
+        t0 = time.time()
+        log = os.path.abspath(a.log)
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        Path(log).write_text(f"# specops top-up of {a.profile} ({a.sha256}) into the existing {sys.prefix}\n")
+        try:
+            res = top_up(a, mode, reqs, log)
+        except SystemExit as e:
+            emit({"ok": False, "action": "failed", "error": str(e), "mismatches": [], "tail": []})
+            return 1
+        res["seconds"] = round(time.time() - t0, 1)
+        emit(res)
+        return 0 if res["ok"] else 1
     stamp = {}
     if STAMP.is_file():
         try:
@@ -106,6 +222,11 @@ def main():
     Path(log).write_text(f"# specops install of {a.profile} ({a.sha256}) into {sys.prefix}\n")
     common = ["--no-deps"] if mode == "exact" else []
     if a.wheelhouse:
+        try:
+            wheelhouse_manifest(a.wheelhouse)
+        except SystemExit as e:
+            emit({"ok": False, "action": "failed", "error": str(e), "mismatches": [], "tail": []})
+            return 1
         common += ["--no-index", "--find-links", a.wheelhouse]
     rc = 0
     # Requirements whose wheels come from another index go first, each group with its index.
@@ -126,6 +247,7 @@ def main():
     ok = rc == 0 and not bad
     if ok:
         STAMP.write_text(json.dumps({"profile": a.profile, "sha256": a.sha256, "installed": time.time()}))
+        Path(".specops/deep-check.json").unlink(missing_ok=True)  # its verdict was for other versions
     emit({
         "ok": ok, "action": "installed" if ok else "failed", "pip_exit": rc, "mismatches": bad,
         "log": log, "tail": tail(log), "seconds": round(time.time() - t0, 1),

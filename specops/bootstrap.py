@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from . import paths, profiles
@@ -36,6 +37,9 @@ def ensure_venv(t: Transport) -> bool:
     py = t.expand(h.python)
     if t.exists(py, "-x"):
         return False
+    if h.venv_existing:
+        raise SpecopsError(f"{h.name} declares venv_existing: true but {h.python} is not there: point "
+                           f"'venv' in hosts.yaml at the existing environment (specops never creates it)")
     bp = shlex.quote(h.base_python)
     if not t.run(f"command -v {bp} >/dev/null", changes=False).ok:
         raise SpecopsError(
@@ -60,9 +64,21 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args += ["--wheelhouse", wheelhouse]
     if force:
         args.append("--force")
+    if t.host.venv_existing:
+        args.append("--existing")
     res = run_script(t, "install_profile", args)
     if res.get("dry_run"):
         return {"ok": True, "action": "installed or verified (dry run)"}
+    if res.get("error"):
+        raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res['error']}")
+    if res.get("mode") == "existing" and not res.get("ok"):
+        what = (f"it changed {', '.join(f'{n} {a}->{b}' for n, (a, b) in res['changed'].items())}"
+                if res.get("changed") else f"pip exited {res.get('pip_exit')} (nothing present may be upgraded: "
+                f"the missing wheels must fit what is installed)" if res.get("pip_exit") else
+                f"what it added does not fit: {'; '.join(res.get('broken', [])[:3])}" if res.get("broken") else
+                f"still missing: {', '.join(res.get('missing', []))}")
+        raise SpecopsError(f"topping up the existing venv {t.host.venv_path} on {t.host.name} failed: {what}; "
+                           f"full log: {t.expand(t.host.workdir_path)}/{log}", detail="\n".join(res.get("tail", [])))
     if not res.get("ok"):
         bad = ", ".join(f"{m['package']} want {m['want']} have {m['have']}" for m in res.get("mismatches", []))
         what = f"pins not satisfied ({bad})" if bad else f"pip exited {res.get('pip_exit')}"
@@ -74,6 +90,26 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
     return res
 
 
+def push_wheelhouse(t: Transport, local: str, prof: profiles.Profile) -> str:
+    """Check a laptop wheelhouse folder against the profile, sync it to <workdir>/.specops/wheelhouse/<profile>
+    (incremental), return the host path."""
+    from . import wheelhouse as wh
+
+    man = wh.load_manifest(local)
+    if man and man.get("profile") != prof.name:
+        raise SpecopsError(f"--wheelhouse {local} was built for profile {man.get('profile')!r}, not {prof.name!r}: "
+                           f"run `inv wheelhouse --profile {prof.name}`")
+    if man and man.get("profile_sha256") != prof.sha256:
+        console.print(f"[yellow]![/] {local} was built from another version of profile {prof.name}: "
+                      f"missing wheels will make pip fail (rebuild with `inv wheelhouse`)")
+    if man.get("mode") == "top-up" and not t.host.venv_existing:
+        raise SpecopsError(f"--wheelhouse {local} is a top-up for an existing environment ({man.get('have')}), "
+                           f"but {t.host.name} gets a fresh venv: build a full one (`inv wheelhouse` without --have)")
+    dest = f"{t.expand(t.host.workdir_path)}/{paths.STATE}/wheelhouse/{prof.name}"
+    t.sync_up(str(Path(local).expanduser()), dest, delete=True)
+    return dest
+
+
 def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = False,
               wheelhouse: Optional[str] = None) -> Outcome:
     h = t.host
@@ -81,13 +117,39 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
     out = Outcome()
     with step(f"push remote/ to {h.name}:{h.workdir_path}"):
         out.pushed = push(t)
-    with step(f"venv {h.venv_path}"):
+    if wheelhouse:
+        with step(f"wheelhouse {wheelhouse} -> {h.name}"):
+            wheelhouse = push_wheelhouse(t, wheelhouse, prof)
+    with step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
         out.venv_created = ensure_venv(t)
-    with step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}"):
+    with step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}"
+              + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
+    if out.install.get("mode") == "existing":
+        report_top_up(h.name, out.install)
     console.print(
         f"[green]bootstrap {h.name}[/]: venv {'created' if out.venv_created else 'present'}, "
         f"{len(out.pushed)} file(s) pushed, profile {prof.name} {out.install.get('action')}"
         + (f" in {out.install.get('seconds')}s" if out.install.get("action") == "installed" else "")
     )
     return out
+
+
+def report_top_up(name: str, res: dict) -> None:
+    """What a top-up of an existing venv added, kept as it was, and could not bring."""
+    from rich.markup import escape
+
+    added = res.get("added") or {}
+    console.print(f"top-up {name}: added {len(added)} package(s)"
+                  + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)"))
+    kept = res.get("kept", [])
+    same = [k for k in kept if k["want"].endswith(f"=={k['have']}")]
+    if same:
+        console.print(f"  {len(same)} profile package(s) already there at the pinned version")
+    for k in kept:
+        if k not in same:
+            console.print(escape(f"  kept {k['package']} {k['have']} (profile: {k['want']}; never upgraded)"))
+    for d in res.get("absent", []):
+        console.print(f"  [yellow]not installed[/] " + escape(f"{d['package']}: {d['reason']}"))
+    for line in res.get("pip_check", []):
+        console.print("  [yellow]pip check (left as is)[/]: " + escape(line))
