@@ -113,3 +113,36 @@ def test_prepare_pretokenised_needs_no_server(verifier, hosts_file, tmp_path):
 def test_train_refused_without_data(verifier, hosts_file):
     r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "nothing-here", "--verifier", verifier)
     assert r.returncode != 0 and "no extracted data" in r.stderr and "nothing was started" in r.stderr
+
+
+def test_ctrl_c_during_extract_stops_the_vllm_server(pipeline_run, hosts_file, work, verifier):
+    """Ctrl-C on the laptop while the vLLM server starts: the extraction job and the server's
+    whole process group are stopped (by their recorded process groups)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    src, dst = work / "data" / "pipe", work / "data" / "pipe-ctrlc"
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        t.check(f"rm -rf {dst} && mkdir -p {dst} && cp {src}/*.json {src}/*.arrow {dst}/", "copy dataset")
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "extract", "--host", "box", "--hosts", str(hosts_file),
+                          "--dataset", str(dst), "--verifier", verifier, "--layers", LAYERS],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = ""
+    t0 = time.time()
+    while "vLLM server pid" not in out and time.time() - t0 < 120:
+        out += p.stdout.readline()
+    assert "vLLM server pid" in out, out
+    server_pgid = int(re.search(r"vLLM server pid \d+ \(pgid (\d+)\)", out).group(1))
+    p.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    rest, _ = p.communicate(timeout=180)
+    assert p.returncode != 0 and "interrupted and stopped" in rest, rest[-2000:]
+    with connect(h) as t:
+        live = [ln for ln in t.run("ps -eo pgid=,stat=").stdout.splitlines()
+                if ln.split() and ln.split()[0] == str(server_pgid) and not ln.split()[1].startswith("Z")]
+        assert live == [], live
