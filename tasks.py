@@ -56,6 +56,12 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
     """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
 
     A `venv_existing` host's venv is only topped up with what it lacks, never upgraded."""
+    if is_multi(c, host, hosts):
+        fan(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
+                                                                        wheelhouse=wheelhouse),
+            describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) "
+                               f"pushed, profile {o.install.get('action')}", dry_run=dry_run)
+        return
     with session(c, host, hosts, dry_run) as t:
         _bootstrap.bootstrap(t, profile=profile, force=force, wheelhouse=wheelhouse)
 
@@ -70,6 +76,15 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
 def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
           timeout=300.0):
     """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
+    if is_multi(c, host, hosts) and not deep:
+        def one(t):
+            res = _check.check(t, min_free_gb=float(min_free_gb))
+            _check.verdict(t.host.name, res)
+            return res
+
+        fan(c, host, hosts, "check", one, describe=lambda r: "all hard checks pass; " + ", ".join(
+            f"{x['name']}: {x['value']}" for x in r["rows"] if x["name"] in ("version torch", "version speculators")))
+        return
     with session(c, host, hosts) as t:
         res = _check.check(t, min_free_gb=float(min_free_gb))
         _check.render(t.host.name, res, as_json=json)

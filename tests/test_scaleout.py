@@ -110,3 +110,17 @@ def test_sharded_extraction_union_equals_single_host(pod, pipeline_run, hosts_fi
 
 def pipeline_run_rows(src: Path) -> int:
     return len(list((src / "hidden_states").glob("hs_*.safetensors")))
+
+
+def test_parallel_bootstrap_and_check(pod):
+    """bootstrap and check on both nodes at once (their venv is the test run's cpu venv: a no-op
+    bootstrap that verifies, and a full check by each node's interpreter)."""
+    hf = str(pod["hosts_file"])
+    r = inv("bootstrap", "--host", "@pod", "--hosts", hf)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "bootstrap (2 hosts)" in r.stdout and r.stdout.count("profile unchanged") == 2
+    r = inv("check", "--host", "@pod", "--hosts", hf, "--min-free-gb", "1")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "check (2 hosts)" in r.stdout and r.stdout.count("all hard checks pass") == 2
+    r = inv("check", "--host", "node0,dead", "--hosts", hf, "--min-free-gb", "1")
+    assert r.returncode != 0 and "1 of 2 host(s) failed: dead" in r.stderr and "all hard checks pass" in r.stdout
