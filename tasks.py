@@ -138,7 +138,7 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
         hs = targets(c, host, hosts)
         if not 0 <= int(rank) < len(hs):
             raise Exit(f"specops: --rank {rank}: the group has ranks 0..{len(hs) - 1}")
-        host, hosts_arg = hs[int(rank)].name, hosts
+        host = hs[int(rank)].name
     with session(c, host, hosts) as t:
         j = _jobs.get(t, run_id)
         if follow:

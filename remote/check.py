@@ -13,7 +13,6 @@ import argparse
 import ast
 import importlib
 import os
-import re
 import shutil
 import sys
 import time
@@ -21,10 +20,10 @@ import traceback
 from importlib import metadata
 from pathlib import Path
 
+import pins
 from _payload import emit
 
 HERE = Path(__file__).resolve().parent
-PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s#;]+)")
 ROWS = []
 
 
@@ -116,19 +115,8 @@ def check_pins(profile):
     except OSError as e:
         row("profile file", False, err_line(e), "run `inv push` / `inv bootstrap`")
         return
-    bad, total = [], 0
-    for line in text.splitlines():
-        m = PIN.match(line.strip())
-        if not m:
-            continue
-        total += 1
-        name, want = m.groups()
-        try:
-            have = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            have = None
-        if have != want:
-            bad.append(f"{name} {have or 'missing'} (want {want})")
+    total = len(list(pins.pins(text.splitlines())))
+    bad = [f"{m['package']} {m['have'] or 'missing'} (want {m['want']})" for m in pins.mismatches(text.splitlines())]
     row(f"pinned packages ({total}, {Path(profile).stem})", not bad,
         "; ".join(bad[:8]) + (f" (+{len(bad) - 8} more)" if len(bad) > 8 else "") if bad else "all match",
         "run `inv bootstrap` to reinstall the profile")

@@ -28,9 +28,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import pins
 from _payload import emit
 
-PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s#;]+)")
+PIN = pins.PIN
 STAMP = Path(sys.prefix) / ".specops-stamp.json"
 
 
@@ -56,19 +57,7 @@ def norm(name):
 
 
 def mismatches(reqs):
-    out = []
-    for req, _ in reqs:
-        m = PIN.match(req)
-        if not m:
-            continue
-        name, want = m.groups()
-        try:
-            have = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            have = None
-        if have != want:
-            out.append({"package": name, "want": want, "have": have})
-    return out
+    return pins.mismatches(req for req, _ in reqs)
 
 
 def pip(args, log):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional

@@ -8,7 +8,6 @@ fails to start stops the nodes already started.
 from __future__ import annotations
 
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional

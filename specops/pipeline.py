@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import bootstrap, check, data, fetch, inspect, jobs, metrics, train
+from . import bootstrap, check, data, fetch, inspect, metrics, train
 from .errors import SpecopsError
 from .transport import Transport
 from .ui import console, step

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 
 from rich.table import Table
 
 from . import jobs
-from .errors import SpecopsError
 from .transport import Transport
-from .ui import console, err_console
+from .ui import err_console
 
 
 def age(seconds: float) -> str:

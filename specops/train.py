@@ -18,7 +18,6 @@ from .errors import SpecopsError
 from .inspect import inspect
 from .push import push
 from .transport import Transport
-from .ui import console
 
 
 def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:

@@ -1,7 +1,6 @@
 """The failure catalogue (docs/failures.md): each bad input or fault gives one clear line,
 a non-zero exit, and loses nothing. Connection cases go through the real loopback sshd."""
 
-import os
 import shlex
 import socket
 import subprocess

@@ -5,7 +5,6 @@ import shutil
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import inv

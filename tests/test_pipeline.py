@@ -4,14 +4,12 @@ train (speculators, CPU), fetch; the hf backend on the same rows agrees with vLL
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import inv
 from specops import inventory, synth
-from specops.pipeline import demo_conversations
 from specops.transport import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
@@ -118,7 +116,6 @@ def test_train_refused_without_data(verifier, hosts_file):
 def test_ctrl_c_during_extract_stops_the_vllm_server(pipeline_run, hosts_file, work, verifier):
     """Ctrl-C on the laptop while the vLLM server starts: the extraction job and the server's
     whole process group are stopped (by their recorded process groups)."""
-    import os
     import signal
     import subprocess
     import sys

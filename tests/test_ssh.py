@@ -1,6 +1,5 @@
 """The SSH transport against a real OpenSSH sshd on loopback: operations and host-key policy."""
 
-import shutil
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,6 @@ checkpoint and no process behind."""
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
