@@ -42,6 +42,7 @@ LAYERS, HIDDEN = 8, 256
 LAYER_IDS = [2, 4, 5, 8]
 PACKAGES = ("torch", "speculators", "transformers", "triton", "hs-connectors")
 WRAPPERS = ("ChildFailedError", "CalledProcessError", "SystemExit")
+RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 
 def versions():
@@ -72,13 +73,20 @@ def run(argv, log, env=None, timeout=None):
             raise
 
 
-def tail(log, n=15):
-    """The last lines of a log, without the code boxes of rich tracebacks."""
+def tail(log, n=15, upto=None):
+    """The last lines of a log (up to the line holding `upto`, if given), without the code boxes
+    of rich tracebacks."""
     try:
         lines = Path(log).read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return [l.rstrip()[:400] for l in lines if l.strip() and l.strip()[0] not in "│┃╭╰❱"][-n:]
+    lines = [RANK.sub("", l).rstrip() for l in lines]
+    lines = [l[:400].rstrip() for l in lines if l.strip() and l.strip()[0] not in "│┃╭╰❱"]
+    if upto:
+        hit = [i for i, l in enumerate(lines) if upto[:60] in l]
+        if hit:
+            lines = lines[:hit[-1] + 1]
+    return lines[-n:]
 
 
 def first_error(text):
@@ -87,7 +95,7 @@ def first_error(text):
     'A: B: msg' is cut to its innermost 'B: msg'."""
     found = None
     for line in text.splitlines():
-        s = line.strip()
+        s = RANK.sub("", line).strip()  # torchrun prefixes each worker line with [rankN]:
         if not s or s[0] in "│┃|╭╰❱┏┗║" or s.startswith(("File ", "raise ", "During handling", "The above")):
             continue
         m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt))(?::\s*(.*))?$", s)
@@ -97,7 +105,9 @@ def first_error(text):
         inner = re.findall(r"([A-Za-z_]\w*(?:Error|Exception)): ", msg)
         if len(inner) > 1:
             msg = msg[msg.rfind(inner[-1] + ": "):]
-        found = re.sub(r"^[\w.]*\.(\w+(?:Error|Exception))", r"\1", msg)[:300]
+        msg = re.sub(r"^[\w.]*\.(\w+(?:Error|Exception))", r"\1", msg)
+        cut = msg.find(". ", 40)  # the first sentence is the one-line error
+        found = (msg[:cut] if cut > 0 else msg)[:300]
     return found
 
 
@@ -169,7 +179,7 @@ def attempt(i, settings, kind, ver, data, steps, timeout):
                or f"exit {rc} after {len(losses)} step(s)")
     return {"settings": settings, "ok": ok, "seconds": secs, "steps": len(losses),
             "loss": losses[-1] if losses else None, "error": err, "exit": rc, "log": str(log),
-            "tail": [] if ok else tail(log)}
+            "tail": [] if ok else tail(log, upto=err)}
 
 
 def gpu_name(kind):
@@ -199,6 +209,10 @@ def main():
         emit({"ok": False, "error": "--settings must be a JSON list of {draft-attn-impl, loss-implementation, compile}"})
         return 2
     hostenv.apply(os.getcwd(), a.kind)
+    if len(os.environ.get("TMPDIR", "")) > 60:  # multiprocess' AF_UNIX sockets live there (<108 bytes)
+        short = Path(f"/tmp/specops-tmp-{os.getuid()}")
+        short.mkdir(mode=0o700, exist_ok=True)
+        os.environ["TMPDIR"] = str(short)
     ROOT.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:

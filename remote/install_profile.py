@@ -135,7 +135,7 @@ def top_up(a, mode, reqs, log):
     changed = {n: [before[n], after.get(n)] for n in before if after.get(n) != before[n]}
     missing = [r for r in todo if norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) not in after]
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    problems = [l for l in check.stdout.splitlines() if l.strip()]
+    problems = [l for l in check.stdout.splitlines() if l.strip()] if check.returncode else []
     broken = [l for l in problems if norm(l.split()[0]) in added]  # what the top-up brought must be whole
     if mode == "exact":  # an exact profile is the whole environment: what it leaves out stays out
         names = {norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) for r, _ in reqs}

@@ -165,12 +165,15 @@ def contains(spec: SpecifierSet, version: Optional[str]) -> bool:
 class Pip:
     """`pip download` / `pip install --dry-run --report` for the target interpreter and platform."""
 
-    def __init__(self, python: str, platform_tags: list[str], indexes: Iterable[str] = (), log: Optional[Path] = None):
+    def __init__(self, python: str, platform_tags: list[str], indexes: Iterable[str] = (), log: Optional[Path] = None,
+                 source: Iterable[str] = ()):
+        """source: pip options naming where wheels come from instead of the configured index
+        (e.g. ["--no-index", "--find-links", DIR], a local mirror)."""
         self.python, self.tags, self.log = python, platform_tags, log
         self.target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
         for t in platform_tags:
             self.target += ["--platform", t]
-        self.index = []
+        self.index = list(source)
         for idx in sorted(set(i for i in indexes if i)):
             self.index += ["--extra-index-url", idx]
 
