@@ -5,15 +5,18 @@ import os
 from pathlib import Path
 
 
-def rpc_dir(cache):
-    """vLLM's IPC sockets: a unix socket path must stay under 107 bytes, so a deep workdir gets
-    a short private directory in /tmp instead."""
-    p = cache / "rpc"
+def short_dir(p, name):
+    """Unix sockets live under these (vLLM's IPC, multiprocessing in prepare-data): a socket
+    path must stay under 107 bytes, so a deep workdir gets a short private dir in /tmp."""
     if len(str(p)) + 45 <= 107:
         return str(p)
-    short = Path(f"/tmp/specops-rpc-{os.getuid()}")
+    short = Path(f"/tmp/specops-{name}-{os.getuid()}")
     short.mkdir(mode=0o700, exist_ok=True)
     return str(short)
+
+
+def rpc_dir(cache):
+    return short_dir(cache / "rpc", "rpc")
 
 
 def cache_env(workdir, kind="cpu"):
@@ -24,7 +27,7 @@ def cache_env(workdir, kind="cpu"):
         "VLLM_CACHE_ROOT": str(cache / "vllm"), "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
         "VLLM_ASSETS_CACHE": str(cache / "vllm-assets"), "VLLM_RPC_BASE_PATH": rpc_dir(cache),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TMPDIR": str(cache / "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+        "TMPDIR": short_dir(cache / "tmp", "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
     if kind == "cpu":

@@ -122,6 +122,25 @@ def last_line(log, size):
         return ""
 
 
+def is_torchrun(pid):
+    try:
+        return b"torch.distributed.run" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def children(pid):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
 def group_pids(pgid):
     out = []
     for p in Path("/proc").iterdir():
@@ -213,7 +232,11 @@ def stop_job(d, grace=60.0):
     try:
         child = raw.get("child_pid")
         if raw.get("term") == "child" and child and pid_alive(child):
-            os.kill(child, signal.SIGTERM)
+            # A launcher (torchrun) would SIGTERM its workers itself and kill their DataLoader
+            # workers too early: signal the ranks (its children) once, let them save and exit.
+            ranks = [p for p in children(child) if pid_alive(p)] if is_torchrun(child) else []
+            for p in ranks or [child]:
+                os.kill(p, signal.SIGTERM)
         else:
             os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:

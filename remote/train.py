@@ -6,6 +6,7 @@ Launch (from the host workdir; the spec is written by `inv train`):
 Writes runs/R/run.json (specops revision, host, versions, resolved config, data summary),
 then replaces itself (exec) with the trainer, so `inv stop` signals the trainer directly:
 - cuda hosts: `python -m torch.distributed.run --standalone --nproc-per-node N -m speculators train ...`
+  (one GPU: `python -m speculators train ...`, as by hand)
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python remote/train_cpu.py ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
@@ -72,8 +73,11 @@ def command(spec):
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],
               "target-layer-ids": spec["target_layer_ids"], "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
-    if spec["kind"] == "cpu" and (spec.get("nnodes") or 1) == 1:
+    single = (spec.get("nnodes") or 1) == 1 and (spec.get("nproc") or 1) == 1
+    if spec["kind"] == "cpu" and single:
         return [sys.executable, str(HERE / "train_cpu.py"), *flags(f)]
+    if single:  # one GPU: no torchrun (it makes speculators wrap the model in DDP for one process)
+        return [sys.executable, "-m", "speculators", "train", *flags(f)]
     return torchrun(spec) + ["-m", "speculators", "train", *flags(f)]
 
 

@@ -13,6 +13,7 @@ from typing import Optional
 import yaml
 
 from . import __version__, jobs, paths
+from .check import refuse_failed_settings
 from .data import data_dir
 from .errors import SpecopsError
 from .inspect import inspect
@@ -58,6 +59,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     h = t.host
     push(t)
     cfg = load_config(config, h.profile, overrides or {})
+    refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     data = data_dir(t, dataset)
     summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
     if summary.get("format") is None or not summary.get("files"):

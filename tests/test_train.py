@@ -104,3 +104,34 @@ def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
     assert "remote/job.py start --run-id t-dry --kind train" in r.stdout and "nothing was changed" in r.stdout
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         assert not t.exists(jobs.run_path(t, "t-dry"))
+
+
+TRAP = """import signal, sys, time
+from pathlib import Path
+def save(*_):
+    time.sleep(1)  # a checkpoint being written
+    Path(sys.argv[1]).write_text("saved")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("rank ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_stop_under_torchrun_signals_the_ranks_once(cpu_box, hosts_file, work, tmp_path):
+    """Under torchrun, `stop` signals the ranks (torchrun's children), so a rank's SIGTERM
+    handler can finish its checkpoint before torchrun tears anything down."""
+    h = inventory.load(str(hosts_file)).get("box")
+    rid = "t-torchrun-" + str(int(time.time()))
+    script = tmp_path / "trap.py"
+    script.write_text(TRAP)
+    with connect(h) as t:
+        t.put(str(script), f"{work}/trap.py")
+        marker = f"{work}/trap-saved-{rid}"
+        jobs.start(t, rid, [f"{cpu_box['venv']}/bin/python3", "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "1", f"{work}/trap.py", marker], kind="train", term="child")
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: b"rank ready" in (t.read_bytes(log) or b""), 120, "the rank")
+        res = jobs.stop(t, rid, grace=60)
+        assert not res["sigkill"]
+        assert t.run(f"cat {marker}").stdout == "saved"
