@@ -404,21 +404,7 @@ def wheelhouse(c, profile=None, python="3.12", platform="manylinux_2_28_x86_64",
                                        f"pass --python {res['python']}")
         man = _wh.build(profile, python=python, platform=platform, dest=dest, have=have_map, have_source=source,
                         skip=[x for x in skip.split(",") if x.strip()], laptop=laptop, say=console.print)
-    from rich.markup import escape
-
-    console.print(f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
-                  f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s")
-    kept = man.get("kept", [])
-    same = [k for k in kept if k["requirement"].endswith(f"=={k['have']}")]
-    if same:
-        console.print(f"  {len(same)} profile package(s) already on the host at the pinned version")
-    for k in kept:
-        if k not in same:
-            console.print(escape(f"  kept as the host has it: {k['package']} {k['have']} (profile: {k['requirement']}"
-                                 + ("" if k.get("satisfies", True) else "; never upgraded") + ")"))
-    for d in man.get("dropped", []):
-        console.print("  [yellow]dropped[/] " + escape(f"{d['requirement']}: {d['reason']}"))
-    console.print(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
+    _wh.report(man)
 
 
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,

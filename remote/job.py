@@ -71,20 +71,20 @@ def pid_alive(pid):
         return False
 
 
+def procs():
+    """(pid, state, ppid, pgid) of every process, from /proc."""
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                f = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                yield int(p.name), f[0], int(f[1]), int(f[2])
+            except (OSError, ValueError, IndexError):
+                continue
+
+
 def group_alive(pgid):
     """True while any non-zombie process is in the process group."""
-    if not pgid:
-        return False
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return bool(pgid) and any(pg == pgid and st != "Z" for _, st, _, pg in procs())
 
 
 def job_state(d):
@@ -130,27 +130,11 @@ def is_torchrun(pid):
 
 
 def children(pid):
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(p.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
+    return [p for p, _, ppid, _ in procs() if ppid == pid]
 
 
 def group_pids(pgid):
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
-                    out.append(int(p.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
+    return [p for p, _, _, pg in procs() if pg == pgid]
 
 
 def gpu_memory_by_pid():

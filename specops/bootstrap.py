@@ -17,7 +17,7 @@ from .errors import SpecopsError
 from .push import push
 from .remote_exec import run_script
 from .transport import Transport
-from .ui import console, step
+from .ui import console, report_kept, step
 
 
 @dataclass
@@ -142,14 +142,8 @@ def report_top_up(name: str, res: dict) -> None:
     added = res.get("added") or {}
     console.print(f"top-up {name}: added {len(added)} package(s)"
                   + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)"))
-    kept = res.get("kept", [])
-    same = [k for k in kept if k["want"].endswith(f"=={k['have']}")]
-    if same:
-        console.print(f"  {len(same)} profile package(s) already there at the pinned version")
-    for k in kept:
-        if k not in same:
-            console.print(escape(f"  kept {k['package']} {k['have']} (profile: {k['want']}; never upgraded)"))
+    report_kept(res.get("kept", []), "want", "there")
     for d in res.get("absent", []):
-        console.print(f"  [yellow]not installed[/] " + escape(f"{d['package']}: {d['reason']}"))
+        console.print("  [yellow]not installed[/] " + escape(f"{d['package']}: {d['reason']}"))
     for line in res.get("pip_check", []):
         console.print("  [yellow]pip check (left as is)[/]: " + escape(line))

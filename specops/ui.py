@@ -27,3 +27,16 @@ def step(what: str):
         console.print(f"[red]✗[/] {what} ({time.time() - t0:.1f}s)")
         raise
     console.print(f"[green]✓[/] {what} ({time.time() - t0:.1f}s)")
+
+
+def report_kept(kept: list[dict], want_key: str, where: str) -> None:
+    """Profile packages an existing venv keeps at its own version (never upgraded)."""
+    from rich.markup import escape
+
+    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
+    if same:
+        console.print(f"  {len(same)} profile package(s) already {where} at the pinned version")
+    for k in kept:
+        if k not in same:
+            console.print(escape(f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
+                                 + ("" if k.get("satisfies", False) else "; never upgraded") + ")"))

@@ -450,3 +450,17 @@ def load_manifest(path: str) -> dict:
         return json.loads(m.read_text())
     except ValueError as e:
         raise SpecopsError(f"{m}: not valid JSON ({e}): rebuild it with `inv wheelhouse`") from None
+
+
+def report(man: dict) -> None:
+    """What `inv wheelhouse` built: wheels, what the host keeps, what was dropped and why."""
+    from rich.markup import escape
+
+    from .ui import console, report_kept
+
+    console.print(f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
+                  f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s")
+    report_kept(man.get("kept", []), "requirement", "on the host")
+    for d in man.get("dropped", []):
+        console.print("  [yellow]dropped[/] " + escape(f"{d['requirement']}: {d['reason']}"))
+    console.print(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
