@@ -49,6 +49,9 @@ class Host(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     #: The host's data dirs are on a filesystem shared with the other hosts of its groups.
     shared_data: bool = False
+    #: The host reaches the other hosts of its groups over SSH at their hosts.yaml addresses:
+    #: shards move host to host, authenticated by the laptop's ssh-agent, forwarded.
+    reach_peers: bool = False
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod

@@ -38,8 +38,10 @@ def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
 
 
 class SSHTransport(Transport):
-    def __init__(self, host: Host, connect_timeout: int = CONNECT_TIMEOUT, keepalive: int = KEEPALIVE):
+    def __init__(self, host: Host, connect_timeout: int = CONNECT_TIMEOUT, keepalive: int = KEEPALIVE,
+                 forward_agent: bool = False):
         self.host = host
+        self.forward_agent = forward_agent
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self._rsync_remote: Optional[bool] = None
@@ -72,6 +74,7 @@ class SSHTransport(Transport):
         c = Connection(
             address, user=user, port=port, connect_timeout=self.connect_timeout,
             connect_kwargs=kw, gateway=gateway if gateway is not None else False,
+            forward_agent=self.forward_agent,
         )
         # Fabric installs AutoAddPolicy and loads no known_hosts: replace both before open().
         hostkeys.install(c.client, self.host.known_hosts, self.host.accept_new_host_key)

@@ -124,3 +124,38 @@ def test_parallel_bootstrap_and_check(pod):
     assert "check (2 hosts)" in r.stdout and r.stdout.count("all hard checks pass") == 2
     r = inv("check", "--host", "node0,dead", "--hosts", hf, "--min-free-gb", "1")
     assert r.returncode != 0 and "1 of 2 host(s) failed: dead" in r.stderr and "all hard checks pass" in r.stdout
+
+
+def test_shards_move_host_to_host_with_the_forwarded_agent(pod, tmp_path, monkeypatch):
+    """With `reach_peers`, each node rsyncs its shard files straight to the other (its own
+    OpenSSH, the laptop's ssh-agent forwarded, strict known_hosts sent from the laptop)."""
+    import signal
+    import subprocess
+
+    from specops import multinode
+
+    raw = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    sock = re.search(r"SSH_AUTH_SOCK=([^;]+);", raw).group(1)
+    agent_pid = int(re.search(r"SSH_AGENT_PID=(\d+);", raw).group(1))
+    try:
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        for r in pod["rigs"]:
+            subprocess.run(["ssh-add", "-q", str(r.client_key)], check=True, env={**os.environ, "SSH_AUTH_SOCK": sock})
+        inv_hosts = inventory.load(str(pod["hosts_file"]))
+        hosts = [inv_hosts.get(n).model_copy(update={"reach_peers": True}) for n in ("node0", "node1")]
+        payload = {}
+        for i, h in enumerate(hosts):
+            with connect(h) as t:
+                d = f"{t.expand(h.workdir_path)}/data/peers/hidden_states"
+                t.check(f"rm -rf {d} && mkdir -p {d} && head -c {1000 + i} /dev/urandom > {d}/hs_{i}.safetensors",
+                        "shard")
+                payload[i] = t.run(f"sha256sum {d}/hs_{i}.safetensors").stdout.split()[0]
+        res = multinode.complete_data(hosts, "peers")
+        assert res == {"mode": "host to host", "files": 2}
+        for h in hosts:
+            with connect(h) as t:
+                d = f"{t.expand(h.workdir_path)}/data/peers/hidden_states"
+                for i in (0, 1):
+                    assert t.run(f"sha256sum {d}/hs_{i}.safetensors").stdout.split()[0] == payload[i]
+    finally:
+        os.kill(agent_pid, signal.SIGTERM)
