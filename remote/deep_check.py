@@ -28,10 +28,10 @@ import signal
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 import hostenv
+import pins
 from _payload import emit
 
 HERE = Path(__file__).resolve().parent
@@ -46,13 +46,7 @@ RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 
 def versions():
-    out = {}
-    for p in PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = None
-    return out
+    return pins.versions(PACKAGES)
 
 
 def run(argv, log, env=None, timeout=None):

@@ -25,3 +25,14 @@ def mismatches(lines):
         if have != want:
             out.append({"package": name, "want": want, "have": have})
     return out
+
+
+def versions(names):
+    """{name: installed version or None}."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out

