@@ -255,13 +255,16 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
         hs = targets(c, host, hosts)
         outs = _multi.extract_sharded(hs, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
-                                      concurrency=int(concurrency), max_model_len=max_model_len)
+                                      concurrency=int(concurrency), max_model_len=max_model_len, dry_run=dry_run)
         from specops import fanout
-        console.print(fanout.table(f"extract ({len(hs)} hosts)", outs, lambda r: (
+        console.print(fanout.table(f"extract ({len(hs)} hosts)", outs, lambda r: "DRY-RUN" if r.get("dry_run") else (
             f"rows {r['rows'][0]}:{r['rows'][1]}, {r.get('extract', {}).get('tokens')} tokens, "
             f"{r.get('extract', {}).get('tokens_per_s')} tokens/s")))
         with errors():
             fanout.verdict("extract", outs)
+            if dry_run:
+                console.print("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
+                return
             res = _multi.complete_data(hs, dataset)
         console.print(f"extract: every host now holds all shards ({res['mode']})")
         return
@@ -304,9 +307,12 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         with errors():
             res = _multi.train_nodes(targets(c, host, hosts), config=config, run_id=run_id, dataset=dataset,
                                      verifier=verifier, nproc=None if nproc is None else int(nproc),
-                                     overrides=overrides, rdzv_host=rdzv_host, port=int(rdzv_port), follow=follow)
-        console.print(f"train {res['run_id']}: " + ("started on every node" if res["exit_code"] is None
-                                                      else f"rank 0 finished (exit {res['exit_code']})"))
+                                     overrides=overrides, rdzv_host=rdzv_host, port=int(rdzv_port), follow=follow,
+                                     dry_run=dry_run)
+        if res.get("dry_run"):
+            return
+        console.print(f"train {res['run_id']}: " + ("started on every node (`inv logs -f --host ...` follows rank 0)"
+                                                      if res["exit_code"] is None else f"every node succeeded ({res['states']})"))
         return
     with session(c, host, hosts, dry_run) as t:
         res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,

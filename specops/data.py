@@ -91,6 +91,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     lock = "data-" + hashlib.sha1(data.encode()).hexdigest()[:12]  # one writer per data dir
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         jobs.start(t, rid, argv, kind=kind, lock=lock)
+        if t.dry_run:
+            return {"run_id": rid, "dry_run": True}
         _, code = jobs.follow(t, rid, write=lambda b: None, reconnect=getattr(t, "reopen", None))
     else:
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)

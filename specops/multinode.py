@@ -24,13 +24,14 @@ from .ui import console
 DEFAULT_PORT = 29500
 
 
-def connect_all(hosts: list[Host]) -> list[Transport]:
+def connect_all(hosts: list[Host], dry_run: bool = False) -> list[Transport]:
     with ThreadPoolExecutor(len(hosts)) as pool:
         futs = [pool.submit(connect, h) for h in hosts]
     out, errs = [], []
     for h, f in zip(hosts, futs):
         try:
             out.append(f.result())
+            out[-1].dry_run = dry_run
         except SpecopsError as e:
             errs.append(f"{h.name}: {e}")
     if errs:
@@ -68,45 +69,64 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], d
                 pass
         names = ", ".join(t.host.name for t in started) or "none"
         raise SpecopsError(f"{kind} {rid}: a node failed to start ({e}); stopped the nodes already started ({names})")
-    console.print(f"{kind} {rid} started on {len(ts)} nodes: " + ", ".join(
+    console.print(f"{kind} {rid} {'would start' if ts[0].dry_run else 'started'} on {len(ts)} nodes: " + ", ".join(
         f"{t.host.name} (rank {i})" for i, t in enumerate(ts)))
     return specs
 
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
-                overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False) -> dict:
+                overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False) -> dict:
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    ts = connect_all(hosts)
+    ts = connect_all(hosts, dry_run)
     try:
         launch(ts, rid, lambda t, i: train.make_spec(
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
             extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train")
-        code = runs_view.follow(ts[0], rid) if follow else None  # rank 0's log
+        if dry_run:
+            for t in ts:
+                print(f"DRY-RUN {t.host.name}: nothing was changed")
+            return {"run_id": rid, "exit_code": None, "dry_run": True}
+        if not follow:
+            return {"run_id": rid, "exit_code": None}
+        code = runs_view.follow(ts[0], rid)  # rank 0's log
+        if code is None:  # Ctrl-C: detached, every node keeps running
+            return {"run_id": rid, "exit_code": None}
+        states = wait_ended(ts, rid, timeout=120)
+        bad = {n: s for n, s in states.items() if s != "succeeded"}
+        if code or bad:
+            tails = "\n".join(f"--- {t.host.name} (rank {i})\n{jobs.tail(t, rid, 8)}"
+                              for i, t in enumerate(ts) if t.host.name in bad)
+            raise SpecopsError(f"train {rid}: not every node succeeded ({states})", detail=tails)
+        return {"run_id": rid, "exit_code": code, "states": states}
     finally:
         for t in ts:
             t.close()
-    return {"run_id": rid, "exit_code": code}
+
+
+def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
+    """Every node's state once all have ended (or `timeout` seconds have passed)."""
+    import time
+
+    t0 = time.time()
+    while True:
+        states = {t.host.name: jobs.status(t, rid)[0]["state"] for t in ts}
+        if all(jobs.ended(s) for s in states.values()) or time.time() - t0 > timeout:
+            return states
+        time.sleep(1)
 
 
 def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAULT_PORT,
                timeout: float = 300) -> dict:
     """A two-(or more-)node torchrun of remote/dist_check.py: gloo all-reduce across the nodes."""
     import json
-    import time
 
     rid = jobs.new_run_id("distcheck")
     ts = connect_all(hosts)
     try:
         launch(ts, rid, lambda t, i: {"program": "dist_check", "run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
                                       **node_extra(hosts, i, nproc, rdzv_host, port)}, kind="dist-check", lock=None)
-        t0 = time.time()
-        states = {}
-        while time.time() - t0 < timeout:
-            states = {t.host.name: jobs.status(t, rid)[0]["state"] for t in ts}
-            if all(jobs.ended(s) for s in states.values()):
-                break
-            time.sleep(1)
-        else:
+        states = wait_ended(ts, rid, timeout)
+        if not all(jobs.ended(s) for s in states.values()):
             for t in ts:
                 jobs.stop(t, rid, grace=10)
             raise SpecopsError(f"dist-check {rid}: not finished after {timeout}s ({states}); stopped")
@@ -125,7 +145,7 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,
-                    concurrency=32, max_model_len=None) -> list[Outcome]:
+                    concurrency=32, max_model_len=None, dry_run=False) -> list[Outcome]:
     """Each host extracts its contiguous share (--shard i/n) into its own workdir, in parallel."""
     from .fanout import run_on
 
@@ -138,7 +158,7 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
                                  concurrency=concurrency, max_model_len=max_model_len)
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
-    return run_on(hosts, one)
+    return run_on(hosts, one, dry_run=dry_run)
 
 
 def complete_data(hosts: list[Host], dataset: Optional[str]) -> dict:

@@ -57,6 +57,12 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
               nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None) -> dict:
     """Check the data (refusing before anything starts) and build the run's train spec."""
     h = t.host
+    procs, nodes = nproc or h.gpus or 1, (extra or {}).get("nnodes", 1)
+    if h.profile == "cpu" and procs * nodes > 1:
+        raise SpecopsError(
+            f"train on {h.name}: a cpu host trains in one process ({nodes} node(s) x {procs} process(es) asked); "
+            f"speculators' distributed training needs an accelerator ('No accelerator found'): train on one cpu "
+            f"host without --nproc, or on GPU hosts (nothing was started)")
     push(t)
     cfg = load_config(config, h.profile, overrides or {})
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
@@ -75,7 +81,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `inv extract` for it")
     ver = verifier or rec.get("verifier") or h.verifier
     return {
-        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": nproc or h.gpus or 1, "verifier": t.expand(ver),
+        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": cfg["flags"], **({"nodes": extra} if extra else {}),

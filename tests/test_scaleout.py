@@ -159,3 +159,48 @@ def test_shards_move_host_to_host_with_the_forwarded_agent(pod, tmp_path, monkey
                     assert t.run(f"sha256sum {d}/hs_{i}.safetensors").stdout.split()[0] == payload[i]
     finally:
         os.kill(agent_pid, signal.SIGTERM)
+
+
+def test_group_train_on_cpu_hosts_is_refused_before_anything_starts(pod):
+    """speculators' distributed training needs an accelerator ('No accelerator found' on CPU):
+    a cpu group is refused with one line, and no node has a job."""
+    hf = str(pod["hosts_file"])
+    rid = jobs.new_run_id("t") + "-cpugroup"
+    r = inv("train", "--host", "@pod", "--hosts", hf, "--run-id", rid, "--max-steps", "1")
+    assert r.returncode != 0
+    assert "a cpu host trains in one process (2 node(s) x 1 process(es) asked)" in r.stderr, r.stderr
+    assert "nothing was started" in r.stderr
+    inv_hosts = inventory.load(hf)
+    for name in ("node0", "node1"):
+        with connect(inv_hosts.get(name)) as t:
+            assert all(j["run_id"] != rid for j in jobs.status(t)), name
+
+
+def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
+    """--dry-run with a group: extract prints each node's commands, train each node's torchrun
+    launch (--nnodes 2, its rank, c10d on the first host); no node gets a job or a file."""
+    import yaml
+
+    hf = str(pod["hosts_file"])
+    ver = f"{work}/models/tiny-llama"
+    r = inv("extract", "--host", "@pod", "--hosts", hf, "--backend", "hf", "--dataset", str(work / "data" / "pipe"),
+            "--verifier", ver, "--layers", LAYERS, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "every host would get every shard (DRY-RUN: nothing was changed)" in r.stdout
+    assert r.stdout.count("remote/datagen.py") >= 2 and "--shard 0/2" in r.stdout and "--shard 1/2" in r.stdout
+    cfg = yaml.safe_load(Path(hf).read_text())  # the same nodes as GPU hosts (the spec is built, nothing runs)
+    for n in ("node0", "node1"):
+        cfg["hosts"][n].update(profile="cuda", gpus=1)
+    gpu_hf = tmp_path / "hosts-gpu.yaml"
+    gpu_hf.write_text(yaml.safe_dump(cfg))
+    rid = jobs.new_run_id("t") + "-grpdry"
+    r = inv("train", "--host", "@pod", "--hosts", str(gpu_hf), "--run-id", rid, "--dataset",
+            str(work / "data" / "pipe"), "--verifier", ver, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"train {rid} would start on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
+    assert r.stdout.count("nothing was changed") == 2
+    inv_hosts = inventory.load(hf)
+    for name in ("node0", "node1"):
+        with connect(inv_hosts.get(name)) as t:
+            assert not t.exists(jobs.run_path(t, rid)), name
+            assert all(j["state"] != "running" for j in jobs.status(t)), name

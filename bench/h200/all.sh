@@ -6,11 +6,15 @@
 #   check      inv check ; inv check --deep ; the train gate on the default config
 #   verifier   random Llama-3.1-8B-sized verifier on the GPU (bench/h200/make_verifier_8b.py)
 #   data       inv prepare-data (256 pre-tokenised rows x 1024) ; inv extract --backend hf ; inv inspect-data
-#   train      inv train (torchrun, 25 steps) ; the same flags by hand with `speculators train` ; tps.py
+#   quickcheck inv check (and on the two-node group where the machine has 2 GPUs)
+#   train      inv train --nproc 1 (25 steps, no torchrun) ; the same flags by hand with `speculators train` ; tps.py
 #   stop       inv train (long) ; inv stop mid-run ; process group and GPU memory before/after
 #   deepall    inv check --deep --all (every fallback)
+#   multi      (2 GPUs) inv train --nproc 2 (torchrun, 25 steps) ; the same by hand with torchrun ; tps.py
+#   twonode    (2 GPUs) inv train --host @pair: two torchrun nodes (--nnodes 2, c10d on 127.0.0.1), one GPU
+#              each ; tps.py ; inv status, logs --rank 1 ; inv stop --host @pair mid-run ; GPU memory
 set -u
-STAGES=${*:-setup bootstrap check verifier data train stop deepall}
+STAGES=${*:-setup bootstrap check verifier data train stop deepall}  # 2 GPUs: ... train multi twonode
 # (overridable, for a CPU rehearsal: VPY=/tmp/exist/bin/python3 PROFILE=cpu WHL=... CONFIG=configs/demo.yaml)
 B=${B:-/tmp/h200-bench}
 VPY=${VPY:-/opt/torch/.venv/bin/python3}
@@ -22,13 +26,19 @@ WD=${WD:-/tmp/specops-h200}
 VER=$WD/models/llama8b-random
 ROWS=${ROWS:-256}
 TOKENS=${TOKENS:-1024}
-INV=/tmp/lap/bin/inv
+LAP=${LAP:-}  # (a rehearsal may name an existing laptop venv; else one is made at /tmp/lap)
+INV=${LAP:-/tmp/lap}/bin/inv
 STEPS=${STEPS:-25}
+NG=${NG:-$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")}
 mkdir -p "$B"
 export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=160 CI=1
+# NVLink multicast stays off on the device machines (KINDS.md); one inductor/triton cache for every
+# run (by hand too), so only the first run of a graph pays its compile
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCHINDUCTOR_CACHE_DIR=$B/cache/inductor TRITON_CACHE_DIR=$B/cache/triton
 say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
 alive_in_group() { local n=0 p; for p in $(pgrep -g "$1"); do [[ "$(ps -o stat= -p "$p")" == Z* ]] || n=$((n + 1)); done; echo $n; }
-gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 || echo n/a; }
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd/ || echo n/a; }
 run_stage() {
   local name=$1; shift
   say "== $name: start"
@@ -41,9 +51,11 @@ run_stage() {
 
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
-  rm -rf /tmp/lap
-  $VPY -m venv --without-pip /tmp/lap
-  $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$WHL"/laptop/*.whl || return 1
+  if [ -z "$LAP" ]; then
+    rm -rf /tmp/lap
+    $VPY -m venv --without-pip /tmp/lap
+    $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$WHL"/laptop/*.whl || return 1
+  fi
   cat > "$B/hosts.yaml" <<EOF
 hosts:
   local:
@@ -54,7 +66,14 @@ hosts:
     workdir: $WD
     verifier: $VER
 EOF
-  [ "$PROFILE" = cuda ] && echo "    gpus: 1" >> "$B/hosts.yaml"
+  [ "$PROFILE" = cuda ] && echo "    gpus: ${NG:-1}" >> "$B/hosts.yaml"
+  if [ "${NG:-1}" -ge 2 ]; then  # two nodes on one box: own workdir and GPU each, rendezvous on loopback
+    for i in 0 1; do printf '%s\n' "  n$i:" "    transport: local" "    address: 127.0.0.1" "    profile: $PROFILE" \
+      "    venv: $VENV" "    venv_existing: true" "    workdir: $WD-n$i" "    verifier: $VER" "    gpus: 1" \
+      "    env: {CUDA_VISIBLE_DEVICES: \"$i\"}" >> "$B/hosts.yaml"; done
+    printf 'groups:\n  pair: [n0, n1]\n' >> "$B/hosts.yaml"
+  fi
+  cat "$B/hosts.yaml"
   $INV hosts
 }
 
@@ -64,6 +83,7 @@ s_bootstrap() {
   $INV bootstrap --wheelhouse "$WHL" || return 1
   $INV bootstrap --wheelhouse "$WHL"          # again: verifies only
   $VPY -m pip list --format=freeze > "$B/freeze-after.txt"
+  if [ "${NG:-1}" -ge 2 ]; then $INV bootstrap --host @pair --wheelhouse "$WHL" || return 1; fi
   diff "$B/freeze-before.txt" "$B/freeze-after.txt"
   cat "$WD/.specops/env-$PROFILE.txt"
   true
@@ -76,7 +96,7 @@ s_check() {
   echo "inv check --deep rc=$?"
   cat "$WD/.specops/deep-check.json"
   # the train gate (specops.check.refuse_failed_settings) on the default config and on the bench config
-  /tmp/lap/bin/python3 - <<'EOF'
+  ${LAP:-/tmp/lap}/bin/python3 - <<'EOF'
 from specops import check, inventory, train
 from specops.errors import SpecopsError
 from specops.transport import connect
@@ -109,16 +129,20 @@ s_data() {
   du -sh "$WD/data/default"; df -h /tmp | tail -1
 }
 
-s_train() {
-  echo "gpu memory before: $(gpu_mem) MiB"
-  rm -rf "$WD/runs/h200-specops"
-  $INV train --config "$CONFIG" --run-id h200-specops --max-steps "$STEPS" --follow || return 1
-  # the same training by hand: the flags inv train ran (run.json), plain `speculators train`, plain shell env
-  CMD=$($VPY - "$WD/runs/h200-specops/run.json" "$B/hand" "$VENV" <<'EOF'
-import json, shlex, sys
+# by_hand RUN OUT [NPROC]: the training `inv train` ran (its run.json's flags) launched by hand in a
+# plain shell: `speculators train FLAGS`, or with NPROC > 1 `torchrun --standalone --nproc-per-node
+# NPROC -m speculators train FLAGS`; output paths moved to OUT.
+by_hand() {
+  local run=$1 out=$2 nproc=${3:-1}
+  CMD=$($VPY - "$WD/runs/$run/run.json" "$out" "$VENV" "$nproc" <<'EOF'
+import json, os, shlex, sys
 argv = json.load(open(sys.argv[1]))["command"]
-if "train" in argv:  # cuda: torchrun ... -m speculators train FLAGS -> speculators train FLAGS
-    head, flags = [sys.argv[3] + "/bin/speculators", "train"], argv[argv.index("train") + 1:]
+venv, nproc = sys.argv[3], int(sys.argv[4])
+if "train" in argv:  # cuda: [torchrun ...] -m speculators train FLAGS
+    flags = argv[argv.index("train") + 1:]
+    tr = [venv + "/bin/torchrun"] if os.path.exists(venv + "/bin/torchrun") else [venv + "/bin/python3", "-m", "torch.distributed.run"]
+    head = ([*tr, "--standalone", "--nproc-per-node", str(nproc), "-m", "speculators", "train"]
+            if nproc > 1 else [venv + "/bin/speculators", "train"])
 else:  # cpu: python remote/train_cpu.py FLAGS (speculators has no CPU placement of its own)
     i = next(i for i, a in enumerate(argv) if a.endswith(".py"))
     head, flags = argv[:i + 1], argv[i + 1:]
@@ -129,11 +153,77 @@ print(" ".join(shlex.quote(x) for x in [*head, *flags]))
 EOF
 )
   echo "by hand: $CMD" | tee -a "$B/summary.txt"
-  rm -rf "$B/hand"; mkdir -p "$B/hand"
-  (cd "$WD" && env -u SPECOPS_HOSTS -u SPECOPS_HOST COLUMNS=1000 bash -c "$CMD") > "$B/hand/output.log" 2>&1
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$WD" && env -u SPECOPS_HOSTS -u SPECOPS_HOST COLUMNS=1000 bash -c "$CMD") > "$out/output.log" 2>&1
   echo "by hand rc=$?"
+}
+
+s_quickcheck() {
+  $INV check
+  echo "inv check rc=$?"
+  if [ "${NG:-1}" -ge 2 ]; then $INV check --host @pair; echo "inv check --host @pair rc=$?"; fi
+  true
+}
+
+s_train() {
+  echo "gpu memory before: $(gpu_mem) MiB"
+  rm -rf "$WD/runs/h200-specops"
+  $INV train --config "$CONFIG" --run-id h200-specops --max-steps "$STEPS" --nproc 1 --follow || return 1
+  by_hand h200-specops "$B/hand"
   $VPY bench/h200/tps.py --warmup 5 specops="$WD/runs/h200-specops/output.log" by_hand="$B/hand/output.log" \
     | tee "$B/tps.json"
+  say "1 GPU: $(grep -A3 '"ratio"' "$B/tps.json" | tr -d '\n ')"
+}
+
+s_multi() {
+  [ "${NG:-1}" -ge 2 ] || { echo "needs 2 GPUs (have ${NG:-0})"; return 1; }
+  echo "gpu memory before: $(gpu_mem) MiB"
+  rm -rf "$WD/runs/h200-nproc2"
+  $INV train --config "$CONFIG" --run-id h200-nproc2 --max-steps "$STEPS" --nproc 2 --follow || return 1
+  by_hand h200-nproc2 "$B/hand2" 2
+  $VPY bench/h200/tps.py --warmup 5 --world 2 specops_nproc2="$WD/runs/h200-nproc2/output.log" \
+    by_hand_nproc2="$B/hand2/output.log" | tee "$B/tps-nproc2.json"
+  say "2 GPUs: $(grep -A3 '"ratio"' "$B/tps-nproc2.json" | tr -d '\n ')"
+  if [ -f "$B/tps.json" ]; then $VPY - "$B/tps.json" "$B/tps-nproc2.json" <<'EOF' | tee -a "$B/summary.txt"
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:3])
+a, b = one["specops"]["median_tokens_per_s"], two["specops_nproc2"]["median_tokens_per_s"]
+print(f"scaling: 2 GPUs {b} tokens/s vs 1 GPU {a}: x{b / a:.3f} (efficiency {b / (2 * a):.3f})")
+EOF
+  fi
+  true
+}
+
+s_twonode() {
+  [ "${NG:-1}" -ge 2 ] || { echo "needs 2 GPUs (have ${NG:-0})"; return 1; }
+  local rid=h200-2node log=$WD-n0/runs/h200-2node/output.log before
+  before=$(gpu_mem)
+  rm -rf "$WD-n0/runs/$rid" "$WD-n1/runs/$rid"
+  echo "gpu memory before: $before MiB"
+  $INV train --host @pair --config "$CONFIG" --run-id $rid --max-steps 100000 --dataset "$WD/data/default" \
+    --verifier "$VER" || return 1
+  for i in $(seq 1 200); do grep -q "global_step=28\b" "$log" 2>/dev/null && break; sleep 2; done
+  local during; during=$(gpu_mem)
+  echo "gpu memory during: $during MiB"
+  $INV status --host @pair
+  $INV logs --host @pair --rank 1 --run-id $rid | tail -5
+  for n in n0 n1; do echo "$n: $($VPY -c "import json; print(' '.join(json.load(open('$WD-$n/runs/$rid/run.json'))['command'][:17]))")"; done
+  local pg0 pg1
+  pg0=$($VPY -c "import json; print(json.load(open('$WD-n0/runs/$rid/job.json'))['pgid'])")
+  pg1=$($VPY -c "import json; print(json.load(open('$WD-n1/runs/$rid/job.json'))['pgid'])")
+  local t0; t0=$(date +%s%N)
+  $INV stop --host @pair --run-id $rid --grace 60
+  local t1; t1=$(date +%s%N)
+  local after left; after=$(gpu_mem); left="$(alive_in_group "$pg0")+$(alive_in_group "$pg1")"
+  sleep 3; local after3; after3=$(gpu_mem)
+  $INV status --host @pair
+  ls "$WD-n0/runs/$rid/checkpoints/" "$WD-n0/runs/$rid/checkpoints/interrupted" 2>&1 | head -20
+  cat "$WD-n0/runs/$rid/exit_code" "$WD-n1/runs/$rid/exit_code"
+  grep -h -i "interrupt\|sigterm" "$log" "$WD-n1/runs/$rid/output.log" | cut -c1-200 | head
+  $VPY bench/h200/tps.py --warmup 5 --world 2 two_nodes="$log" specops_nproc2="$WD/runs/h200-nproc2/output.log" \
+    | tee "$B/tps-2node.json"
+  say "2 nodes: $(grep -A3 '"ratio"' "$B/tps-2node.json" | tr -d '\n ')"
+  say "2-node stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; live processes left in the groups $pg0+$pg1: $left"
 }
 
 s_stop() {

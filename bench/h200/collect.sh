@@ -9,7 +9,12 @@ while [ ! -f "$B/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
 C=/tmp/h200-collect; rm -rf "$C"; mkdir -p "$C/runs" "$C/deep"
 cp "$B"/*.log "$B"/*.txt "$B"/*.json "$B"/*.yaml "$B/all.out" "$C/" 2>/dev/null
 cp "$B/hand/output.log" "$C/hand-output.log" 2>/dev/null
-for r in "$WD"/runs/*/; do n=$(basename "$r"); mkdir -p "$C/runs/$n"; cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null; done
+cp "$B/hand2/output.log" "$C/hand2-output.log" 2>/dev/null
+for r in "$WD"/runs/*/ "$WD"-n[01]/runs/*/; do
+  n=$(basename "$r"); case $r in *-n0/*) n=n0-$n;; *-n1/*) n=n1-$n;; esac
+  mkdir -p "$C/runs/$n"; cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null
+  ls -la "$r/checkpoints" "$r/checkpoints/interrupted" > "$C/runs/$n/checkpoints.txt" 2>&1
+done
 cp "$WD/.specops/deep-check.json" "$WD/.specops/env-cuda.txt" "$C/deep/" 2>/dev/null
 cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
 for a in "$WD"/.specops/deep-check/attempt-*; do cp "$a/output.log" "$C/deep/$(basename "$a").log" 2>/dev/null; done

@@ -1,10 +1,12 @@
 """Training throughput from speculators' per-step profile lines (log-freq 1), for one or more logs.
 
-    python3 bench/h200/tps.py [--warmup 5] NAME=output.log [NAME=output.log ...]
+    python3 bench/h200/tps.py [--warmup 5] [--world N] NAME=output.log [NAME=output.log ...]
 
 Per log: steps logged, median and mean `profile/tokens_per_s` over steps >= warmup (each
 logged step is timed with a device synchronize, the same in every run), and the aggregate
 (sum of tokens / sum of step time) over those steps; with two logs, the ratio first/second.
+speculators logs rank 0's own tokens and step time: with --world N (N data-parallel ranks,
+each its own batch of the same size), the run's tokens/s are N times rank 0's.
 """
 
 import argparse
@@ -27,15 +29,15 @@ def steps(path):
     return out
 
 
-def summary(path, warmup):
+def summary(path, warmup, world=1):
     recs = steps(path)
     use = [r for r in recs if r["global_step"] >= warmup]
     if not use:
         return {"log": path, "steps": len(recs), "error": "no profiled steps past the warm-up"}
-    tps = [r["profile/tokens_per_s"] for r in use]
+    tps = [r["profile/tokens_per_s"] * world for r in use]
     ms = [r["profile/step_ms"] for r in use]
     toks = sum(t * m / 1000 for t, m in zip(tps, ms))
-    return {"log": path, "steps": len(recs), "measured_steps": len(use), "median_tokens_per_s": round(statistics.median(tps)),
+    return {"log": path, "world": world, "steps": len(recs), "measured_steps": len(use), "median_tokens_per_s": round(statistics.median(tps)),
             "mean_tokens_per_s": round(statistics.mean(tps)), "aggregate_tokens_per_s": round(toks / (sum(ms) / 1000)),
             "median_step_ms": round(statistics.median(ms), 1), "tokens_per_step": round(toks / len(use)),
             "last_loss": use[-1].get("train/loss")}
@@ -44,12 +46,13 @@ def summary(path, warmup):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--world", type=int, default=1, help="data-parallel ranks of every run given")
     ap.add_argument("logs", nargs="+")
     a = ap.parse_args()
     res = {}
     for item in a.logs:
         name, _, path = item.partition("=")
-        res[name] = summary(path, a.warmup)
+        res[name] = summary(path, a.warmup, a.world)
     names = list(res)
     if len(names) == 2 and all("median_tokens_per_s" in res[n] for n in names):
         x, y = res[names[0]], res[names[1]]
