@@ -82,9 +82,43 @@ def procs():
                 continue
 
 
-def group_alive(pgid):
-    """True while any non-zombie process is in the process group."""
-    return bool(pgid) and any(pg == pgid and st != "Z" for _, st, _, pg in procs())
+#: Every process of a job carries SPECOPS_JOB=<its tag> in its environment (set by the supervisor):
+#: that finds the job's processes outside its process group too. torchrun starts each rank in a
+#: session of its own, and a rank whose torchrun died lives on, reparented, holding its GPU.
+TAG_VAR = "SPECOPS_JOB"
+
+
+def tagged(tag):
+    """Live pids whose environment carries this job's tag."""
+    if not tag:
+        return []
+    needle = b"\0" + f"{TAG_VAR}={tag}".encode() + b"\0"
+    out = []
+    for pid, st, _, _ in procs():
+        if st == "Z":
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in b"\0" + env + (b"" if env.endswith(b"\0") else b"\0"):
+            out.append(pid)
+    return out
+
+
+def job_pids(rec):
+    """The job's live processes: its process group and every process carrying its tag."""
+    pgid = rec.get("pgid")
+    group = {p for p, st, _, pg in procs() if pgid and pg == pgid and st != "Z"}
+    return sorted(group | set(tagged(rec.get("tag"))))
+
+
+def kill_all(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def job_state(d):
@@ -99,9 +133,9 @@ def job_state(d):
         rec["exit_code"] = rc
         rec["state"] = "succeeded" if rc == 0 else (
             f"killed (signal {-rc})" if rc < 0 else ("killed (137: SIGKILL, e.g. out of memory)" if rc == 137 else f"failed (exit {rc})"))
-        if rec.get("stopped_by_user") and rc != 0:
+        if rec.get("stopped_by_user"):
             rec["state"] = "stopped"
-    elif pid_alive(rec.get("pid")) or group_alive(rec.get("pgid")):
+    elif pid_alive(rec.get("pid")) or job_pids(rec):
         rec["state"] = "running"
     else:
         rec["state"] = "lost (supervisor gone without an exit code)"
@@ -131,10 +165,6 @@ def is_torchrun(pid):
 
 def children(pid):
     return [p for p, _, ppid, _ in procs() if ppid == pid]
-
-
-def group_pids(pgid):
-    return [p for p, _, _, pg in procs() if pg == pgid]
 
 
 def gpu_memory_by_pid():
@@ -183,9 +213,10 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
             return {"ok": False, "error": f"run {run_id!r} is already running (pid {prev['pid']})"}
         d.mkdir(parents=True, exist_ok=True)
         (d / "exit_code").unlink(missing_ok=True)
+        started = time.time()
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
-               "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(),
-               "started": time.time(), "state": "starting", **(extra or {})}
+               "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
+               "tag": f"{run_id}.{int(started * 1000)}", "state": "starting", **(extra or {})}
         write_json(d / "job.json", rec)
         log = open(d / "output.log", "ab")
         sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
@@ -200,7 +231,8 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
 
 
 def stop_job(d, grace=60.0):
-    """SIGTERM the job's process group, wait up to grace, then SIGKILL; wait until it is gone."""
+    """SIGTERM the job's process group, wait up to grace, then SIGKILL every process of the job
+    (its group and its tagged processes in other sessions); wait until they are gone."""
     d = Path(d)
     rec = job_state(d)
     if rec is None:
@@ -226,15 +258,16 @@ def stop_job(d, grace=60.0):
     except ProcessLookupError:
         pass
     killed = False
-    while group_alive(pgid):
+    while left := job_pids(raw):
         if time.time() - t0 > grace and not killed:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            kill_all(left, signal.SIGKILL)
             killed = True
         if time.time() - t0 > grace + 30:
-            return {"ok": False, "error": f"process group {pgid} still alive after SIGKILL"}
+            return {"ok": False, "error": f"processes {left} of the job (group {pgid}) still alive after SIGKILL"}
         time.sleep(0.2)
     # the supervisor writes exit_code as it ends; give it a moment if it was SIGKILLed
     if not (d / "exit_code").is_file():
@@ -251,6 +284,8 @@ def supervise(d, env_file=None):
     d = Path(d)
     rec = read_json(d / "job.json")
     env = dict(os.environ)
+    if rec.get("tag"):
+        env[TAG_VAR] = rec["tag"]
     if env_file:  # secrets travel in a 0600 file, never on a command line
         for line in Path(env_file).read_text().splitlines():
             k, sep, v = line.partition("=")
@@ -277,8 +312,24 @@ def supervise(d, env_file=None):
         except InterruptedError:
             continue
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
+    end_orphans(rec.get("tag"))
     (d / "exit_code").write_text(f"{rc}\n")
     return 0
+
+
+def end_orphans(tag, grace=10.0):
+    """The command has exited: end what it left running (e.g. ranks whose torchrun was killed,
+    in sessions of their own): SIGTERM, then SIGKILL after grace seconds."""
+    left = [p for p in tagged(tag) if p != os.getpid()]
+    if not left:
+        return
+    print(f"[specops] the command left {len(left)} process(es) running (pids {' '.join(map(str, left))}): "
+          f"ending them", flush=True)
+    kill_all(left, signal.SIGTERM)
+    t0 = time.time()
+    while (left := [p for p in tagged(tag) if p != os.getpid()]) and time.time() - t0 < grace:
+        time.sleep(0.2)
+    kill_all(left, signal.SIGKILL)
 
 
 def main():
@@ -322,7 +373,7 @@ def main():
             if gpu:
                 for rec in jobs:
                     if rec["state"] == "running":
-                        rec["gpu_mib"] = sum(gpu.get(p, 0) for p in group_pids(rec.get("pgid")))
+                        rec["gpu_mib"] = sum(gpu.get(p, 0) for p in job_pids(rec))
             emit({"ok": True, "jobs": jobs})
         return 0
     if a.cmd == "stop":

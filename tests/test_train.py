@@ -3,6 +3,7 @@ re-attaches without losing a line, one training per host, `stop` leaves an inter
 checkpoint and no process behind."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -145,3 +146,56 @@ def test_stop_under_torchrun_signals_the_ranks_once(cpu_box, hosts_file, work, t
         res = jobs.stop(t, rid, grace=60)
         assert not res["sigkill"]
         assert t.run(f"cat {marker}").stdout == "saved"
+
+
+STUBBORN = """import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(f"rank pid {os.getpid()} sid {os.getsid(0)}", flush=True)
+time.sleep(600)
+"""
+
+
+def start_stubborn_rank(t, cpu_box, work, tmp_path, rid):
+    """torchrun with one rank that ignores SIGTERM; returns (rank pid, rank session, job record)."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    t.put(str(script), f"{work}/stubborn.py")
+    rec = jobs.start(t, rid, [f"{cpu_box['venv']}/bin/python3", "-m", "torch.distributed.run", "--standalone",
+                              "--nproc-per-node", "1", f"{work}/stubborn.py"], kind="train", term="child")
+    log = jobs.run_path(t, rid, "output.log")
+    wait_for(lambda: b"rank pid" in (t.read_bytes(log) or b""), 120, "the rank")
+    m = re.search(rb"rank pid (\d+) sid (\d+)", t.read_bytes(log))
+    return int(m.group(1)), int(m.group(2)), rec
+
+
+def alive(t, pid):
+    return t.run(f"test -d /proc/{pid} && ! grep -q '^State:.*Z' /proc/{pid}/status").ok
+
+
+def test_stop_reaches_ranks_in_their_own_sessions(cpu_box, hosts_file, work, tmp_path):
+    """torchrun starts each rank in a session of its own, outside the job's process group: a rank
+    that ignores SIGTERM still gets SIGKILL after the grace period (found by the job's tag)."""
+    h = inventory.load(str(hosts_file)).get("box")
+    rid = "t-stubborn-" + str(int(time.time()))
+    with connect(h) as t:
+        pid, sid, rec = start_stubborn_rank(t, cpu_box, work, tmp_path, rid)
+        assert sid != rec["pgid"]  # (what makes a process-group kill miss it)
+        res = jobs.stop(t, rid, grace=3)
+        assert res["sigkill"] and res["state"] == "stopped", res
+        assert not alive(t, pid)
+
+
+def test_ranks_orphaned_by_a_killed_torchrun_are_ended(cpu_box, hosts_file, work, tmp_path):
+    """torchrun SIGKILLed (e.g. by the OOM killer): its rank lives on, reparented, in its own
+    session; the supervisor ends it, and says so in the log."""
+    h = inventory.load(str(hosts_file)).get("box")
+    rid = "t-orphan-" + str(int(time.time()))
+    with connect(h) as t:
+        pid, _, _ = start_stubborn_rank(t, cpu_box, work, tmp_path, rid)
+        child = json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))["child_pid"]
+        t.check(f"kill -9 {child}", "killing torchrun")
+        wait_for(lambda: jobs.ended(jobs.status(t, rid)[0]["state"]), 60, "the job's end")
+        assert jobs.status(t, rid)[0]["state"] == "killed (signal 9)"
+        assert not alive(t, pid)
+        log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
+        assert f"the command left 1 process(es) running (pids {pid}): ending them" in log, log[-1500:]

@@ -37,6 +37,8 @@ export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCHINDUCTOR_CACHE_DIR=$B/cache/inductor TRITON_CACHE_DIR=$B/cache/triton
 say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
+# live processes carrying a job's tag (SPECOPS_JOB=<tag> in their environment: ranks in sessions of their own too)
+alive_tagged() { local n=0 p; for p in $(grep -lZ -a "SPECOPS_JOB=$1" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | cut -d/ -f3); do [[ "$(ps -o stat= -p "$p" 2>/dev/null)" == Z* || -z "$(ps -o stat= -p "$p" 2>/dev/null)" ]] || n=$((n + 1)); done; echo $n; }
 alive_in_group() { local n=0 p; for p in $(pgrep -g "$1"); do [[ "$(ps -o stat= -p "$p")" == Z* ]] || n=$((n + 1)); done; echo $n; }
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd/ || echo n/a; }
 run_stage() {
@@ -200,7 +202,7 @@ s_twonode() {
   before=$(gpu_mem)
   rm -rf "$WD-n0/runs/$rid" "$WD-n1/runs/$rid"
   echo "gpu memory before: $before MiB"
-  $INV train --host @pair --config "$CONFIG" --run-id $rid --max-steps 100000 --dataset "$WD/data/default" \
+  $INV train --host @pair --config "$CONFIG" --run-id $rid --max-steps 100000 --epochs 20 --dataset "$WD/data/default" \
     --verifier "$VER" || return 1
   for i in $(seq 1 200); do grep -q "global_step=28\b" "$log" 2>/dev/null && break; sleep 2; done
   local during; during=$(gpu_mem)
@@ -211,10 +213,14 @@ s_twonode() {
   local pg0 pg1
   pg0=$($VPY -c "import json; print(json.load(open('$WD-n0/runs/$rid/job.json'))['pgid'])")
   pg1=$($VPY -c "import json; print(json.load(open('$WD-n1/runs/$rid/job.json'))['pgid'])")
+  local tag0 tag1
+  tag0=$($VPY -c "import json; print(json.load(open('$WD-n0/runs/$rid/job.json'))['tag'])")
+  tag1=$($VPY -c "import json; print(json.load(open('$WD-n1/runs/$rid/job.json'))['tag'])")
+  echo "processes of the job: n0 group $pg0: $(alive_in_group "$pg0"), tagged $tag0: $(alive_tagged "$tag0"); n1 group $pg1: $(alive_in_group "$pg1"), tagged $tag1: $(alive_tagged "$tag1")"
   local t0; t0=$(date +%s%N)
   $INV stop --host @pair --run-id $rid --grace 60
   local t1; t1=$(date +%s%N)
-  local after left; after=$(gpu_mem); left="$(alive_in_group "$pg0")+$(alive_in_group "$pg1")"
+  local after left; after=$(gpu_mem); left="$(alive_in_group "$pg0")+$(alive_in_group "$pg1") in the groups, $(alive_tagged "$tag0")+$(alive_tagged "$tag1") tagged"
   sleep 3; local after3; after3=$(gpu_mem)
   $INV status --host @pair
   ls "$WD-n0/runs/$rid/checkpoints/" "$WD-n0/runs/$rid/checkpoints/interrupted" 2>&1 | head -20
@@ -223,7 +229,7 @@ s_twonode() {
   $VPY bench/h200/tps.py --warmup 5 --world 2 two_nodes="$log" specops_nproc2="$WD/runs/h200-nproc2/output.log" \
     | tee "$B/tps-2node.json"
   say "2 nodes: $(grep -A3 '"ratio"' "$B/tps-2node.json" | tr -d '\n ')"
-  say "2-node stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; live processes left in the groups $pg0+$pg1: $left"
+  say "2-node stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; live processes left: $left"
 }
 
 s_stop() {
