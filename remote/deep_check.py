@@ -33,6 +33,7 @@ from pathlib import Path
 import hostenv
 import pins
 from _payload import emit
+from errlines import RANK, first_error
 
 HERE = Path(__file__).resolve().parent
 ROOT = Path(".specops") / "deep-check"
@@ -41,8 +42,6 @@ FIXTURE_VERSION = 1
 LAYERS, HIDDEN = 8, 256
 LAYER_IDS = [2, 4, 5, 8]
 PACKAGES = ("torch", "speculators", "transformers", "triton", "hs-connectors")
-WRAPPERS = ("ChildFailedError", "CalledProcessError", "SystemExit")
-RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 
 def versions():
@@ -81,28 +80,6 @@ def tail(log, n=15, upto=None):
         if hit:
             lines = lines[:hit[-1] + 1]
     return lines[-n:]
-
-
-def first_error(text):
-    """The error a failed run died of: the last `XError: message` line outside tracebacks' code
-    boxes that is not a launcher wrapper (torchrun's ChildFailedError); a chained
-    'A: B: msg' is cut to its innermost 'B: msg'."""
-    found = None
-    for line in text.splitlines():
-        s = RANK.sub("", line).strip()  # torchrun prefixes each worker line with [rankN]:
-        if not s or s[0] in "│┃|╭╰❱┏┗║" or s.startswith(("File ", "raise ", "During handling", "The above")):
-            continue
-        m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt))(?::\s*(.*))?$", s)
-        if not m or m.group(1).split(".")[-1] in WRAPPERS:
-            continue
-        msg = s
-        inner = re.findall(r"([A-Za-z_]\w*(?:Error|Exception)): ", msg)
-        if len(inner) > 1:
-            msg = msg[msg.rfind(inner[-1] + ": "):]
-        msg = re.sub(r"^[\w.]*\.(\w+(?:Error|Exception))", r"\1", msg)
-        cut = msg.find(". ", 40)  # the first sentence is the one-line error
-        found = (msg[:cut] if cut > 0 else msg)[:300]
-    return found
 
 
 def fixture(kind, log):

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from _payload import emit
+from errlines import first_error
 
 RUNS = Path("runs")
 ID_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -143,17 +144,23 @@ def job_state(d):
     log = d / "output.log"
     rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
     rec["last_line"] = last_line(log, rec["log_bytes"])
+    if rec["state"].startswith(("failed", "killed")):
+        rec["error"] = first_error(log_end(log, rec["log_bytes"]))
     return rec
 
 
-def last_line(log, size):
+def log_end(log, size, n=1 << 16):
     try:
         with open(log, "rb") as f:
-            f.seek(max(size - 4096, 0))
-            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][-200:] if lines else ""
+            f.seek(max(size - n, 0))
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def last_line(log, size):
+    lines = [ln for ln in log_end(log, size, 4096).splitlines() if ln.strip()]
+    return lines[-1][-200:] if lines else ""
 
 
 def is_torchrun(pid):

@@ -94,9 +94,11 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
         states = wait_ended(ts, rid, timeout=120)
         bad = {n: s for n, s in states.items() if s != "succeeded"}
         if code or bad:
+            errors = {t.host.name: jobs.status(t, rid)[0].get("error") for t in ts if t.host.name in bad}
+            first = next((f"; {n}: {e}" for n, e in errors.items() if e), "")
             tails = "\n".join(f"--- {t.host.name} (rank {i})\n{jobs.tail(t, rid, 8)}"
                               for i, t in enumerate(ts) if t.host.name in bad)
-            raise SpecopsError(f"train {rid}: not every node succeeded ({states})", detail=tails)
+            raise SpecopsError(f"train {rid}: not every node succeeded ({states}){first}", detail=tails)
         return {"run_id": rid, "exit_code": code, "states": states}
     finally:
         for t in ts:

@@ -116,6 +116,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                              stop_on_interrupt=False, term="child")
     if follow and code not in (None, 0):
-        raise SpecopsError(f"train {rid} on {h.name} {jobs.status(t, rid)[0]['state']}",
+        j = jobs.status(t, rid)[0]
+        raise SpecopsError(f"train {rid} on {h.name} {j['state']}" + (f": {j['error']}" if j.get("error") else ""),
                            detail=jobs.tail(t, rid, 15))
     return {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}

@@ -2,6 +2,7 @@
 Each host is a real sshd in its own network namespace with its own address (netrig.py)."""
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -176,11 +177,21 @@ def test_group_train_on_cpu_hosts_is_refused_before_anything_starts(pod):
             assert all(j["run_id"] != rid for j in jobs.status(t)), name
 
 
+def as_gpu_hosts(hf, tmp_path) -> Path:
+    """The pod's nodes declared as one-GPU cuda hosts (this machine has no GPU)."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(hf).read_text())
+    for n in ("node0", "node1"):
+        cfg["hosts"][n].update(profile="cuda", gpus=1)
+    out = tmp_path / "hosts-gpu.yaml"
+    out.write_text(yaml.safe_dump(cfg))
+    return out
+
+
 def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
     """--dry-run with a group: extract prints each node's commands, train each node's torchrun
     launch (--nnodes 2, its rank, c10d on the first host); no node gets a job or a file."""
-    import yaml
-
     hf = str(pod["hosts_file"])
     ver = f"{work}/models/tiny-llama"
     r = inv("extract", "--host", "@pod", "--hosts", hf, "--backend", "hf", "--dataset", str(work / "data" / "pipe"),
@@ -188,11 +199,7 @@ def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "every host would get every shard (DRY-RUN: nothing was changed)" in r.stdout
     assert r.stdout.count("remote/datagen.py") >= 2 and "--shard 0/2" in r.stdout and "--shard 1/2" in r.stdout
-    cfg = yaml.safe_load(Path(hf).read_text())  # the same nodes as GPU hosts (the spec is built, nothing runs)
-    for n in ("node0", "node1"):
-        cfg["hosts"][n].update(profile="cuda", gpus=1)
-    gpu_hf = tmp_path / "hosts-gpu.yaml"
-    gpu_hf.write_text(yaml.safe_dump(cfg))
+    gpu_hf = as_gpu_hosts(hf, tmp_path)  # (the spec is built, nothing runs)
     rid = jobs.new_run_id("t") + "-grpdry"
     r = inv("train", "--host", "@pod", "--hosts", str(gpu_hf), "--run-id", rid, "--dataset",
             str(work / "data" / "pipe"), "--verifier", ver, "--dry-run")
@@ -204,3 +211,25 @@ def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
         with connect(inv_hosts.get(name)) as t:
             assert not t.exists(jobs.run_path(t, rid)), name
             assert all(j["state"] != "running" for j in jobs.status(t)), name
+
+
+def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run, work, tmp_path):
+    """Two torchrun nodes really start (hosts declared as GPU hosts; speculators then fails on this
+    GPU-less machine with 'No accelerator found'): `train --follow` shows rank 0's log, waits
+    for every node, exits non-zero naming each node's state, with the failed nodes' log tails."""
+    hf = str(pod["hosts_file"])
+    rid = jobs.new_run_id("t") + "-grpfail"
+    r = inv("train", "--host", "@pod", "--hosts", str(as_gpu_hosts(hf, tmp_path)), "--run-id", rid, "--dataset",
+            str(work / "data" / "pipe"), "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--follow")
+    assert r.returncode != 0
+    assert f"train {rid} started on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"specops: train {rid}: not every node succeeded (") and "'node1': 'failed (exit" in first
+    assert "; node0: " in first and "accelerator" in first, first  # the error the rank died of
+    assert "--- node0 (rank 0)" in r.stderr and "--- node1 (rank 1)" in r.stderr, r.stderr[-3000:]
+    inv_hosts = inventory.load(hf)
+    for i, name in enumerate(("node0", "node1")):
+        with connect(inv_hosts.get(name)) as t:
+            assert jobs.status(t, rid)[0]["state"].startswith("failed"), name
+            cmd = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["command"]
+            assert cmd[cmd.index("--nnodes"):cmd.index("--nnodes") + 4] == ["--nnodes", "2", "--node-rank", str(i)]

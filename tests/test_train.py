@@ -95,7 +95,8 @@ def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_fil
     assert r.returncode != 0
     first = r.stderr.strip().splitlines()[0]
     assert first.startswith("specops: train t-broken-") and "failed (exit" in first
-    assert "no-such-draft" in r.stderr  # the tail of the trainer's own error is shown
+    assert "no-such-draft" in first  # the error the trainer died of, on the first line
+    assert "no-such-draft" in r.stderr  # and the tail of its log
 
 
 def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
