@@ -51,10 +51,12 @@ def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optio
 
 
 def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], dict], *, kind: str,
-           lock: Optional[str]) -> list[dict]:
+           lock: Optional[str], before_start: Optional[Callable[[], object]] = None) -> list[dict]:
     """Build every node's spec first (all checks before anything starts), then start them all;
     if one fails to start, stop the ones already running."""
     specs = [spec_for(t, i) for i, t in enumerate(ts)]
+    if before_start:
+        before_start()
     started: list[Transport] = []
     try:
         for t, spec in zip(ts, specs):
@@ -74,6 +76,56 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], d
     return specs
 
 
+def checkpoint_epochs(t: Transport, rid: str) -> list[int]:
+    """The epoch checkpoints (numeric dirs, not symlinks) of a run on one node, ascending."""
+    import shlex
+
+    d = jobs.run_path(t, rid, "checkpoints")
+    r = t.run(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
+              f"&& echo \"$e\"; done; true", changes=False)
+    return sorted(int(x) for x in r.stdout.split() if x.isdigit())
+
+
+def align_checkpoints(ts: list[Transport], rid: str) -> dict:
+    """Before a group run starts: every node must hold rank 0's latest epoch checkpoint.
+    speculators decides whether to resume from each rank's own --save-path (a node's run dir
+    here) and loads the optimizer state on every rank; nodes that disagree would issue different
+    collectives and hang. Rank 0's checkpoints are the truth: its latest epoch is copied (through
+    the laptop, rsync both ways, only what differs) to the nodes whose copy differs."""
+    from .fetch import remote_manifest
+
+    with ThreadPoolExecutor(len(ts)) as pool:
+        epochs = list(pool.map(lambda t: checkpoint_epochs(t, rid), ts))
+    head = epochs[0][-1] if epochs[0] else None
+    for t, e in zip(ts[1:], epochs[1:]):
+        newer = [x for x in e if head is None or x > head]
+        if newer:
+            raise SpecopsError(
+                f"train {rid}: {t.host.name} holds checkpoint(s) {newer} in {jobs.run_path(t, rid, 'checkpoints')} "
+                f"that rank 0 ({ts[0].host.name}) lacks (its latest: {head}): the nodes would disagree on where to "
+                f"resume; move them away there or use a new --run-id (nothing was started)")
+    if head is None:
+        return {"resume": None, "copied_to": []}
+    rel = f"checkpoints/{head}"
+    want = {k: v["sha256"] for k, v in remote_manifest(ts[0], jobs.run_path(ts[0], rid, rel)).items()}
+    stale = []
+    for t, e in zip(ts[1:], epochs[1:]):
+        have = ({k: v["sha256"] for k, v in remote_manifest(t, jobs.run_path(t, rid, rel)).items()}
+                if head in e else {})
+        if any(have.get(k) != v for k, v in want.items()):
+            stale.append(t)
+    if stale and not ts[0].dry_run:
+        with tempfile.TemporaryDirectory(prefix="specops-ckpt-") as stage:
+            ts[0].sync_down(jobs.run_path(ts[0], rid, rel), stage, partial=True)
+            for t in stale:
+                t.sync_up(stage, jobs.run_path(t, rid, rel))
+    names = [t.host.name for t in stale]
+    console.print(f"train {rid}: resuming from rank 0's epoch {head} checkpoint"
+                  + (f"; {'would copy' if ts[0].dry_run else 'copied'} it to {', '.join(names)}" if names
+                     else "; every node holds it"))
+    return {"resume": head, "copied_to": names}
+
+
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
                 overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False) -> dict:
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
@@ -81,7 +133,8 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
     try:
         launch(ts, rid, lambda t, i: train.make_spec(
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
-            extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train")
+            extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train",
+            before_start=lambda: align_checkpoints(ts, rid))
         if dry_run:
             for t in ts:
                 print(f"DRY-RUN {t.host.name}: nothing was changed")

@@ -233,3 +233,47 @@ def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run
             assert jobs.status(t, rid)[0]["state"].startswith("failed"), name
             cmd = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["command"]
             assert cmd[cmd.index("--nnodes"):cmd.index("--nnodes") + 4] == ["--nnodes", "2", "--node-rank", str(i)]
+
+
+def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_run, work, tmp_path):
+    """speculators decides whether to resume from each rank's own --save-path: before a group
+    run resumes, rank 0's latest epoch checkpoint is copied to the nodes lacking it (a node with
+    a checkpoint rank 0 lacks is refused: the nodes would disagree)."""
+    hf = str(pod["hosts_file"])
+    gpu_hf = str(as_gpu_hosts(hf, tmp_path))
+    inv_hosts = inventory.load(hf)
+    rid = jobs.new_run_id("t") + "-resume"
+    args = ["train", "--host", "@pod", "--hosts", gpu_hf, "--run-id", rid, "--dataset", str(work / "data" / "pipe"),
+            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1"]
+    with connect(inv_hosts.get("node0")) as t0, connect(inv_hosts.get("node1")) as t1:
+        ck = jobs.run_path(t0, rid, "checkpoints")
+        t0.check(f"mkdir -p {ck}/0 {ck}/1 && for e in 0 1; do head -c 300000 /dev/urandom > {ck}/$e/model.safetensors; "
+                 f"echo '{{\"epoch\": '$e'}}' > {ck}/$e/training_state.json; done && ln -s 1 {ck}/checkpoint_best", "ckpt")
+        for n in ("node0", "node1"):  # (the dry run reads the data with specops' scripts)
+            assert inv("push", "--host", n, "--hosts", gpu_hf).returncode == 0
+        r = inv(*args, "--dry-run")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"train {rid}: resuming from rank 0's epoch 1 checkpoint; would copy it to node1" in r.stdout
+        ck1 = jobs.run_path(t1, rid, "checkpoints")
+        assert not t1.exists(ck1)
+        r = inv(*args)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"train {rid}: resuming from rank 0's epoch 1 checkpoint; copied it to node1" in r.stdout
+        sums = [t.run(f"cd {d}/1 && sha256sum model.safetensors training_state.json").stdout for t, d in ((t0, ck), (t1, ck1))]
+        assert sums[0] == sums[1] and sums[0].count("\n") == 2
+        assert not t1.exists(f"{ck1}/0")  # only the epoch it resumes from travels
+        for t in (t0, t1):  # (speculators then fails on this GPU-less machine)
+            wait_for_end(t, rid)
+        t1.check(f"mkdir -p {ck1}/2", "newer checkpoint")
+        r = inv(*args)
+        assert r.returncode != 0
+        assert f"node1 holds checkpoint(s) [2] in {ck1} that rank 0 (node0) lacks (its latest: 1)" in r.stderr, r.stderr
+        assert "nothing was started" in r.stderr
+        assert jobs.status(t0, rid)[0]["state"].startswith("failed")  # still the first attempt's record
+
+
+def wait_for_end(t, rid, timeout=120):
+    t_end = time.time() + timeout
+    while not jobs.ended(jobs.status(t, rid)[0]["state"]):
+        assert time.time() < t_end, f"{rid} on {t.host.name} still running"
+        time.sleep(1)
