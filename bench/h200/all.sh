@@ -13,6 +13,7 @@
 #   multi      (2 GPUs) inv train --nproc 2 (torchrun, 25 steps) ; the same by hand with torchrun ; tps.py
 #   twonode    (2 GPUs) inv train --host @pair: two torchrun nodes (--nnodes 2, c10d on 127.0.0.1), one GPU
 #              each ; tps.py ; inv status, logs --rank 1 ; inv stop --host @pair mid-run ; GPU memory
+#   resume2    (2 GPUs) inv train --host @pair --epochs 1, then the same run id --epochs 2 (a resume)
 set -u
 STAGES=${*:-setup bootstrap check verifier data train stop deepall}  # 2 GPUs: ... train multi twonode
 # (overridable, for a CPU rehearsal: VPY=/tmp/exist/bin/python3 PROFILE=cpu WHL=... CONFIG=configs/demo.yaml)
@@ -230,6 +231,23 @@ s_twonode() {
     | tee "$B/tps-2node.json"
   say "2 nodes: $(grep -A3 '"ratio"' "$B/tps-2node.json" | tr -d '\n ')"
   say "2-node stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; live processes left: $left"
+}
+
+s_resume2() {  # two nodes: one epoch, then the same run id for two: rank 0's checkpoint reaches n1 first
+  [ "${NG:-1}" -ge 2 ] || { echo "needs 2 GPUs (have ${NG:-0})"; return 1; }
+  local rid=h200-resume
+  rm -rf "$WD-n0/runs/$rid" "$WD-n1/runs/$rid"
+  $INV train --host @pair --config "$CONFIG" --run-id $rid --epochs 1 --dataset "$WD/data/default" \
+    --verifier "$VER" --follow > "$B/resume-first.out" 2>&1
+  echo "first rc=$?"; tail -3 "$B/resume-first.out"
+  ls "$WD-n0/runs/$rid/checkpoints" "$WD-n1/runs/$rid/checkpoints" 2>&1
+  $INV train --host @pair --config "$CONFIG" --run-id $rid --epochs 2 --dataset "$WD/data/default" \
+    --verifier "$VER" --follow > "$B/resume-second.out" 2>&1
+  local rc=$?
+  echo "second rc=$rc"; grep -a "resuming\|Resuming\|Found checkpoint\|every node" "$B/resume-second.out" | cut -c1-200
+  for n in n0 n1; do echo "$n: exit $(cat "$WD-$n/runs/$rid/exit_code"), checkpoints: $(ls "$WD-$n/runs/$rid/checkpoints" | tr '\n' ' ')"; done
+  say "resume2: second run rc=$rc; $(grep -a -o "resuming from rank 0's epoch [0-9]* checkpoint[^(]*" "$B/resume-second.out" | head -1); $(grep -a -c "Resuming training on epoch 1" "$WD-n0/runs/$rid/output.log" "$WD-n1/runs/$rid/output.log" | tr '\n' ' ')"
+  return $rc
 }
 
 s_stop() {

@@ -7,7 +7,7 @@ if [ ! -d "$B" ]; then echo "no /tmp/h200-bench here: a fresh machine (the bench
 end=$((SECONDS + ${1:-540}))
 while [ ! -f "$B/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
 C=/tmp/h200-collect; rm -rf "$C"; mkdir -p "$C/runs" "$C/deep"
-cp "$B"/*.log "$B"/*.txt "$B"/*.json "$B"/*.yaml "$B/all.out" "$C/" 2>/dev/null
+cp "$B"/*.log "$B"/*.txt "$B"/*.json "$B"/*.yaml "$B"/*.out "$C/" 2>/dev/null
 cp "$B/hand/output.log" "$C/hand-output.log" 2>/dev/null
 cp "$B/hand2/output.log" "$C/hand2-output.log" 2>/dev/null
 for r in "$WD"/runs/*/ "$WD"-n[01]/runs/*/; do
