@@ -50,9 +50,21 @@ def read_json(path, default=None):
 
 
 def write_json(path, obj):
-    tmp = Path(f"{path}.tmp")
+    tmp = Path(f"{path}.{os.getpid()}.tmp")  # (one temp file per writer: several may write at once)
     tmp.write_text(json.dumps(obj, indent=1, default=str))
     os.replace(tmp, path)
+
+
+def update_json(path, **fields):
+    """Merge fields into a JSON record under an exclusive lock: the starter, the supervisor and
+    `stop` all write job.json, and none may lose what another wrote."""
+    path = Path(path)
+    with open(path.parent / ".specops-job.lock", "w") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        rec = read_json(path) or {}
+        rec.update(fields)
+        write_json(path, rec)
+    return rec
 
 
 def pid_alive(pid):
@@ -136,7 +148,7 @@ def job_state(d):
             f"killed (signal {-rc})" if rc < 0 else ("killed (137: SIGKILL, e.g. out of memory)" if rc == 137 else f"failed (exit {rc})"))
         if rec.get("stopped_by_user"):
             rec["state"] = "stopped"
-    elif pid_alive(rec.get("pid")) or job_pids(rec):
+    elif pid_alive(rec.get("pid")) or pid_alive(rec.get("child_pid")) or job_pids(rec):
         rec["state"] = "running"
     else:
         rec["state"] = "lost (supervisor gone without an exit code)"
@@ -232,8 +244,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd=cwd, close_fds=True)
         log.close()
-        rec.update(pid=p.pid, pgid=p.pid, state="running")
-        write_json(d / "job.json", rec)
+        rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, state="running"))
     return {"ok": True, **rec}
 
 
@@ -248,9 +259,7 @@ def stop_job(d, grace=60.0):
     if rec["state"] != "running":
         return {"ok": True, "already": rec["state"], **rec}
     rec["stopped_by_user"] = True
-    raw = read_json(d / "job.json")
-    raw["stopped_by_user"] = True
-    write_json(d / "job.json", raw)
+    raw = update_json(d / "job.json", stopped_by_user=True)
     t0 = time.time()
     try:
         child = raw.get("child_pid")
@@ -311,7 +320,10 @@ def supervise(d, env_file=None):
         (d / "exit_code").write_text("127\n")
         return 127
     rec["child_pid"] = child.pid
-    write_json(d / "job.json", {**read_json(d / "job.json"), "child_pid": child.pid})
+    try:
+        update_json(d / "job.json", child_pid=child.pid)
+    except OSError as e:  # the supervisor's duty is the exit code: never die before recording it
+        print(f"[specops] could not record the child's pid in job.json: {e}", flush=True)
     while True:
         try:
             rc = child.wait()

@@ -119,3 +119,33 @@ def test_unknown_run_id(light_host):
             jobs.status(t, "nope-123")
         with pytest.raises(SpecopsError, match="unknown run id"):
             jobs.stop(t, "nope-123")
+
+
+HAMMER = """import sys
+sys.path.insert(0, sys.argv[1])
+import job
+for i in range(300):
+    job.update_json(sys.argv[2], **{sys.argv[3]: i})
+"""
+
+
+def test_job_record_updates_from_several_writers_lose_nothing(tmp_path):
+    """The starter, the supervisor and `stop` write job.json at once (on the H200 the supervisor
+    once died of it: its temp file renamed away by the other writer): three processes merging
+    300 updates each, no error, every writer's last value kept."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    rec = tmp_path / "job.json"
+    rec.write_text(json.dumps({"run_id": "x"}))
+    script = tmp_path / "hammer.py"
+    script.write_text(HAMMER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(REPO / "remote"), str(rec), key],
+                              stderr=subprocess.PIPE, text=True) for key in ("pid", "child_pid", "stopped_by_user")]
+    errs = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errs
+    assert json.loads(rec.read_text()) == {"run_id": "x", "pid": 299, "child_pid": 299, "stopped_by_user": 299}
+    assert not list(tmp_path.glob("*.tmp"))
