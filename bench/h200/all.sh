@@ -264,12 +264,13 @@ s_stop() {
   local t0=$(date +%s%N)
   $INV stop --run-id h200-stop --grace 60
   local t1=$(date +%s%N)
-  local after=$(gpu_mem) left=$(alive_in_group "$pgid")
+  local tag=$($VPY -c "import json; print(json.load(open('$WD/runs/h200-stop/job.json')).get('tag', ''))")
+  local after=$(gpu_mem) left="$(alive_in_group "$pgid") in the group, $(alive_tagged "$tag") tagged"
   echo "processes left in process group $pgid: $(alive_in_group "$pgid") (zombies not counted: $(pgrep -g "$pgid" | wc -l) listed)"
   sleep 3; local after3=$(gpu_mem)
   $INV status
   ls "$WD/runs/h200-stop/checkpoints/" "$WD/runs/h200-stop/checkpoints/interrupted" 2>&1 | head
-  say "stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; processes left in group $pgid right after: $left"
+  say "stop: gpu MiB before=$before during=$during right-after-stop=$after +3s=$after3; stop took $(( (t1 - t0) / 1000000 )) ms; processes left right after: $left"
 }
 
 s_deepall() {
