@@ -59,6 +59,8 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     if r.exited == NO_SCRIPT:
         raise SpecopsError(
             f"remote/{script}.py is not on {h.name} (workdir {h.workdir_path}): run `inv push --host {h.name}`"
+            + (" (it only copies specops' scripts), then the dry run again: it reads the host with them and "
+               "changes nothing" if t.dry_run else "")
         )
     try:
         payload = decode_payload(r.stdout)

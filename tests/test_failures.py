@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import inv
-from specops import jobs
+from specops import inventory, jobs
 from specops.errors import SpecopsError
 from specops.inventory import Host
 from specops.transport import connect
@@ -179,3 +179,14 @@ def test_dry_run_changes_nothing(rig, tmp_path):
     assert "remote/install_profile.py" in r.stdout and "nothing was changed" in r.stdout
     with connect(Host.model_validate({"name": "fresh", **rig.host(venv="~/dry-venv", workdir="~/dry-work")})) as t:
         assert not t.exists("~/dry-venv") and not t.exists("~/dry-work")
+
+
+def test_dry_run_on_a_host_never_pushed_says_how_to_preview(rig, light_host, tmp_path):
+    """A dry run reads the host with specops' scripts; on a host that has never had them it says
+    so in one line (push, then the dry run again) and creates nothing."""
+    wd = f"~/specops-fresh-{tmp_path.name}"
+    hf = rig.write_hosts(tmp_path / "hosts.yaml", {"fresh": rig.host(venv="~/light-venv", workdir=wd)})
+    err = one_line(inv("train", "--host", "fresh", "--hosts", str(hf), "--dry-run"))
+    assert "remote/inspect_data.py is not on fresh" in err and "then the dry run again" in err, err
+    with connect(inventory.load(str(hf)).get("fresh")) as t:
+        assert not t.exists(wd)
