@@ -29,6 +29,7 @@ from specops.ui import console
 
 HOST = "host name from hosts.yaml (or `local`); default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
+DRY_RUN = "print the commands and transfers that would change the host; change nothing"
 
 
 @task(help={"hosts": HOSTS})
@@ -48,7 +49,7 @@ def hosts(c, hosts=None):
         console.print(f"group @{g}: {', '.join(members)}")
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS,
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS,
             "profile": "profile in bootstrap/profiles/ (default: the host's `profile`)",
             "force": "reinstall the profile even if the venv's stamp matches",
             "wheelhouse": "a folder from `inv wheelhouse`: pushed, then installed with --no-index (air-gapped hosts)"})
@@ -100,7 +101,7 @@ def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, con
             _check.deep_verdict(t.host.name, out)
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS})
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS})
 def push(c, host=None, hosts=None, dry_run=False):
     """Push remote/ (and the profiles) to the host's workdir; only changed files travel."""
     with session(c, host, hosts, dry_run) as t:
@@ -150,7 +151,7 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
             print((data or b"").decode(errors="replace"), end="")
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "run_id": "run to stop",
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "run_id": "run to stop",
             "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
 def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
@@ -203,7 +204,7 @@ def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, l
         _inspect.verdict(res)
 
 
-@task(name="convert-data", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
+@task(name="convert-data", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
                                  "dst": "new speculators 0.9 data dir on the host (must not exist)",
                                  "verifier": "verifier model dir for the contract check"})
 def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dry_run=False):
@@ -224,7 +225,7 @@ DATA = "dataset name under <workdir>/data/ or a path on the host (default: defau
 VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
 
 
-@task(name="prepare-data", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
+@task(name="prepare-data", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
                                  "(a laptop file is uploaded; otherwise a host path)", "seq_length": "max tokens "
                                  "per row (default 2048)", "dataset": DATA, "verifier": VERIFIER,
                                  "detach": "start it and return"})
@@ -240,7 +241,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
             console.print(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
             "(default speculators' [2, n//2, n-3, n] where valid)", "shard": "i/n: this host's share of the rows",
             "rows": "a:b: a row range (hf backend)", "dataset": DATA, "verifier": VERIFIER,
             "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
@@ -279,7 +280,7 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                       f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
 
 
-@task(name="make-verifier", help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "path": "where on the host (default "
+@task(name="make-verifier", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "path": "where on the host (default "
                                   "<workdir>/models/tiny-llama)", "layers": "decoder layers (default 6)",
                                   "hidden": "hidden size (default 256)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry_run=False):
@@ -292,7 +293,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry
                       f"vocab {res['vocab']}, {res['params']} parameters")
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
             "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
             "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
             "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
@@ -316,15 +317,14 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         return
     with session(c, host, hosts, dry_run) as t:
         res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,
-                           nproc=None if nproc is None else int(nproc), follow=follow,
-                           overrides={"epochs": epochs and int(epochs), "max-steps": max_steps and int(max_steps)})
+                           nproc=None if nproc is None else int(nproc), follow=follow, overrides=overrides)
         if not t.dry_run:
             console.print(f"train {res['run_id']} on {t.host.name}: "
                       + ("started (`inv logs -f` follows it)" if res["exit_code"] is None else
                          f"finished (exit {res['exit_code']}); `inv fetch --run-id {res['run_id']}` brings it back"))
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
+@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
             "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
             "seq_length": "max tokens per row (default 2048)", "config": "training config",
             "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps"})
@@ -339,7 +339,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
                       overrides={"max-steps": int(max_steps)} if max_steps else None)
 
 
-@task(help={"dry_run": "print the commands and transfers that would change the host; change nothing", "host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
+@task(help={"dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps"})
 def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
     """The whole pipeline on `local` with a tiny random verifier built on the fly, on CPU."""

@@ -276,11 +276,7 @@ def stop_job(d, grace=60.0):
     killed = False
     while left := job_pids(raw):
         if time.time() - t0 > grace and not killed:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            kill_all(left, signal.SIGKILL)
+            kill_all(left, signal.SIGKILL)  # (the group and the tagged processes)
             killed = True
         if time.time() - t0 > grace + 30:
             return {"ok": False, "error": f"processes {left} of the job (group {pgid}) still alive after SIGKILL"}

@@ -28,16 +28,13 @@ def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
 def remote_input(t: Transport, path: str) -> str:
     """A file on the laptop is uploaded to <workdir>/uploads/; otherwise it is a host path."""
     p = Path(path).expanduser()
-    if p.is_file() and t.dry_run:
-        dest = f"{t.expand(t.host.workdir_path)}/uploads/{p.name}"
-        t.put(str(p), dest)
-        return dest
-    if p.is_file():
+    if p.is_file():  # (under --dry-run, check and put only print)
         dest_dir = f"{t.expand(t.host.workdir_path)}/uploads"
         t.check(f"mkdir -p {shlex.quote(dest_dir)}", "mkdir uploads")
         dest = f"{dest_dir}/{p.name}"
         t.put(str(p), dest)
-        console.print(f"\\[specops] uploaded {p} -> {t.host.name}:{dest}")
+        if not t.dry_run:
+            console.print(f"\\[specops] uploaded {p} -> {t.host.name}:{dest}")
         return dest
     remote = t.expand(path)
     if not t.exists(remote):

@@ -172,4 +172,3 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
         err_console.print(f"\\[specops] {run_id}: {res['state']}")
         raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
     return code
-

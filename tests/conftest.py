@@ -3,6 +3,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,17 @@ def light_host(rig):
 
 
 LAYERS = "1,3,4,6"
+
+
+def wait_for(pred, timeout, what):
+    """pred()'s first truthy value within timeout seconds, else an AssertionError naming what."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAYERS, inv
+from conftest import LAYERS, inv, wait_for
 from netrig import NetRig, netns_works
 from rig import Rig, free_port
 from specops import inventory, jobs
@@ -263,17 +263,10 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
         assert sums[0] == sums[1] and sums[0].count("\n") == 2
         assert not t1.exists(f"{ck1}/0")  # only the epoch it resumes from travels
         for t in (t0, t1):  # (speculators then fails on this GPU-less machine)
-            wait_for_end(t, rid)
+            wait_for(lambda: jobs.ended(jobs.status(t, rid)[0]["state"]), 120, f"{rid} to end on {t.host.name}")
         t1.check(f"mkdir -p {ck1}/2", "newer checkpoint")
         r = inv(*args)
         assert r.returncode != 0
         assert f"node1 holds checkpoint(s) [2] in {ck1} that rank 0 (node0) lacks (its latest: 1)" in r.stderr, r.stderr
         assert "nothing was started" in r.stderr
         assert jobs.status(t0, rid)[0]["state"].startswith("failed")  # still the first attempt's record
-
-
-def wait_for_end(t, rid, timeout=120):
-    t_end = time.time() + timeout
-    while not jobs.ended(jobs.status(t, rid)[0]["state"]):
-        assert time.time() < t_end, f"{rid} on {t.host.name} still running"
-        time.sleep(1)

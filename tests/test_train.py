@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import REPO, inv, wait_for
 from specops import inventory, jobs
 from specops.transport import connect
 
@@ -29,16 +29,6 @@ LONG = """train:
 profiles:
   cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
 """
-
-
-def wait_for(pred, timeout, what):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_file, tmp_path, work):
