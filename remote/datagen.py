@@ -5,7 +5,7 @@ synchronously, then the same arguments without it as a detached job):
     <venv>/bin/python3 remote/datagen.py --data-dir data/default --verifier /models/V --kind cuda \
         [--prepare convs.jsonl --seq-length 2048] \
         [--extract --backend vllm|hf --layers 2,30,58,61 --shard 0/4 | --rows 0:2000] \
-        [--plan] [--result runs/R/result.json]
+        [--plan [--prepare-later]] [--result runs/R/result.json]
 
 --plan validates everything (verifier config, layer ids, shard, inputs, the disk budget) and
 changes nothing. Without it: prepare runs `speculators prepare-data` (a vLLM render server is
@@ -130,7 +130,9 @@ def plan(a):
     hidden, n = vc
     out = {"verifier": a.verifier, "hidden_size": hidden, "num_hidden_layers": n, "data_dir": a.data_dir}
     data = Path(a.data_dir)
-    if a.prepare:
+    if a.prepare and a.prepare_later and not Path(a.prepare).exists():
+        out["prepare_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
+    elif a.prepare:
         if not Path(a.prepare).exists():
             raise Refused(f"--prepare {a.prepare}: no such file on this host")
         out["needs_render_server"] = rows_need_render(a.prepare)
@@ -285,6 +287,8 @@ def main():
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--server-timeout", type=float, default=900)
     ap.add_argument("--plan", action="store_true")
+    ap.add_argument("--prepare-later", action="store_true",
+                    help="with --plan: the --prepare file is not there yet (a dry run's upload)")
     ap.add_argument("--result", default=None)
     a = ap.parse_args()
     try:

@@ -73,7 +73,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
                 detach: bool = False, quiet: bool = False) -> dict:
     """Plan (synchronous, changes nothing), then run as a job and follow it."""
     push(t)
-    plan = run_script(t, "datagen", args + ["--plan"], changes=False)
+    pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
+    plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
     if not plan.get("ok"):
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
     if "estimate_bytes" in plan and not quiet:

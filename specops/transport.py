@@ -34,6 +34,8 @@ class Transport:
     dry_run: bool = False
     #: a per-command timeout for every run() that names none (fan-out over several hosts)
     default_timeout: Optional[float] = None
+    #: --dry-run: the host paths a real run would have put there (so later reads can allow for them)
+    would_put: frozenset = frozenset()
 
     def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
         """Run a shell command on the host; never raises on a non-zero exit."""
@@ -46,6 +48,7 @@ class Transport:
     def put(self, local: str, remote: str) -> None:
         if self.dry_run:
             self.say(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}")
+            self.would_put = self.would_put | {remote}
             return
         self._put(local, remote)
 

@@ -108,6 +108,21 @@ def test_train_several_processes_on_a_cpu_host_is_refused(pipeline_run, hosts_fi
         assert not t.exists(jobs.run_path(t, "t-cpu-nproc2"))
 
 
+def test_prepare_data_dry_run_with_a_laptop_file(verifier, hosts_file, tmp_path):
+    """The laptop file a real run would upload is not on the host during a dry run: the plan
+    allows for it, and the dry run shows the upload and the job, creating nothing."""
+    rows = tmp_path / "dry-rows.jsonl"
+    rows.write_text('{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}\n')
+    r = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", str(rows), "--dataset",
+            "dry-ds", "--verifier", verifier, "--dry-run")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"put: {rows} -> box:" in r.stdout and "/uploads/dry-rows.jsonl" in r.stdout
+    assert "remote/job.py start" in r.stdout and "nothing was changed" in r.stdout
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        wd = t.expand(t.host.workdir_path)
+        assert not t.exists(f"{wd}/uploads/dry-rows.jsonl") and not t.exists(f"{wd}/data/dry-ds")
+
+
 TRAP = """import signal, sys, time
 from pathlib import Path
 def save(*_):
