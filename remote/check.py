@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pins
-from _payload import emit
+from contract import emit
 
 HERE = Path(__file__).resolve().parent
 ROWS = []
@@ -189,4 +189,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from _payload import emit
+from contract import emit
 from datafmt import RECORD
 
 ROWS = re.compile(r"^rows_(\d+)")
@@ -89,4 +89,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

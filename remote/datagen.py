@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import hostenv
-from _payload import emit
+from contract import emit
 from datafmt import RECORD, HeaderError, hs_files, read_arrow_columns, safetensors_header, verifier_config
 
 HEADROOM = 1.10
@@ -325,4 +325,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

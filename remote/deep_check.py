@@ -32,7 +32,7 @@ from pathlib import Path
 
 import hostenv
 import pins
-from _payload import emit
+from contract import emit
 from errlines import RANK, first_error
 
 HERE = Path(__file__).resolve().parent
@@ -210,4 +210,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

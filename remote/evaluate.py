@@ -25,7 +25,7 @@ from pathlib import Path
 
 import hostenv
 import vllm_server
-from _payload import emit
+from contract import emit
 from datafmt import read_arrow_columns
 
 METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([-+\d.eE]+|NaN)$')
@@ -188,4 +188,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _payload import emit
+from contract import emit
 from datafmt import (RECORD, HeaderError, detect, hs_files, read_arrow_columns, safetensors_header,
                      verifier_config)
 
@@ -243,4 +243,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

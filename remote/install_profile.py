@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pins
-from _payload import emit
+from contract import emit
 
 PIN = pins.PIN
 STAMP = Path(sys.prefix) / ".specops-stamp.json"
@@ -245,4 +245,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from _payload import emit
+from contract import emit
 from errlines import first_error
 
 RUNS = Path("runs")
@@ -402,4 +402,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from _payload import emit
+from contract import emit
 
 CACHE = ".specops-hashes.json"
 
@@ -77,4 +77,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import contract
+
+    contract.main(main)

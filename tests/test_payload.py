@@ -10,30 +10,30 @@ from pathlib import Path
 from specops import remote_exec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
-import _payload  # noqa: E402
+import contract  # noqa: E402
 
 
 def test_markers_agree():
-    assert (_payload.BEGIN, _payload.END) == (remote_exec.BEGIN, remote_exec.END)
+    assert (contract.BEGIN, contract.END) == (remote_exec.BEGIN, remote_exec.END)
 
 
 def test_stray_output_before_and_after():
     buf = io.StringIO()
     with redirect_stdout(buf):
         print("WARNING banner {not json}")
-        _payload.emit({"ok": True, "n": [1, 2]})
+        contract.emit({"ok": True, "n": [1, 2]})
         print("atexit noise", end="")
     assert remote_exec.decode_payload(buf.getvalue()) == {"ok": True, "n": [1, 2]}
 
 
 def test_last_payload_wins_and_missing_is_none():
-    out = f"{_payload.BEGIN}{json.dumps({'a': 1})}{_payload.END}\n{_payload.BEGIN}{json.dumps({'a': 2})}{_payload.END}"
+    out = f"{contract.BEGIN}{json.dumps({'a': 1})}{contract.END}\n{contract.BEGIN}{json.dumps({'a': 2})}{contract.END}"
     assert remote_exec.decode_payload(out) == {"a": 2}
     assert remote_exec.decode_payload("nothing here") is None
 
 
 def test_real_script_process():
-    code = "import _payload, sys; print('noise'); _payload.emit({'ok': 1}); sys.stderr.write('err')"
+    code = "import contract, sys; print('noise'); contract.emit({'ok': 1}); sys.stderr.write('err')"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parent.parent / "remote")
     assert remote_exec.decode_payload(p.stdout) == {"ok": 1}

@@ -1,0 +1,151 @@
+"""The laptop-host contract, in one module: stdlib only, imported by every remote script and
+loaded by the laptop (specops/contract.py), so both sides share one set of rules.
+
+- the payload frame: a remote script prints one framed JSON object on stdout (``emit``);
+- ``main(fn)``: every script's entry point; whatever goes wrong, the laptop gets a framed
+  ``{"ok": false, "error": "..."}`` (and a job script's ``--result`` file gets it too), never a
+  bare traceback;
+- ``Refused``: bad input, one line saying what, where and how to fix it;
+- ``JobState``: the states of a detached job, and which of them are terminal;
+- ``check_name``: the one rule for every name that becomes a path (run ids, dataset names,
+  host names).
+"""
+
+import enum
+import json
+import os
+import sys
+import traceback
+
+BEGIN = "@@SPECOPS-PAYLOAD-BEGIN@@"
+END = "@@SPECOPS-PAYLOAD-END@@"
+
+
+def emit(obj) -> None:
+    """Print the payload, framed (stray output around it is allowed: the laptop takes the last frame)."""
+    sys.stdout.flush()
+    sys.stdout.write("\n" + BEGIN + json.dumps(obj, default=str) + END + "\n")
+    sys.stdout.flush()
+
+
+def decode(stdout):
+    """The last framed object in stdout, or None."""
+    i = stdout.rfind(BEGIN)
+    if i < 0:
+        return None
+    j = stdout.find(END, i)
+    if j < 0:
+        return None
+    return json.loads(stdout[i + len(BEGIN):j])
+
+
+class Refused(Exception):
+    """Bad input or state: str(e) is one line (what, where, how to fix); exit code 2."""
+
+
+class JobState(str, enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    def __str__(self) -> str:  # (f-strings and json show the value)
+        return self.value
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.STOPPED, JobState.LOST})
+
+#: letters, digits, '.', '_', '-'; 1-128 characters; not starting with '.' or '-'
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+NAME_MAX = 128
+
+
+def name_problem(value):
+    """Why value cannot be a name that becomes a path component, or None if it can."""
+    if not isinstance(value, str) or not value:
+        return "it is empty"
+    if len(value) > NAME_MAX:
+        return f"it is longer than {NAME_MAX} characters"
+    bad = sorted(set(value) - NAME_CHARS)
+    if bad:
+        return "it holds " + ", ".join(repr(c) for c in bad[:5])
+    if value[0] in ".-":
+        return f"it starts with {value[0]!r}"
+    return None
+
+
+def check_name(kind, value):
+    """value, if it is a valid `kind` name (run id, dataset name, host name); else Refused."""
+    why = name_problem(value)
+    if why:
+        raise Refused(f"invalid {kind} {value!r}: {why}; use 1-{NAME_MAX} letters, digits, '.', '_' or '-' "
+                      f"(not starting with '.' or '-')")
+    return value
+
+
+def child_path(parent, name, kind="name"):
+    """parent/name for a valid name: such a path never leaves parent."""
+    return os.path.join(parent, check_name(kind, name))
+
+
+def _result_path(argv):
+    for i, a in enumerate(argv):
+        if a == "--result" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--result="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def failure(e):
+    """The failure payload of an exception: one line, with where it happened if it is a bug."""
+    if isinstance(e, Refused):
+        return {"ok": False, "error": str(e), "refused": True}
+    if isinstance(e, SystemExit) and isinstance(e.code, str):
+        return {"ok": False, "error": e.code}
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    msg = str(e).strip().splitlines()
+    return {"ok": False, "error": f"{type(e).__name__}: {msg[0] if msg else ''}{where}".rstrip(": "),
+            "bug": True}
+
+
+def main(fn):
+    """Run a script's main(): its return value is the exit code. A Refused, a SystemExit with a
+    message or any other exception becomes a framed {"ok": false, "error": ...} (also written to
+    --result PATH when the script was given one), exit 2 for refusals, 1 otherwise."""
+    try:
+        code = fn()
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            raise
+        code, payload = 1, failure(e)
+        _report(payload)
+    except Exception as e:  # noqa: BLE001 - the laptop gets one line, never a bare traceback
+        if not isinstance(e, Refused):
+            traceback.print_exc(file=sys.stderr)
+        code, payload = (2 if isinstance(e, Refused) else 1), failure(e)
+        _report(payload)
+    sys.exit(code or 0)
+
+
+def _report(payload):
+    emit(payload)
+    res = _result_path(sys.argv)
+    if res:
+        try:
+            tmp = f"{res}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(payload, f)
+            os.replace(tmp, res)
+        except OSError:
+            pass

@@ -1,0 +1,33 @@
+"""The laptop's copy of the laptop-host contract: remote/contract.py, loaded from this repo (the
+host imports the same file after `push`), so both sides share one name rule, one set of job
+states and one payload frame."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from . import paths
+
+_spec = importlib.util.spec_from_file_location("specops_remote_contract", paths.REMOTE_DIR / "contract.py")
+_mod = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _mod  # (enum pickling and dataclass lookups need it registered)
+_spec.loader.exec_module(_mod)
+
+BEGIN, END = _mod.BEGIN, _mod.END
+JobState = _mod.JobState
+TERMINAL = _mod.TERMINAL
+Refused = _mod.Refused
+decode = _mod.decode
+name_problem = _mod.name_problem
+NAME_MAX = _mod.NAME_MAX
+
+
+def check_name(kind: str, value: str) -> str:
+    """The same rule as the host's, raised as the laptop's one-line SpecopsError."""
+    from .errors import SpecopsError
+
+    try:
+        return _mod.check_name(kind, value)
+    except Refused as e:
+        raise SpecopsError(str(e)) from None
