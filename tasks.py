@@ -1,55 +1,50 @@
 """specops tasks. `inv --list` for all, `inv --help TASK` for one.
 
---host defaults to $SPECOPS_HOST, then invoke.yaml's `specops.host`, then the built-in `local`.
+--host defaults to $SPECOPS_HOST, then invoke.yaml's `specops.host`, then the built-in `local`;
+`--host @group` or `--host a,b` runs a task on several hosts at once where it makes sense.
 --hosts defaults to $SPECOPS_HOSTS, then ./hosts.yaml.
 """
 
 from pathlib import Path
 
-from invoke import Collection, Exit, task
-from rich.table import Table
+from invoke import Collection, Exit
 
 from specops import bootstrap as _bootstrap
 from specops import check as _check
-from specops import inspect as _inspect
-from specops import inventory
-from specops import multinode as _multi
-from specops.cli import errors, fan, hosts_file, is_multi, session, targets
-from specops.errors import SpecopsError
 from specops import data as _data
 from specops import evaluate as _evaluate
 from specops import fetch as _fetch
+from specops import inspect as _inspect
+from specops import inventory, views
 from specops import jobs as _jobs
 from specops import metrics as _metrics
 from specops import pipeline as _pipeline
-from specops import runs_view
 from specops import train as _train
-from specops.push import push as _push
-from specops.ui import console
+from specops.errors import SpecopsError
+from specops.cli import errors, hosts_file, is_multi, open_host, over, session, targets, task
 
-HOST = "host name from hosts.yaml (or `local`); default $SPECOPS_HOST / invoke.yaml / local"
+HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
 DRY_RUN = "print the commands and transfers that would change the host; change nothing"
+JSON = "print the result as JSON"
+DATA = "dataset name under <workdir>/data/ or a path on the host (default: default)"
+VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
+VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
+COMMON = {"host": HOST, "hosts": HOSTS}
 
 
-@task(help={"hosts": HOSTS})
-def hosts(c, hosts=None):
-    """Table of the hosts in hosts.yaml, plus the built-in `local`."""
+def _int(x):
+    return None if x is None else int(x)
+
+
+@task(help={"hosts": HOSTS, "json": JSON})
+def hosts(c, hosts=None, json=False):
+    """Table of the hosts in hosts.yaml, plus the built-in `local`, and the groups."""
     with errors():
-        inv = inventory.load(hosts_file(c, hosts))
-    tab = Table(title=f"hosts ({inv.where})")
-    for col in ("name", "target", "profile", "gpus", "venv", "workdir", "verifier"):
-        tab.add_column(col)
-    for name in inv.names():
-        h = inv.hosts[name]
-        tab.add_row(name, h.target, h.profile, "" if h.gpus is None else str(h.gpus),
-                    h.venv_path, h.workdir_path, h.verifier or "")
-    console.print(tab)
-    for g, members in sorted(inv.groups.items()):
-        console.print(f"group @{g}: {', '.join(members)}")
+        views.hosts(inventory.load(hosts_file(c, hosts)), as_json_=json)
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS,
+@task(help={**COMMON, "dry_run": DRY_RUN,
             "profile": "profile in bootstrap/profiles/ (default: the host's `profile`)",
             "force": "reinstall the profile even if the venv's stamp matches",
             "wheelhouse": "a folder from `inv wheelhouse`: pushed, then installed with --no-index (air-gapped hosts)"})
@@ -57,85 +52,79 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
     """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
 
     A `venv_existing` host's venv is only topped up with what it lacks, never upgraded."""
-    if is_multi(c, host, hosts):
-        fan(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
-                                                                        wheelhouse=wheelhouse),
-            describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) "
-                               f"pushed, profile {o.install.get('action')}", dry_run=dry_run)
-        return
-    with session(c, host, hosts, dry_run) as t:
-        _bootstrap.bootstrap(t, profile=profile, force=force, wheelhouse=wheelhouse)
+    over(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
+                                                                     wheelhouse=wheelhouse), dry_run=dry_run,
+         describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) pushed, "
+                            f"profile {o.install.get('action')}")
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "json": "print the raw result as JSON",
-            "min_free_gb": "free disk the workdir must have (GiB, default 5)",
+@task(help={**COMMON, "json": JSON, "min_free_gb": "free disk the workdir must have (GiB, default 5)",
             "deep": "also train real steps on a tiny fixture with the config's settings, then fallbacks; "
-                    "the verdict stays on the host for `inv train`", "config": "with --deep: training config "
-                    "(default configs/eagle3.yaml)", "all": "with --deep: try every fallback too",
-            "steps": "with --deep: training steps per attempt (default 2)",
+                    "the verdict stays on the host for `inv train`",
+            "config": "with --deep: training config (default configs/eagle3.yaml)",
+            "all": "with --deep: try every fallback too", "steps": "with --deep: training steps per attempt (default 2)",
             "timeout": "with --deep: seconds per attempt (default 300)"})
 def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
           timeout=300.0):
     """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
-    if is_multi(c, host, hosts) and not deep:
-        def one(t):
-            res = _check.check(t, min_free_gb=float(min_free_gb))
-            _check.verdict(t.host.name, res)
-            return res
+    multi = is_multi(c, host)
 
-        fan(c, host, hosts, "check", one, describe=lambda r: "all hard checks pass; " + ", ".join(
-            f"{x['name']}: {x['value']}" for x in r["rows"] if x["name"] in ("version torch", "version speculators")))
-        return
-    with session(c, host, hosts) as t:
+    def one(t):
         res = _check.check(t, min_free_gb=float(min_free_gb))
-        _check.render(t.host.name, res, as_json=json)
-        _check.verdict(t.host.name, res)
-        if deep:
-            out = _check.deep(t, config=config, try_all=all, steps=int(steps), timeout=float(timeout))
-            if json:
-                import json as _json
-
-                print(_json.dumps(out, indent=1))
-            else:
-                _check.render_deep(t.host.name, out)
+        out = _check.deep(t, config=config, try_all=all, steps=int(steps), timeout=float(timeout)) if deep else None
+        if multi:  # a failing host is a row of the group's table
+            _check.verdict(t.host.name, res)
             _check.deep_verdict(t.host.name, out)
+        return {"check": res, "deep": out} if deep else res
+
+    def show(t, res):
+        res, out = (res["check"], res["deep"]) if deep else (res, None)
+        views.check(t.host.name, res)
+        if out is not None:
+            views.deep(t.host.name, out)
+        _check.verdict(t.host.name, res)
+        _check.deep_verdict(t.host.name, out)
+
+    def describe(r):
+        r = r["check"] if deep else r
+        return "all hard checks pass; " + ", ".join(f"{x.name}: {x.value}" for x in r.rows
+                                                    if x.name in ("version torch", "version speculators"))
+
+    with errors():
+        res = over(c, host, hosts, "check", one, show=show, describe=describe, as_json=json)
+        if json and not multi:
+            show_json_verdict = res["check"] if deep else res
+            _check.verdict(host or "", show_json_verdict)
+            _check.deep_verdict(host or "", res["deep"] if deep else None)
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS})
+@task(help={**COMMON, "dry_run": DRY_RUN})
 def push(c, host=None, hosts=None, dry_run=False):
     """Push remote/ (and the profiles) to the host's workdir; only changed files travel."""
-    with session(c, host, hosts, dry_run) as t:
-        sent = _push(t)
-        if not t.dry_run:
-            console.print(f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync"))
+    over(c, host, hosts, "push", lambda t: t.ensure_pushed(), dry_run=dry_run,
+         show=lambda t, sent: None if t.dry_run else views.line(
+             f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync")),
+         describe=lambda sent: f"{len(sent)} file(s) sent" if sent else "already in sync")
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "run_id": "one run (default: all)", "json": "print JSON"})
+@task(help={**COMMON, "run_id": "one run (default: all)", "json": JSON})
 def status(c, host=None, hosts=None, run_id=None, json=False):
     """Runs on the host: state, age, GPU memory, last log line."""
-    import json as _json
-
-    if is_multi(c, host, hosts):
-        outs = fan(c, host, hosts, "status", lambda t: _jobs.status(t, run_id),
-                   describe=lambda rows: f"{len(rows)} run(s), running: "
-                   + (", ".join(j["run_id"] for j in rows if j["state"] == "running") or "none"))
+    outs = over(c, host, hosts, "status", lambda t: _jobs.status(t, run_id), as_json=json,
+                show=lambda t, rows: views.status(t.host.name, rows),
+                describe=lambda rows: f"{len(rows)} run(s), running: "
+                + (", ".join(j.run_id for j in rows if not j.ended) or "none"))
+    if is_multi(c, host) and not json:
         for o in outs:
-            console.print(runs_view.status_table(o.host, o.value))
-        return
-    with session(c, host, hosts) as t:
-        rows = _jobs.status(t, run_id)
-        if json:
-            print(_json.dumps(rows, indent=1))
-        else:
-            console.print(runs_view.status_table(t.host.name, rows))
+            if o.ok:
+                views.status(o.host, o.value)
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run (default: the newest)",
-            "follow": "follow until the job ends; Ctrl-C detaches only",
+@task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
             "rank": "with a group: which node's log (default 0, the first host)"})
 def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
     """Show a run's log; with -f, follow it (reconnecting if the connection drops)."""
-    if is_multi(c, host, hosts):
+    if is_multi(c, host):
         hs = targets(c, host, hosts)
         if not 0 <= int(rank) < len(hs):
             raise Exit(f"specops: --rank {rank}: the group has ranks 0..{len(hs) - 1}")
@@ -143,68 +132,67 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
     with session(c, host, hosts) as t:
         j = _jobs.get(t, run_id)
         if follow:
-            code = runs_view.follow(t, j["run_id"])
-            if code:
-                raise SpecopsError(f"run {j['run_id']} ended: {_jobs.status(t, j['run_id'])[0]['state']}")
+            if _jobs.run_following(t, j.run_id):
+                raise SpecopsError(f"run {j.run_id} ended: {_jobs.status(t, j.run_id)[0].describe}")
         else:
-            data = t.read_bytes(_jobs.run_path(t, j["run_id"], "output.log"), max(j["log_bytes"] - (1 << 20), 0))
-            print((data or b"").decode(errors="replace"), end="")
+            views.log(t.read_bytes(_jobs.run_path(t, j.run_id, "output.log"), max(j.log_bytes - (1 << 20), 0)) or b"")
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "run_id": "run to stop",
-            "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
+@task(help={**COMMON, "dry_run": DRY_RUN, "run_id": "run to stop", "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
 def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
     if not run_id:
         raise Exit("specops: stop needs --run-id (`inv status` lists the runs)")
-    if is_multi(c, host, hosts):
-        fan(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)),
-            describe=lambda r: r["state"], dry_run=dry_run)
-        return
-    with session(c, host, hosts, dry_run) as t:
-        res = _jobs.stop(t, run_id, float(grace))
-        console.print(f"stop {run_id}: {res['state']}" + (f" after {res.get('seconds')}s" if "seconds" in res else "")
-                      + (" (SIGKILL needed)" if res.get("sigkill") else ""))
+
+    def said(r):
+        return (f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "")
+                + (" (SIGKILL needed)" if r.sigkill else ""))
+
+    over(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)), dry_run=dry_run,
+         show=lambda t, r: views.line(f"stop {run_id}: {said(r)}"), describe=said)
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "run_id": "run to fetch (default: the newest)",
-            "dest": "local folder for runs (default runs/)", "bwlimit": "rsync bandwidth limit, KiB/s (0: none)"})
+@task(help={**COMMON, "run_id": "run to fetch (default: the newest)", "dest": "local folder for runs (default runs/)",
+            "bwlimit": "rsync bandwidth limit, KiB/s (0: none)"})
 def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
     """Pull a run back: incremental, resumable, every file checked against the host's sha256."""
-    if is_multi(c, host, hosts):
-        if not run_id:
-            raise Exit("specops: fetch from a group needs --run-id")
-        fan(c, host, hosts, f"fetch {run_id}",
-            lambda t: _fetch.fetch_run(t, run_id, dest, bwlimit=int(bwlimit),
-                                       into=Path(dest) / run_id / "nodes" / t.host.name),
-            describe=lambda r: f"{r['files']} files, {r['bytes'] / 2**20:.1f} MiB verified in {r['dest']}")
-        return
-    with session(c, host, hosts) as t:
-        rid = run_id or _jobs.get(t, None)["run_id"]
-        res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit))
-        m = _metrics.write(Path(res["dest"]))
-        console.print(f"fetch {rid}: {res['files']} file(s), {res['bytes'] / 2**20:.1f} MiB verified "
-                      f"(sha256) in {res['dest']}; {m['records']} metric records"
-                      + (f", plot {m['plot']}" if m["plot"] else ""))
+    multi = is_multi(c, host)
+    if multi and not run_id:
+        raise Exit("specops: fetch from a group needs --run-id")
+
+    def one(t):
+        rid = run_id or _jobs.get(t, None).run_id
+        into = Path(dest) / rid / "nodes" / t.host.name if multi else None
+        res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit), into=into, progress=not multi and views.is_terminal())
+        return {**res, "run_id": rid, "metrics": None if multi else _metrics.write(Path(res["dest"]))}
+
+    def show(t, r):
+        m = r["metrics"]
+        views.line(f"fetch {r['run_id']}: {r['files']} file(s), {r['bytes'] / 2**20:.1f} MiB verified (sha256) in "
+                   f"{r['dest']}; {m['records']} metric records" + (f", plot {m['plot']}" if m.get("plot") else "")
+                   + (f" ({m['note']})" if m.get("note") else ""))
+
+    over(c, host, hosts, f"fetch {run_id}", one, show=show,
+         describe=lambda r: f"{r['files']} files, {r['bytes'] / 2**20:.1f} MiB verified in {r['dest']}")
 
 
-@task(name="inspect-data", help={"host": HOST, "hosts": HOSTS,
-                                 "path": "data directory on the host (default: <workdir>/data/default)",
+@task(name="inspect-data", help={**COMMON, "json": JSON, "path": "data directory on the host (default: <workdir>/data/default)",
                                  "sample": "files to load fully (default 8)",
                                  "verifier": "verifier model dir on the host (default: the host's `verifier` "
                                              "or the one recorded at extraction)",
-                                 "layers": "expected stored layers per position", "json": "print JSON"})
+                                 "layers": "expected stored layers per position"})
 def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False):
     """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds."""
-    with session(c, host, hosts) as t:
-        res = _inspect.inspect(t, path or f"{t.host.workdir_path}/data/default", sample=int(sample),
-                               verifier=verifier or t.host.verifier,
-                               layers=None if layers is None else int(layers))
-        _inspect.render(res, as_json=json)
+    def one(t):
+        return _inspect.inspect(t, path or f"{t.workdir}/data/default", sample=int(sample),
+                                verifier=verifier or t.host.verifier, layers=_int(layers))
+
+    with errors():
+        res = over(c, host, hosts, "inspect-data", one, as_json=json, show=lambda t, r: views.inspect(r), group=False)
         _inspect.verdict(res)
 
 
-@task(name="convert-data", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "src": "legacy v0.3 data dir on the host",
+@task(name="convert-data", help={**COMMON, "dry_run": DRY_RUN, "src": "legacy v0.3 data dir on the host",
                                  "dst": "new speculators 0.9 data dir on the host (must not exist)",
                                  "verifier": "verifier model dir for the contract check"})
 def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dry_run=False):
@@ -213,87 +201,99 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
         raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
     with session(c, host, hosts, dry_run) as t:
         res = _data.convert(t, src, dst)
-        if t.dry_run:
-            return
-        console.print(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
-        out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
-        _inspect.render(out)
-        _inspect.verdict(out)
+        if res is not None:
+            views.line(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
+            out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
+            views.inspect(out)
+            _inspect.verdict(out)
 
 
-DATA = "dataset name under <workdir>/data/ or a path on the host (default: default)"
-VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
-
-
-@task(name="prepare-data", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "data": "conversations/pre-tokenised .jsonl "
-                                 "(a laptop file is uploaded; otherwise a host path)", "seq_length": "max tokens "
-                                 "per row (default 2048)", "dataset": DATA, "verifier": VERIFIER,
-                                 "detach": "start it and return"})
-def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False, dry_run=False):
+@task(name="prepare-data", iterable=["vllm_arg"],
+      help={**COMMON, "dry_run": DRY_RUN, "data": "conversations/pre-tokenised .jsonl (a laptop file is uploaded; "
+            "otherwise a host path)", "seq_length": "max tokens per row (default 2048)", "dataset": DATA,
+            "verifier": VERIFIER, "detach": "start it and return", "vllm_arg": VLLM_ARG})
+def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False,
+                 dry_run=False, vllm_arg=None):
     """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations)."""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
-                                  prepare=_data.remote_input(t, data), seq_length=int(seq_length))
+                                  prepare=_data.remote_input(t, data), seq_length=int(seq_length),
+                                  **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
-        if not t.dry_run:
-            console.print(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
+        if not res.get("detached") and not res.get("dry_run"):
+            views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "backend": "vllm (default) or hf", "layers": "layer ids, e.g. 2,30,58,61 "
-            "(default speculators' [2, n//2, n-3, n] where valid)", "shard": "i/n: this host's share of the rows",
-            "rows": "a:b: a row range (hf backend)", "dataset": DATA, "verifier": VERIFIER,
-            "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
-            "max_model_len": "vLLM --max-model-len"})
+def _vllm(vllm_arg):
+    return {"vllm_args": list(vllm_arg)} if vllm_arg else {}
+
+
+@task(iterable=["vllm_arg"], help={
+    **COMMON, "dry_run": DRY_RUN, "backend": "vllm (default) or hf",
+    "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
+    "shard": "i/n: this host's share of the rows", "rows": "a:b: a row range (hf backend)", "dataset": DATA,
+    "verifier": VERIFIER, "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
+    "max_model_len": "vLLM --max-model-len (default: the data's sequence length)", "vllm_arg": VLLM_ARG})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
-            verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False):
-    """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first)."""
+            verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None):
+    """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
+    With a group, each host extracts its share, then every host gets every shard."""
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
-    if is_multi(c, host, hosts):
-        if shard or rows:
-            raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
-        hs = targets(c, host, hosts)
-        outs = _multi.extract_sharded(hs, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
-                                      concurrency=int(concurrency), max_model_len=max_model_len, dry_run=dry_run)
-        from specops import fanout
-        console.print(fanout.table(f"extract ({len(hs)} hosts)", outs, lambda r: "DRY-RUN" if r.get("dry_run") else (
-            f"rows {r['rows'][0]}:{r['rows'][1]}, {r.get('extract', {}).get('tokens')} tokens, "
-            f"{r.get('extract', {}).get('tokens_per_s')} tokens/s")))
-        with errors():
-            fanout.verdict("extract", outs)
-            if dry_run:
-                console.print("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
-                return
-            res = _multi.complete_data(hs, dataset)
-        console.print(f"extract: every host now holds all shards ({res['mode']})")
-        return
+    if is_multi(c, host):
+        return _extract_group(c, host, hosts, backend=backend, layers=layers, shard=shard, rows=rows, dataset=dataset,
+                              verifier=verifier, concurrency=concurrency, max_model_len=max_model_len,
+                              dry_run=dry_run, vllm_arg=vllm_arg)
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
-                                  concurrency=int(concurrency), max_model_len=max_model_len)
+                                  concurrency=int(concurrency), max_model_len=_int(max_model_len), **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         ex = res.get("extract", {})
-        if not t.dry_run and not res.get("detached"):
-            console.print(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
-                      f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
+        if not res.get("dry_run") and not res.get("detached"):
+            views.line(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
+                       f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
 
 
-@task(name="make-verifier", help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "path": "where on the host (default "
+def _extract_group(c, host, hosts, *, shard, rows, dry_run, vllm_arg, concurrency, max_model_len, **kw):
+    from specops import fanout, shards
+    from specops.sharded_extract import extract_sharded
+
+    if shard or rows:
+        raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
+    hs = targets(c, host, hosts)
+    outs = extract_sharded(hs, concurrency=int(concurrency), max_model_len=_int(max_model_len), dry_run=dry_run,
+                           connect=open_host, **_vllm(vllm_arg), **kw)
+    views.outcomes(f"extract ({len(hs)} hosts)", outs, lambda r: "DRY-RUN" if r.get("dry_run") else (
+        f"rows {r['rows'][0]}:{r['rows'][1]}, {r.get('extract', {}).get('tokens')} tokens, "
+        f"{r.get('extract', {}).get('tokens_per_s')} tokens/s"))
+    with errors():
+        fanout.verdict("extract", outs)
+        if dry_run:
+            views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
+            return
+        res = shards.complete_data(hs, kw.get("dataset"))
+    for n in res.get("notes", []):
+        views.line(n, "yellow")
+    views.line(f"extract: every host now holds all shards ({res['mode']})")
+
+
+@task(name="make-verifier", help={**COMMON, "dry_run": DRY_RUN, "path": "where on the host (default "
                                   "<workdir>/models/tiny-llama)", "layers": "decoder layers (default 6)",
                                   "hidden": "hidden size (default 256)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry_run=False):
     """Build a tiny random Llama verifier + local tokenizer on the host (no model hub needed)."""
     with session(c, host, hosts, dry_run) as t:
-        res = _data.make_tiny_verifier(t, path or f"{t.host.workdir_path}/models/tiny-llama",
-                                       layers=int(layers), hidden=int(hidden))
-        if not t.dry_run:
-            console.print(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
-                      f"vocab {res['vocab']}, {res['params']} parameters")
+        res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-llama", layers=int(layers),
+                                       hidden=int(hidden))
+        if res is not None:
+            views.line(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
+                       f"vocab {res['vocab']}, {res['params']} parameters")
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "config": "training config (default configs/eagle3.yaml)",
+@task(help={**COMMON, "dry_run": DRY_RUN, "config": "training config (default configs/eagle3.yaml)",
             "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
             "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
             "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
@@ -303,28 +303,29 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500):
     """Train the draft with `speculators train` as a detached job (survives the SSH session);
     with a group, one torchrun per host (c10d rendezvous on the first)."""
-    overrides = {"epochs": epochs and int(epochs), "max-steps": max_steps and int(max_steps)}
-    if is_multi(c, host, hosts):
+    kw = dict(config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=_int(nproc), follow=follow,
+              overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)})
+    if is_multi(c, host):
+        from specops.group_train import train_nodes
+
         with errors():
-            res = _multi.train_nodes(targets(c, host, hosts), config=config, run_id=run_id, dataset=dataset,
-                                     verifier=verifier, nproc=None if nproc is None else int(nproc),
-                                     overrides=overrides, rdzv_host=rdzv_host, port=int(rdzv_port), follow=follow,
-                                     dry_run=dry_run)
-        if res.get("dry_run"):
-            return
-        console.print(f"train {res['run_id']}: " + ("started on every node (`inv logs -f --host ...` follows rank 0)"
-                                                      if res["exit_code"] is None else f"every node succeeded ({res['states']})"))
+            res = train_nodes(targets(c, host, hosts), rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run,
+                              connect=open_host, **kw)
+        if not res.get("dry_run"):
+            views.line(f"train {res['run_id']}: " + ("started on every node (`inv logs -f --host ...` follows rank 0)"
+                                                     if res["exit_code"] is None else
+                                                     f"every node succeeded ({res['states']})"))
         return
     with session(c, host, hosts, dry_run) as t:
-        res = _train.train(t, config=config, run_id=run_id, dataset=dataset, verifier=verifier,
-                           nproc=None if nproc is None else int(nproc), follow=follow, overrides=overrides)
-        if not t.dry_run:
-            console.print(f"train {res['run_id']} on {t.host.name}: "
-                      + ("started (`inv logs -f` follows it)" if res["exit_code"] is None else
-                         f"finished (exit {res['exit_code']}); `inv fetch --run-id {res['run_id']}` brings it back"))
+        res = _train.train(t, **kw)
+        if not res["dry_run"]:
+            rid = res["run_id"]
+            views.line(f"train {rid} on {t.host.name}: " + (
+                f"started (`{t.hint(f'logs -f --run-id {rid}')}` follows it)" if res["exit_code"] is None else
+                f"finished (exit {res['exit_code']}); `{t.hint(f'fetch --run-id {rid}')}` brings it back"))
 
 
-@task(help={"dry_run": DRY_RUN, "host": HOST, "hosts": HOSTS, "data": "conversations .jsonl (laptop file or host path)",
+@task(help={**COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",
             "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
             "seq_length": "max tokens per row (default 2048)", "config": "training config",
             "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps"})
@@ -335,34 +336,38 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
     with session(c, host, hosts, dry_run) as t:
         _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
-                      seq_length=int(seq_length), config=config, dest=dest,
+                      seq_length=int(seq_length), config=config, dest=dest, on_inspect=views.inspect,
                       overrides={"max-steps": int(max_steps)} if max_steps else None)
 
 
-@task(help={"dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)", "hosts": HOSTS,
+@task(help={**COMMON, "dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)",
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps"})
 def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
     """The whole pipeline on `local` with a tiny random verifier built on the fly, on CPU."""
     with session(c, host, hosts, dry_run) as t:
-        _pipeline.demo(t, dest=dest, steps=int(steps) if steps else None)
+        _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect)
 
 
-@task(help={"host": HOST, "hosts": HOSTS, "run_id": "the training run", "checkpoint": "best (default) or an "
-            "epoch number", "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation "
-            "split)", "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
-            "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)"})
+@task(help={**COMMON, "json": JSON, "run_id": "the training run", "checkpoint": "best (default) or an epoch number",
+            "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation split)",
+            "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
+            "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)",
+            "dry_run": DRY_RUN})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=None, num_spec_tokens=3,
-             max_prompts=32, max_tokens=64, dest="runs"):
+             max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
     if not run_id:
         raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
-    with session(c, host, hosts) as t:
-        ev = _evaluate.evaluate(t, run_id, checkpoint=checkpoint, prompts=prompts,
-                                num_spec_tokens=int(num_spec_tokens), max_prompts=int(max_prompts),
-                                max_tokens=int(max_tokens), dest=dest)
-        _evaluate.render(run_id, ev)
-        console.print(f"evaluation written to {dest}/{run_id}/evaluation.json (on the host: runs/{run_id}/)"
-                      + (f"; plot {ev['plot']}" if ev.get("plot") else ""))
+
+    def show(t, ev):
+        views.evaluation(run_id, ev, _evaluate.CAUSES)
+        views.line(f"evaluation written to {dest}/{run_id}/evaluation.json (on the host: runs/{run_id}/)"
+                   + (f"; plot {ev['plot']}" if ev.get("plot") else ""))
+
+    over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate(
+        t, run_id, checkpoint=checkpoint, prompts=prompts, num_spec_tokens=int(num_spec_tokens),
+        max_prompts=int(max_prompts), max_tokens=int(max_tokens), dest=dest), show=show, as_json=json,
+        dry_run=dry_run, group=False)
 
 
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
@@ -370,24 +375,29 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=N
                                "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
 def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500):
     """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce."""
+    from specops.distcheck import dist_check as _dist_check
+
     with errors():
-        res = _multi.dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port))
+        res = _dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port),
+                          connect=open_host)
     r0 = res["ranks"][0]
-    console.print(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} "
-                  f"(want {r0['want']}) on every rank: " + ", ".join(
-                      f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}" for x in res["ranks"]))
+    views.line(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} (want {r0['want']}) on "
+               f"every rank: " + ", ".join(f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}"
+                                           for x in res["ranks"]))
 
 
 @task(help={"profile": "profile in bootstrap/profiles/ (cuda, cpu)", "python": "the host interpreter's version "
-            "(default 3.12)", "platform": "the host's wheel platform (default manylinux_2_28_x86_64; lower "
-            "manylinux tags are included)", "dest": "folder (default wheelhouse/<profile>-py<python>-<platform>)",
+            "(default 3.12)", "platform": "the host's wheel platform (default: the host's glibc with --host, else "
+            "the profile's default; lower manylinux tags are included)",
+            "dest": "folder (default wheelhouse/<profile>-py<python>-<platform>)",
             "have": "`pip list --format=freeze` of an existing host venv: download only what it lacks",
-            "host": "read --have from this host's venv instead (its venv must exist)", "hosts": HOSTS,
-            "skip": "comma-separated profile packages to leave out", "laptop": "also specops' own laptop-side "
-            "dependencies, into DEST/laptop/"})
-def wheelhouse(c, profile=None, python="3.12", platform="manylinux_2_28_x86_64", dest=None, have=None, host=None,
-               hosts=None, skip="", laptop=False):
-    """Download a profile's wheels on this machine (pip download --only-binary) for an air-gapped host."""
+            "host": "read --have (and the platform) from this host's venv instead (its venv must exist)",
+            "hosts": HOSTS, "skip": "comma-separated profile packages to leave out",
+            "laptop": "also specops' own laptop-side dependencies, into DEST/laptop/"})
+def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=None, host=None, hosts=None, skip="",
+               laptop=False):
+    """Download a profile's wheels on this machine (pip's resolver, pip download --only-binary) for an
+    air-gapped host."""
     from specops import wheelhouse as _wh
 
     if not profile:
@@ -395,22 +405,16 @@ def wheelhouse(c, profile=None, python="3.12", platform="manylinux_2_28_x86_64",
     if have and host:
         raise Exit("specops: give --have FILE or --host H, not both")
     with errors():
-        have_map, source = None, ""
-        if have:
-            have_map, source = _wh.read_have(have), str(have)
-        elif host:
-            from specops.remote_exec import run_script
-
+        have_map, source = (_wh.read_have(have), str(have)) if have else (None, "")
+        if host:
             with session(c, host, hosts) as t:
-                _push(t)
-                res = run_script(t, "install_profile", ["--list-installed"], changes=False)
-                have_map, source = res["installed"], f"{t.host.name}:{t.host.venv_path}"
-                if res.get("python") and res["python"] != python:
-                    raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: "
-                                       f"pass --python {res['python']}")
+                got = _wh.host_environment(t, python)
+            have_map, source, platform = got["installed"], got["source"], platform or got["platform"]
         man = _wh.build(profile, python=python, platform=platform, dest=dest, have=have_map, have_source=source,
-                        skip=[x for x in skip.split(",") if x.strip()], laptop=laptop, say=console.print)
-    _wh.report(man)
+                        skip=[x for x in skip.split(",") if x.strip()], laptop=laptop,
+                        note=lambda s: views.line(f"[specops] {s}"))
+    for ln in _wh.summary_lines(man):
+        views.line(ln)
 
 
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,

@@ -43,7 +43,7 @@ from rig import Rig  # noqa: E402
 from specops import fetch as F  # noqa: E402
 from specops import inventory  # noqa: E402
 from specops.push import push  # noqa: E402
-from specops.transport import connect  # noqa: E402
+from specops.connection import connect  # noqa: E402
 
 VENV = "~/bench-venv"
 WORKDIR = "~/specops-bench"

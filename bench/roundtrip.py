@@ -35,7 +35,7 @@ from rig import Rig  # noqa: E402
 from specops import inventory  # noqa: E402
 from specops.push import push  # noqa: E402
 from specops.remote_exec import decode_payload, run_script, script_command  # noqa: E402
-from specops.transport import connect  # noqa: E402
+from specops.connection import connect  # noqa: E402
 
 VENV = "~/bench-venv"
 WORKDIR = "~/specops-bench"

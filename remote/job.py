@@ -25,21 +25,16 @@ import sys
 import time
 from pathlib import Path
 
-from contract import emit
+from contract import JobState, check_name, emit
 from errlines import first_error
+from loglines import last_meaningful
 
 RUNS = Path("runs")
-ID_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def valid_run_id(run_id):
-    return bool(run_id) and len(run_id) <= 128 and set(run_id) <= ID_OK and not run_id.startswith(".")
 
 
 def run_dir(run_id, root=None):
-    if not valid_run_id(run_id):
-        raise SystemExit(f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-'")
-    return Path(root or RUNS) / run_id
+    """runs/<run id>: the one name rule (contract.check_name) keeps it inside runs/."""
+    return Path(root or RUNS) / check_name("run id", run_id)
 
 
 def read_json(path, default=None):
@@ -141,22 +136,28 @@ def job_state(d):
     if rec is None:
         return None
     code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
+    rec["detail"] = ""
     if code is not None:
         rc = int(code)
         rec["exit_code"] = rc
-        rec["state"] = "succeeded" if rc == 0 else (
-            f"killed (signal {-rc})" if rc < 0 else ("killed (137: SIGKILL, e.g. out of memory)" if rc == 137 else f"failed (exit {rc})"))
         if rec.get("stopped_by_user"):
-            rec["state"] = "stopped"
+            rec["state"] = JobState.STOPPED.value
+        elif rc == 0:
+            rec["state"] = JobState.SUCCEEDED.value
+        elif rc < 0 or rc == 137:
+            rec["state"] = JobState.KILLED.value
+            rec["detail"] = f"signal {-rc}" if rc < 0 else "137: SIGKILL, e.g. out of memory"
+        else:
+            rec["state"], rec["detail"] = JobState.FAILED.value, f"exit {rc}"
     elif pid_alive(rec.get("pid")) or pid_alive(rec.get("child_pid")) or job_pids(rec):
-        rec["state"] = "running"
+        rec["state"] = JobState.RUNNING.value
     else:
-        rec["state"] = "lost (supervisor gone without an exit code)"
+        rec["state"], rec["detail"] = JobState.LOST.value, "supervisor gone without an exit code"
     rec["age_s"] = round(time.time() - rec.get("started", time.time()), 1)
     log = d / "output.log"
     rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
     rec["last_line"] = last_line(log, rec["log_bytes"])
-    if rec["state"].startswith(("failed", "killed")):
+    if rec["state"] in (JobState.FAILED.value, JobState.KILLED.value):
         rec["error"] = first_error(log_end(log, rec["log_bytes"]))
     return rec
 
@@ -171,8 +172,8 @@ def log_end(log, size, n=1 << 16):
 
 
 def last_line(log, size):
-    lines = [ln for ln in log_end(log, size, 4096).splitlines() if ln.strip()]
-    return lines[-1][-200:] if lines else ""
+    """What `inv status` shows: the log's last meaningful line (remote/loglines.py), <= 200 chars."""
+    return last_meaningful(log_end(log, size, 16384))
 
 
 def is_torchrun(pid):
@@ -224,18 +225,18 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         fcntl.flock(lf, fcntl.LOCK_EX)
         if lock:
             for rec in all_jobs(root):
-                if rec.get("lock") == lock and rec["state"] == "running" and rec["run_id"] != run_id:
+                if rec.get("lock") == lock and rec["state"] == JobState.RUNNING.value and rec["run_id"] != run_id:
                     return {"ok": False, "error": f"lock {lock!r} is held by run {rec['run_id']!r} "
                             f"(pid {rec['pid']}, running {rec['age_s']:.0f}s)", "holder": rec["run_id"]}
         prev = job_state(d) if (d / "job.json").is_file() else None
-        if prev and prev["state"] == "running":
+        if prev and prev["state"] == JobState.RUNNING.value:
             return {"ok": False, "error": f"run {run_id!r} is already running (pid {prev['pid']})"}
         d.mkdir(parents=True, exist_ok=True)
         (d / "exit_code").unlink(missing_ok=True)
         started = time.time()
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
-               "tag": f"{run_id}.{int(started * 1000)}", "state": "starting", **(extra or {})}
+               "tag": f"{run_id}.{int(started * 1000)}", "state": JobState.STARTING.value, **(extra or {})}
         write_json(d / "job.json", rec)
         log = open(d / "output.log", "ab")
         sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
@@ -244,7 +245,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd=cwd, close_fds=True)
         log.close()
-        rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, state="running"))
+        rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, state=JobState.RUNNING.value))
     return {"ok": True, **rec}
 
 
@@ -256,7 +257,7 @@ def stop_job(d, grace=60.0):
     if rec is None:
         return {"ok": False, "error": f"no job in {d}"}
     pgid = rec.get("pgid")
-    if rec["state"] != "running":
+    if rec["state"] != JobState.RUNNING.value:
         return {"ok": True, "already": rec["state"], **rec}
     rec["stopped_by_user"] = True
     raw = update_json(d / "job.json", stopped_by_user=True)
@@ -286,7 +287,7 @@ def stop_job(d, grace=60.0):
         (d / "exit_code").write_text("-9\n" if killed else "-15\n")
     # jobs this job started (e.g. its vLLM server under RUN/server/) go too
     for sub in sorted(d.iterdir()):
-        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == "running":
+        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == JobState.RUNNING.value:
             stop_job(sub, grace=min(grace, 30))
     return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **job_state(d)}
 
@@ -387,7 +388,7 @@ def main():
             gpu = gpu_memory_by_pid()
             if gpu:
                 for rec in jobs:
-                    if rec["state"] == "running":
+                    if rec["state"] == JobState.RUNNING.value:
                         rec["gpu_mib"] = sum(gpu.get(p, 0) for p in job_pids(rec))
             emit({"ok": True, "jobs": jobs})
         return 0

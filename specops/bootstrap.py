@@ -14,14 +14,13 @@ from typing import Optional
 
 from . import paths, profiles
 from .errors import SpecopsError
-from .push import push
 from .remote_exec import run_script
 from .transport import Transport
-from .ui import console, report_kept, step
 
 
 @dataclass
 class Outcome:
+    profile: str = ""
     venv_created: bool = False
     pushed: list[str] = field(default_factory=list)
     install: dict = field(default_factory=dict)
@@ -67,7 +66,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
     if t.host.venv_existing:
         args.append("--existing")
     res = run_script(t, "install_profile", args)
-    if res.get("dry_run"):
+    if res is None:  # --dry-run
         return {"ok": True, "action": "installed or verified (dry run)"}
     if res.get("error"):
         raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res['error']}")
@@ -100,8 +99,8 @@ def push_wheelhouse(t: Transport, local: str, prof: profiles.Profile) -> str:
         raise SpecopsError(f"--wheelhouse {local} was built for profile {man.get('profile')!r}, not {prof.name!r}: "
                            f"run `inv wheelhouse --profile {prof.name}`")
     if man and man.get("profile_sha256") != prof.sha256:
-        console.print(f"[yellow]![/] {local} was built from another version of profile {prof.name}: "
-                      f"missing wheels will make pip fail (rebuild with `inv wheelhouse`)")
+        t.note(f"{local} was built from another version of profile {prof.name}: missing wheels will make pip "
+               f"fail (rebuild with `inv wheelhouse`)", "warn")
     if man.get("mode") == "top-up" and not t.host.venv_existing:
         raise SpecopsError(f"--wheelhouse {local} is a top-up for an existing environment ({man.get('have')}), "
                            f"but {t.host.name} gets a fresh venv: build a full one (`inv wheelhouse` without --have)")
@@ -114,36 +113,38 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
               wheelhouse: Optional[str] = None) -> Outcome:
     h = t.host
     prof = profiles.load(profile or h.profile)
-    out = Outcome()
-    with step(f"push remote/ to {h.name}:{h.workdir_path}"):
-        out.pushed = push(t)
+    out = Outcome(profile=prof.name)
+    with t.step(f"push remote/ to {h.name}:{h.workdir_path}"):
+        out.pushed = t.ensure_pushed()
     if wheelhouse:
-        with step(f"wheelhouse {wheelhouse} -> {h.name}"):
+        with t.step(f"wheelhouse {wheelhouse} -> {h.name}"):
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
-    with step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
+    with t.step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
         out.venv_created = ensure_venv(t)
-    with step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}"
-              + (" (top-up)" if h.venv_existing else "")):
+    with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
     if out.install.get("mode") == "existing":
-        report_top_up(h.name, out.install)
-    console.print(
-        f"[green]bootstrap {h.name}[/]: venv {'created' if out.venv_created else 'present'}, "
-        f"{len(out.pushed)} file(s) pushed, profile {prof.name} {out.install.get('action')}"
-        + (f" in {out.install.get('seconds')}s" if out.install.get("action") == "installed" else "")
-    )
+        for line in top_up_lines(h.name, out.install):
+            t.note(line)
+    t.note(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} file(s) "
+           f"pushed, profile {prof.name} {out.install.get('action')}"
+           + (f" in {out.install.get('seconds')}s" if out.install.get("action") == "installed" else ""), "done")
     return out
 
 
-def report_top_up(name: str, res: dict) -> None:
-    """What a top-up of an existing venv added, kept as it was, and could not bring."""
-    from rich.markup import escape
+def kept_lines(kept: list[dict], want_key: str, where: str) -> list[str]:
+    """Profile packages an existing venv keeps at its own version (never upgraded)."""
+    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
+    out = [f"  {len(same)} profile package(s) already {where} at the pinned version"] if same else []
+    return out + [f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
+                  + ("" if k.get("satisfies", False) else "; never upgraded") + ")" for k in kept if k not in same]
 
+
+def top_up_lines(name: str, res: dict) -> list[str]:
+    """What a top-up of an existing venv added, kept as it was, and could not bring."""
     added = res.get("added") or {}
-    console.print(f"top-up {name}: added {len(added)} package(s)"
-                  + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)"))
-    report_kept(res.get("kept", []), "want", "there")
-    for d in res.get("absent", []):
-        console.print("  [yellow]not installed[/] " + escape(f"{d['package']}: {d['reason']}"))
-    for line in res.get("pip_check", []):
-        console.print("  [yellow]pip check (left as is)[/]: " + escape(line))
+    return ([f"top-up {name}: added {len(added)} package(s)"
+             + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)")]
+            + kept_lines(res.get("kept", []), "want", "there")
+            + [f"  not installed {d['package']}: {d['reason']}" for d in res.get("absent", [])]
+            + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])])

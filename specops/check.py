@@ -6,20 +6,16 @@ import json
 import re
 from typing import Optional
 
-from rich.markup import escape
-from rich.table import Table
-
 from . import paths
+from .config import load_config
 from .errors import SpecopsError
-from .push import push
+from .payloads import Check
 from .remote_exec import run_script
 from .transport import Transport
-from .ui import console
 
 
-def check(t: Transport, *, min_free_gb: float = 5.0) -> dict:
+def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
     h = t.host
-    push(t)  # the scripts that run are always the laptop's current ones
     profile, absent = f"{paths.PROFILES}/{h.profile}.txt", {}
     if h.venv_existing:  # verify what bootstrap's top-up established, not the profile's pins
         env = f"{paths.STATE}/env-{h.profile}.txt"
@@ -31,47 +27,34 @@ def check(t: Transport, *, min_free_gb: float = 5.0) -> dict:
             "--kind", h.profile, "--min-free-gb", str(min_free_gb)]
     if h.gpus is not None:
         args += ["--gpus", str(h.gpus)]
-    res = run_script(t, "check", args, changes=False)
-    if absent and res.get("rows"):
+    res = run_script(t, "check", args, changes=False, model=Check)
+    if absent and res.rows:
         soften(res, absent)
     return res
 
 
-def soften(res: dict, absent: dict) -> None:
+def soften(res: Check, absent: dict) -> None:
     """Rows about packages the top-up could not bring (e.g. vllm next to a preinstalled torch) are
     information, not failures: the reason is shown instead."""
     for pkg, why in absent.items():
         mod = pkg.replace("-", "_").lower()
-        for r in res["rows"]:
-            name = r["name"].lower()
+        for r in res.rows:
+            name = r.name.lower()
             if name.startswith((f"{mod} importable", f"import {mod}.", f"import {mod} ")) or name == f"import {mod}":
-                r["hard"] = False
-                if r["ok"] is False:
-                    r["hint"] = f"{pkg} is not installed in this existing venv ({why})"
-    res["ok"] = all(r["ok"] is not False for r in res["rows"] if r["hard"])
+                r.hard = False
+                if r.ok is False:
+                    r.hint = f"{pkg} is not installed in this existing venv ({why})"
+    res.ok = all(r.ok is not False for r in res.rows if r.hard)
 
 
-def failing(res: dict) -> list[dict]:
-    return [r for r in res["rows"] if r["hard"] and r["ok"] is False]
+def failing(res: Check) -> list:
+    return [r for r in res.rows if r.hard and r.ok is False]
 
 
-def render(name: str, res: dict, as_json: bool = False) -> None:
-    if as_json:
-        print(json.dumps(res, indent=1))
-        return
-    tab = Table(title=f"check {name}", show_lines=False)
-    for col in ("", "check", "value", "hint"):
-        tab.add_column(col)
-    for r in res["rows"]:
-        mark = {True: "[green]✓[/]", False: "[red]✗[/]" if r["hard"] else "[yellow]![/]", None: "·"}[r["ok"]]
-        tab.add_row(mark, r["name"], r["value"], r["hint"])
-    console.print(tab)
-
-
-def verdict(name: str, res: dict) -> None:
+def verdict(name: str, res: Check) -> None:
     bad = failing(res)
     if bad:
-        lines = "\n".join(f"  ✗ {r['name']}: {r['value']} -> {r['hint']}" for r in bad)
+        lines = "\n".join(f"  ✗ {r.name}: {r.value} -> {r.hint}" for r in bad)
         raise SpecopsError(f"check {name}: {len(bad)} hard check(s) failed", detail=lines)
 
 
@@ -117,20 +100,17 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
          timeout: float = 300.0) -> dict:
     """Real training steps on a tiny fixture in the host venv: the config's settings, then fallbacks.
     The verdict stays on the host (<workdir>/.specops/deep-check.json) for `inv train`."""
-    from .train import load_config  # (train imports this module for its gate)
-
     h = t.host
     if steps < 1 or timeout <= 0:
         raise SpecopsError("--deep needs steps >= 1 and a positive timeout")
     cfg = load_config(config, h.profile, {})
     cands = candidates(settings_of(cfg["flags"], h), h.profile)
-    push(t)
     args = ["--kind", h.profile, "--settings", json.dumps(cands), "--steps", str(steps), "--timeout", str(timeout)]
     if try_all:
         args.append("--all")
     res = run_script(t, "deep_check", args)
-    if res.get("dry_run"):
-        return res
+    if res is None:  # --dry-run
+        return None
     if "results" not in res:
         raise SpecopsError(f"deep check on {h.name} could not run: {res.get('error')}",
                            detail="\n".join(res.get("tail", [])))
@@ -138,25 +118,8 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     return res
 
 
-def render_deep(name: str, res: dict) -> None:
-    if res.get("dry_run"):
-        return
-    tab = Table(title=f"check {name} --deep: {res.get('steps')} training step(s) on a tiny fixture "
-                      f"({res.get('gpu') or res.get('kind')}; torch {res['versions'].get('torch')}, "
-                      f"speculators {res['versions'].get('speculators')})")
-    for col in ("", "attention", "loss", "compile", "seconds", "result"):
-        tab.add_column(col)
-    for i, r in enumerate(res["results"]):
-        s = r["settings"]
-        mark = "[green]✓[/]" if r["ok"] else "[red]✗[/]"
-        what = f"loss {r['loss']:.4g}" if r["ok"] and r.get("loss") is not None else (r.get("error") or "")
-        tab.add_row(mark, s["draft-attn-impl"] + (" (configured)" if i == 0 else ""), s["loss-implementation"],
-                    "on" if s.get("compile") else "off", f"{r['seconds']}", escape(what))
-    console.print(tab)
-
-
 def deep_verdict(name: str, res: dict) -> None:
-    if res.get("dry_run") or res.get("configured_ok"):
+    if res is None or res.get("configured_ok"):
         return
     first = res["results"][0]
     if res.get("works"):

@@ -1,16 +1,41 @@
-"""Glue between Invoke tasks and the library: host resolution and error reporting."""
+"""Glue between Invoke tasks and the library: the task decorator (short flags that never clash),
+host resolution, one connection per task (with the views' sinks), one host or a group handled
+in one place, and error reporting."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Optional
+import shlex
+from typing import Any, Callable, Iterator, Optional
 
+import invoke
 from invoke.exceptions import Exit
 
-from . import inventory
+from . import inventory, views
+from .connection import connect
 from .errors import SpecopsError
-from .transport import Transport, connect
+from .transport import Transport
+
+#: the only short flags, the same in every task
+SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
+
+
+class Task(invoke.Task):
+    """A task whose options get no automatic short flags (they clashed: `-h` meant --host in one
+    task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike."""
+
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names)
+        long = opts["names"][0]
+        opts["names"] = [long] + ([SHORT[long]] if long in SHORT and SHORT[long] not in taken_names else [])
+        return opts
+
+
+def task(*args, **kwargs):
+    """invoke's @task with specops' Task class."""
+    kwargs.setdefault("klass", Task)
+    return invoke.task(*args, **kwargs)
 
 
 def host_name(c, host: Optional[str]) -> str:
@@ -22,6 +47,16 @@ def host_name(c, host: Optional[str]) -> str:
 def hosts_file(c, hosts: Optional[str]) -> Optional[str]:
     cfg = c.config.get("specops", {}) if c is not None else {}
     return hosts or (cfg or {}).get("hosts")
+
+
+def hint_args(c, host: Optional[str], hosts: Optional[str]) -> str:
+    """The --host/--hosts a hint must repeat so that, typed as shown, it acts on the same host."""
+    parts = []
+    if host:
+        parts.append(f"--host {shlex.quote(host)}")
+    if hosts:
+        parts.append(f"--hosts {shlex.quote(hosts)}")
+    return " ".join(parts)
 
 
 def fail(e: SpecopsError) -> Exit:
@@ -39,18 +74,21 @@ def errors() -> Iterator[None]:
         raise fail(e) from None
 
 
+def open_host(h: inventory.Host, *, dry_run: bool = False, hints: str = "", **kw) -> Transport:
+    """A connection whose notes and followed logs go to the views."""
+    return connect(h, dry_run=dry_run, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+
+
 @contextlib.contextmanager
 def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False) -> Iterator[Transport]:
-    """Load the inventory, open one connection for the whole task, close it after. With
-    dry_run, what would change the host is printed instead of run."""
+    """Load the inventory, open one connection for the whole task, close it after."""
     with errors():
         h = inventory.load(hosts_file(c, hosts)).get(host_name(c, host))
-        t = connect(h)
-        t.dry_run = dry_run
+        t = open_host(h, dry_run=dry_run, hints=hint_args(c, host, hosts))
         try:
             yield t
             if dry_run:
-                print(f"DRY-RUN {h.name}: nothing was changed")
+                views.dry_run_done(h.name)
         finally:
             t.close()
 
@@ -61,20 +99,35 @@ def targets(c, host: Optional[str], hosts: Optional[str]) -> list:
         return inventory.load(hosts_file(c, hosts)).resolve(host_name(c, host))
 
 
-def fan(c, host: Optional[str], hosts: Optional[str], title: str, fn, *, describe=str, dry_run: bool = False,
-        command_timeout: Optional[float] = None):
-    """Run fn(t) on every target host in parallel; one table row per host; Exit if any failed."""
-    from . import fanout
-    from .ui import console
+def is_multi(c, host: Optional[str]) -> bool:
+    spec = host_name(c, host)
+    return spec.startswith("@") or "," in spec
 
+
+def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[[Transport], Any], *,
+         show: Optional[Callable[[Transport, Any], None]] = None, describe: Callable[[Any], str] = str,
+         dry_run: bool = False, as_json: bool = False, group: bool = True) -> Any:
+    """The one place a task meets one host or several: fn(t) on the host (then show(t, value)), or
+    on every host of a group in parallel (one row per host, `describe` of each value; a failing
+    host is a row, and the task exits non-zero naming each). Returns the value(s)."""
+    from . import fanout
+
+    if not (group and is_multi(c, host)):
+        with session(c, host, hosts, dry_run) as t:
+            value = fn(t)
+            if as_json and value is not None:
+                views.as_json(value)
+            elif show is not None and value is not None:
+                show(t, value)
+            return value
     hs = targets(c, host, hosts)
-    outs = fanout.run_on(hs, fn, dry_run=dry_run, command_timeout=command_timeout)
-    console.print(fanout.table(f"{title} ({len(hs)} hosts)", outs, describe))
+    outs = fanout.run_on(hs, fn, dry_run=dry_run,
+                         connect=lambda h, **kw: open_host(h, hints=f"--host {shlex.quote(h.name)}"
+                                                           + (f" --hosts {shlex.quote(hosts)}" if hosts else ""), **kw))
+    if as_json:
+        views.as_json(outs)
+    else:
+        views.outcomes(f"{title} ({len(hs)} hosts)", outs, describe)
     with errors():
         fanout.verdict(title, outs)
     return outs
-
-
-def is_multi(c, host: Optional[str], hosts: Optional[str]) -> bool:
-    spec = host_name(c, host)
-    return spec.startswith("@") or "," in spec

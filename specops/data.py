@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 from . import jobs
+from .contract import check_name
 from .errors import SpecopsError
-from .push import push
 from .remote_exec import run_script
 from .transport import Transport
-from .ui import console
 
 
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
@@ -21,20 +20,28 @@ def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
     v = name_or_path or "default"
     if "/" in v or v.startswith("~"):
         return t.expand(v)
-    jobs.validate_run_id(v)  # same character rules for dataset names
-    return f"{t.expand(t.host.workdir_path)}/data/{v}"
+    check_name("dataset name", v)  # the one name rule: the path stays under data/
+    return f"{t.workdir}/data/{v}"
 
 
 def remote_input(t: Transport, path: str) -> str:
-    """A file on the laptop is uploaded to <workdir>/uploads/; otherwise it is a host path."""
+    """A file on the laptop is uploaded to <workdir>/uploads/<sha256 prefix>-<name> (an upload
+    never replaces another: the same name with other content gets its own file; the same content
+    is not sent twice); otherwise it is a host path."""
     p = Path(path).expanduser()
-    if p.is_file():  # (under --dry-run, check and put only print)
-        dest_dir = f"{t.expand(t.host.workdir_path)}/uploads"
+    if p.is_file():  # (under --dry-run, check and put are planned)
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        dest_dir = f"{t.workdir}/uploads"
+        dest = f"{dest_dir}/{digest}-{p.name}"
+        if t.exists(dest, "-f"):
+            t.note(f"{p} is already on {t.host.name} as {dest}")
+            return dest
         t.check(f"mkdir -p {shlex.quote(dest_dir)}", "mkdir uploads")
-        dest = f"{dest_dir}/{p.name}"
-        t.put(str(p), dest)
+        t.put(str(p), dest + ".part")
+        t.check(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}", "finishing the upload")
+        t.would_put = t.would_put | {dest}
         if not t.dry_run:
-            console.print(f"\\[specops] uploaded {p} -> {t.host.name}:{dest}")
+            t.note(f"uploaded {p} -> {t.host.name}:{dest}")
         return dest
     remote = t.expand(path)
     if not t.exists(remote):
@@ -71,14 +78,14 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
 
 def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
                 detach: bool = False, quiet: bool = False) -> dict:
-    """Plan (synchronous, changes nothing), then run as a job and follow it."""
-    push(t)
+    """Plan (synchronous, changes nothing), then run as a job and follow it. Under --dry-run the
+    plan (with the commands it would start) is returned, nothing is started."""
     pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
     plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
     if not plan.get("ok"):
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
     if "estimate_bytes" in plan and not quiet:
-        console.print(f"\\[specops] disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
+        t.note(f"disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
                       f"{plan['hidden_size']} x 2 B = {plan['estimate_bytes'] / 2**30:.2f} GiB "
                       f"(+10%); {plan['free_bytes'] / 2**30:.2f} GiB free; {plan['todo']} file(s) to write, "
                       f"{plan['done']} already there")
@@ -87,15 +94,16 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
     data = args[args.index("--data-dir") + 1]
     lock = "data-" + hashlib.sha1(data.encode()).hexdigest()[:12]  # one writer per data dir
+    if t.dry_run:  # what the job would start (the vLLM server, speculators ...): review -tp before GPU hours
+        for cmd in plan.get("commands", []):
+            t.plan("would start: " + shlex.join(map(str, cmd)))
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
-        jobs.start(t, rid, argv, kind=kind, lock=lock)
-        if t.dry_run:
-            return {"run_id": rid, "dry_run": True}
-        _, code = jobs.follow(t, rid, write=lambda b: None, reconnect=getattr(t, "reopen", None))
+        started = jobs.start(t, rid, argv, kind=kind, lock=lock)
+        code = None if started is None else jobs.follow(t, rid, write=lambda b: None)[1]
     else:
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
     if code is None:
-        return {"run_id": rid, "detached": True, "dry_run": t.dry_run}
+        return {"run_id": rid, "detached": not t.dry_run, "dry_run": t.dry_run, "plan": plan}
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
@@ -105,22 +113,22 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     return res
 
 
-def convert(t: Transport, src: str, dst: str) -> dict:
-    push(t)
+def convert(t: Transport, src: str, dst: str) -> Optional[dict]:
+    """None under --dry-run."""
     res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)])
-    if res.get("dry_run"):
-        return res
+    if res is None:
+        return None
     if not res.get("ok"):
         raise SpecopsError(f"convert-data on {t.host.name}: {res.get('error')}")
     return res
 
 
 def make_tiny_verifier(t: Transport, path: str, *, layers: int = 6, hidden: int = 256) -> dict:
-    """Build a tiny random Llama + local tokenizer on the host (demo, tests; no model hub)."""
-    push(t)
+    """Build a tiny random Llama + local tokenizer on the host (demo, tests; no model hub); None
+    under --dry-run."""
     res = run_script(t, "tiny_verifier", [t.expand(path), "--layers", str(layers), "--hidden", str(hidden)])
-    if res.get("dry_run"):
-        return res
+    if res is None:
+        return None
     if not res.get("ok"):
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
     return res

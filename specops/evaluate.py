@@ -7,14 +7,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from rich.table import Table
-
 from . import jobs, metrics
 from .data import remote_input
 from .errors import SpecopsError
-from .push import push
 from .transport import Transport
-from .ui import console
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "
@@ -49,7 +45,6 @@ def gap_flags(ev: dict, train_acc: dict) -> list[str]:
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs") -> dict:
     jobs.validate_run_id(run_id)
-    push(t)
     spec_raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
     if not spec_raw:
         raise SpecopsError(f"evaluate: no training run {run_id!r} on {t.host.name} (no train-spec.json): "
@@ -64,13 +59,13 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     result = jobs.run_path(t, run_id, "evaluation.json")
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
-    if code is None:
-        return {"dry_run": True}
+    if code is None:  # --dry-run
+        return None
     raw = t.read_bytes(result)
     ev = json.loads(raw) if raw else None
     if code != 0 or not ev or not ev.get("ok"):
         raise SpecopsError(f"evaluate {run_id} on {t.host.name} failed: "
-                           f"{(ev or {}).get('error') or jobs.status(t, eid)[0]['state']}", detail=jobs.tail(t, eid, 15))
+                           f"{(ev or {}).get('error') or jobs.status(t, eid)[0].describe}", detail=jobs.tail(t, eid, 15))
     log = (t.read_bytes(jobs.run_path(t, run_id, "output.log")) or b"").decode(errors="replace")
     ev["training_accuracy"] = training_accuracy(log)
     ev["flags"] = gap_flags(ev, ev["training_accuracy"])
@@ -81,27 +76,6 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     (local / "evaluation.json").write_text(json.dumps(ev, indent=1))
     ev["plot"] = plot(ev, local / "acceptance.png")
     return ev
-
-
-def render(run_id: str, ev: dict) -> None:
-    tab = Table(title=f"acceptance of {run_id} served by vLLM ({ev['prompts']} prompts, "
-                      f"{ev['num_spec_tokens']} speculative tokens)")
-    for col in ("position", "accepted (of drafts)", "conditional", "train val full_acc", "train val cond_acc"):
-        tab.add_column(col)
-    acc = ev.get("acceptance_by_position") or []
-    cond = ev.get("conditional_acceptance_by_position") or []
-    tr = ev.get("training_accuracy") or {}
-    for k in range(len(acc)):
-        tab.add_row(str(k), f"{acc[k]:.3f}", f"{cond[k]:.3f}",
-                    f"{tr.get('full', {}).get(k, float('nan')):.3f}", f"{tr.get('cond', {}).get(k, float('nan')):.3f}")
-    console.print(tab)
-    c = ev["counters"]
-    console.print(f"mean acceptance length {ev.get('mean_acceptance_length', float('nan')):.3f} "
-                  f"(drafts {c['drafts']:.0f}, draft tokens {c['draft_tokens']:.0f}, accepted {c['accepted']:.0f})")
-    for f in ev.get("flags", []):
-        console.print(f"[red]! large gap at {f}[/]")
-    if ev.get("flags"):
-        console.print(f"[yellow]check: {CAUSES}[/]")
 
 
 def plot(ev: dict, path: Path) -> Optional[str]:

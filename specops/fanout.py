@@ -1,8 +1,8 @@
-"""Run one operation on several hosts in parallel (a thread pool over SSH connections).
+"""Run one operation on several hosts in parallel (a thread pool over connections).
 
 Each host gets its own connection, a connect timeout (the host's `connect_timeout`) and a
-command timeout; one host failing never hides the others' results; the caller gets one row
-per host and decides the exit code (all must succeed).
+command timeout; one host failing never hides the others' results: a failing host is a value
+(an Outcome with ok False), and the caller decides the exit code (all must succeed).
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from rich.table import Table
-
+from .connection import connect as _connect
 from .errors import SpecopsError
 from .inventory import Host
-from .transport import Transport, connect
+from .transport import Transport
 
 
 @dataclass
@@ -27,14 +26,12 @@ class Outcome:
 
 
 def run_on(hosts: list[Host], fn: Callable[[Transport], Any], *, command_timeout: Optional[float] = None,
-           dry_run: bool = False) -> list[Outcome]:
+           dry_run: bool = False, connect: Callable[..., Transport] = _connect) -> list[Outcome]:
     def one(h: Host) -> Outcome:
         try:
-            t = connect(h)
+            t = connect(h, dry_run=dry_run, default_timeout=command_timeout)
         except SpecopsError as e:
             return Outcome(h.name, False, error=str(e))
-        t.dry_run = dry_run
-        t.default_timeout = command_timeout
         try:
             return Outcome(h.name, True, fn(t))
         except SpecopsError as e:
@@ -48,14 +45,23 @@ def run_on(hosts: list[Host], fn: Callable[[Transport], Any], *, command_timeout
         return list(pool.map(one, hosts))
 
 
-def table(title: str, outcomes: list[Outcome], describe: Callable[[Any], str] = str) -> Table:
-    tab = Table(title=title)
-    for col in ("host", "", "result"):
-        tab.add_column(col, overflow="fold")
-    for o in outcomes:
-        tab.add_row(o.host, "[green]✓[/]" if o.ok else "[red]✗[/]",
-                    describe(o.value) if o.ok else o.error.splitlines()[0])
-    return tab
+def connect_all(hosts: list[Host], dry_run: bool = False, connect: Callable[..., Transport] = _connect
+                ) -> list[Transport]:
+    """One connection per host, opened in parallel; all or none (a host that cannot be reached
+    closes the others and names every unreachable host)."""
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        futs = [pool.submit(connect, h, dry_run=dry_run) for h in hosts]
+    out, errs = [], []
+    for h, f in zip(hosts, futs):
+        try:
+            out.append(f.result())
+        except SpecopsError as e:
+            errs.append(f"{h.name}: {e}")
+    if errs:
+        for t in out:
+            t.close()
+        raise SpecopsError(f"cannot reach every node: {'; '.join(errs)}")
+    return out
 
 
 def verdict(what: str, outcomes: list[Outcome]) -> None:

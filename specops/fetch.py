@@ -19,10 +19,8 @@ from typing import Optional
 from . import paths
 from .errors import SpecopsError
 from .jobs import run_path, validate_run_id
-from .push import push
 from .remote_exec import run_script
 from .transport import Transport
-from .ui import console
 
 
 def _manifest_module():
@@ -66,11 +64,13 @@ def check_writable(dest: Path) -> None:
                            f"choose another --dest or fix its permissions") from None
 
 
-def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwlimit: int = 0) -> dict:
+def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwlimit: int = 0,
+              progress: bool = False) -> dict:
     """rsync, then verify every file against the host's sha256 manifest. The host hashes while
     rsync transfers (its cache makes an unchanged file free); an unchanged re-fetch compares the
     two cached manifests and sends nothing."""
     check_writable(dest)
+    t.ensure_pushed()  # (before the manifest thread, which shares this connection)
     had_files = any(p.is_file() for p in dest.rglob("*") if not p.name.startswith(".specops"))
     pool = ThreadPoolExecutor(1)
     try:
@@ -79,7 +79,7 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
             return _done(dest, pending.result(), 0)
         bad: list[str] = []
         for attempt in range(1, tries + 1):
-            t.sync_down(remote_dir, str(dest), partial=True, progress=console.is_terminal and attempt == 1,
+            t.sync_down(remote_dir, str(dest), partial=True, progress=progress and attempt == 1,
                         checksum=attempt > 1, bwlimit=bwlimit)
             local = local_manifest(dest)
             remote = pending.result()
@@ -89,8 +89,8 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
                 bad = diff(remote, local)
             if not bad:
                 return _done(dest, remote, attempt)
-            console.print(f"[yellow]fetch: {len(bad)} file(s) differ from the host's checksums "
-                          f"(still being written?): {', '.join(bad[:3])}; fetching again[/]")
+            t.note(f"fetch: {len(bad)} file(s) differ from the host's checksums (still being written?): "
+                   f"{', '.join(bad[:3])}; fetching again", "warn")
             pending = pool.submit(remote_manifest, t, remote_dir)
     finally:
         pool.shutdown(wait=True)
@@ -106,11 +106,10 @@ def _done(dest: Path, remote: dict, attempts: int) -> dict:
 
 
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,
-              into: Optional[Path] = None) -> dict:
+              into: Optional[Path] = None, progress: bool = False) -> dict:
     validate_run_id(run_id)
-    push(t)
     remote = run_path(t, run_id)
     if not t.exists(remote, "-d"):
         raise SpecopsError(f"fetch: unknown run id {run_id!r} on {t.host.name} (no {remote}): "
-                           f"`inv status --host {t.host.name}` lists the runs")
-    return fetch_dir(t, remote, into or Path(dest) / run_id, tries=tries, bwlimit=bwlimit)
+                           f"`{t.hint('status')}` lists the runs")
+    return fetch_dir(t, remote, into or Path(dest) / run_id, tries=tries, bwlimit=bwlimit, progress=progress)

@@ -9,15 +9,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .contract import check_name
 from .errors import SpecopsError
 
 LOCAL = "local"
 LOCAL_ROOT = "~/.cache/specops"
+
+#: vLLM options specops sets itself on every server it starts (address, served model, the
+#: extraction / evaluation configs): `vllm_args` / `--vllm-arg` may not override them.
+#: (remote/vllm_server.py RESERVED holds the same list, for the per-run `--vllm-arg`s.)
+VLLM_RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
+                 "--kv-transfer-config")
 
 
 class Host(BaseModel):
@@ -52,6 +59,14 @@ class Host(BaseModel):
     #: The host reaches the other hosts of its groups over SSH at their hosts.yaml addresses:
     #: shards move host to host, authenticated by the laptop's ssh-agent, forwarded.
     reach_peers: bool = False
+    #: GPUs one vLLM server spans (`--tensor-parallel-size`); default: `gpus`, else 1.
+    tensor_parallel: Optional[int] = Field(default=None, ge=1)
+    #: Run the verifier's own modelling code (config.json `auto_map`) in vLLM, prepare-data,
+    #: transformers: `auto` = only when its config.json has `auto_map`.
+    trust_remote_code: Union[Literal["auto"], bool] = "auto"
+    #: Extra arguments for every vLLM server specops starts there, after its own (e.g.
+    #: ["--enable-expert-parallel"]); a run's `--vllm-arg`s come after these.
+    vllm_args: list[str] = Field(default_factory=list)
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -59,6 +74,31 @@ class Host(BaseModel):
         if v is not None and not str(v).strip():
             raise ValueError("must not be empty")
         return v
+
+    @field_validator("trust_remote_code", mode="before")
+    @classmethod
+    def _trust(cls, v):
+        if v == "auto" or isinstance(v, bool):
+            return v
+        raise ValueError(f"must be auto, true or false (got {v!r})")
+
+    @field_validator("vllm_args")
+    @classmethod
+    def _vllm_args(cls, v):
+        for a in v:
+            if not a.strip():
+                raise ValueError("holds an empty argument")
+            key = a.split("=", 1)[0].replace("_", "-")  # (vLLM reads --a_b as --a-b)
+            if key in VLLM_RESERVED:
+                raise ValueError(f"{a} sets {key}, which specops sets itself (so are "
+                                 f"{', '.join(x for x in VLLM_RESERVED if x != key)})")
+        return v
+
+    @model_validator(mode="after")
+    def _tensor_parallel_default(self):
+        if self.tensor_parallel is None:
+            self.tensor_parallel = self.gpus or 1
+        return self
 
     # Defaults that depend on other fields.
     @property
@@ -87,6 +127,16 @@ class Host(BaseModel):
         if self.transport == "local":
             return "this machine"
         return f"{self.user}@{self.address}:{self.port}"
+
+    def vllm_flags(self, extra: Optional[list[str]] = None) -> list[str]:
+        """The arguments of remote/datagen.py and remote/evaluate.py that carry this host's vLLM
+        settings, then a run's own `--vllm-arg`s (last: they win)."""
+        trust = self.trust_remote_code
+        out = ["--tensor-parallel", str(self.tensor_parallel),
+               "--trust-remote-code", trust if isinstance(trust, str) else str(trust).lower()]
+        for a in [*self.vllm_args, *(extra or [])]:
+            out.append(f"--vllm-arg={a}")  # (one token: a value starting with '-' stays a value)
+        return out
 
 
 def builtin_local() -> Host:
@@ -151,13 +201,43 @@ def find_file(explicit: Optional[str] = None) -> Optional[Path]:
     return p if p.is_file() else None
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one)."""
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False):
+    loader.flatten_mapping(node)
+    seen: dict = {}
+    for k, _ in node.value:
+        key = loader.construct_object(k, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # (an unhashable key: construct_mapping says so)
+            break
+        if first is not None:
+            raise _DuplicateKey(problem=f"key {key!r} appears twice (first at line {first.line + 1}); "
+                                        f"YAML would keep only the last one: remove one",
+                                problem_mark=k.start_mark)
+        seen[key] = k.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
 def _field_error(path: Path, host: str, err: dict) -> str:
     loc = ".".join(str(x) for x in err["loc"])
     msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
     if err["type"] == "extra_forbidden":
         allowed = ", ".join(k for k in Host.model_fields if k != "name")
         msg = f"unknown field (allowed: {allowed})"
-    elif "input" in err and err["type"] != "missing":
+    elif "input" in err and err["type"] not in ("missing", "value_error"):
         msg = f"{msg} (got {err['input']!r})"
     return f"{path}: host {host!r}, field {loc!r}: {msg}"
 
@@ -168,23 +248,35 @@ def load(explicit: Optional[str] = None) -> Inventory:
     if path is None:
         return inv
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_Loader)
+    except _DuplicateKey as e:
+        mark = e.problem_mark
+        raise SpecopsError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {e.problem}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         raise SpecopsError(f"{path}: YAML syntax error at {where}: {e.problem}: fix the file") from None
     except (OSError, yaml.YAMLError) as e:
         raise SpecopsError(f"{path}: cannot read: {e}") from None
+    if raw is None:
+        raise SpecopsError(f"{path}: the file is empty: give `hosts:` (name -> fields), as in the repo's "
+                           f"hosts.yaml, or point --hosts / $SPECOPS_HOSTS elsewhere")
     if not isinstance(raw, dict):
         raise SpecopsError(f"{path}: top level must be a mapping with 'hosts:' (and 'groups:')")
     extra = set(raw) - {"hosts", "groups"}
     if extra:
         raise SpecopsError(f"{path}: unknown top-level key(s) {sorted(extra)}: only 'hosts' and 'groups' are allowed")
-    hosts = raw.get("hosts") or {}
+    if not raw.get("hosts"):
+        raise SpecopsError(f"{path}: no hosts in it: give `hosts:` (name -> fields), as in the repo's hosts.yaml")
+    hosts = raw["hosts"]
     if not isinstance(hosts, dict):
         raise SpecopsError(f"{path}: 'hosts' must be a mapping of name -> fields")
     for name, fields in hosts.items():
         name = str(name)
+        try:
+            check_name("host name", name)  # (a host name becomes a path: runs/, caches, locks)
+        except SpecopsError as e:
+            raise SpecopsError(f"{path}: {e}") from None
         if not isinstance(fields, dict):
             raise SpecopsError(f"{path}: host {name!r} must be a mapping of fields (got {fields!r})")
         base = {"transport": "local", "profile": "cpu"} if name == LOCAL else {}
@@ -196,6 +288,9 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(_field_error(path, name, errs[0]) + more) from None
         if h.transport == "ssh" and not h.address:
             raise SpecopsError(f"{path}: host {name!r}, field 'address': required for ssh hosts")
+        if "tensor_parallel" in fields and h.gpus is not None and h.tensor_parallel > max(h.gpus, 1):
+            raise SpecopsError(f"{path}: host {name!r}, field 'tensor_parallel': {h.tensor_parallel} is more than "
+                               f"the host's gpus ({h.gpus}): one vLLM server spans at most the host's GPUs")
         if h.venv_existing and not h.venv:
             raise SpecopsError(f"{path}: host {name!r}, field 'venv_existing': needs `venv:` set to that "
                                f"environment (e.g. /opt/torch/.venv)")

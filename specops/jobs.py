@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import sys
 import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
+from .contract import JobState, check_name
 from .errors import SpecopsError
-from .push import push
+from .payloads import Job, Jobs, Started, Stopped
 from .remote_exec import run_script
 from .transport import Transport
-
-RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-ENDED = ("succeeded", "failed", "killed", "stopped", "lost")
 
 
 def new_run_id(kind: str) -> str:
@@ -24,23 +20,18 @@ def new_run_id(kind: str) -> str:
 
 
 def validate_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id or ""):
-        raise SpecopsError(
-            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-' (not starting with '.' or '-')"
-        )
-    return run_id
+    return check_name("run id", run_id)
 
 
 def run_path(t: Transport, run_id: str, *parts: str) -> str:
-    return "/".join([t.expand(t.host.workdir_path), "runs", validate_run_id(run_id), *parts])
+    return "/".join([t.workdir, "runs", validate_run_id(run_id), *parts])
 
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-          env: Optional[dict] = None, term: str = "group") -> dict:
-    """Start argv detached on the host (survives the SSH session). Secrets go through `env`,
-    which travels as a 0600 file, never on a command line."""
+          env: Optional[dict] = None, term: str = "group") -> Optional[Started]:
+    """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
+    go through `env`, which travels as a 0600 file, never on a command line."""
     validate_run_id(run_id)
-    push(t)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
@@ -57,53 +48,45 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
         finally:
             os.unlink(f.name)
         args += ["--env-file", remote_env]
-    res = run_script(t, "job", [*args, "--", *argv])
-    if res.get("dry_run"):
-        return {**res, "pid": None, "run_id": run_id}
-    if not res.get("ok"):
-        raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.get('error')}")
+    res = run_script(t, "job", [*args, "--", *argv], model=Started)
+    if res is not None and not res.ok:
+        raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.error}")
     return res
 
 
-def status(t: Transport, run_id: Optional[str] = None) -> list[dict]:
-    push(t)
-    res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []), changes=False)
-    if not res.get("ok"):
-        raise SpecopsError(f"{res.get('error')} on {t.host.name}: `inv status --host {t.host.name}` lists the runs")
-    return res["jobs"]
+def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
+    res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []),
+                     changes=False, model=Jobs)
+    if not res.ok:
+        raise SpecopsError(f"{res.error} on {t.host.name}: `inv status --host {t.host.name}` lists the runs")
+    return res.jobs
 
 
-def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> dict:
+def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
     """One job: the given run id, else the newest (of `kind`)."""
     if run_id:
         return status(t, run_id)[0]
-    jobs = [j for j in status(t) if kind is None or j.get("kind") == kind]
+    jobs = [j for j in status(t) if kind is None or j.kind == kind]
     if not jobs:
         raise SpecopsError(f"no {kind or ''} runs on {t.host.name}: start one first".replace("  ", " "))
     return jobs[-1]
 
 
-def stop(t: Transport, run_id: str, grace: float = 60.0) -> dict:
-    push(t)
-    res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)])
-    if res.get("dry_run"):
-        return {"state": "unchanged (dry run)"}
-    if not res.get("ok"):
-        raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.get('error')}")
+def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
+    """SIGTERM, grace, SIGKILL; None under --dry-run."""
+    res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped)
+    if res is not None and not res.ok:
+        raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")
     return res
 
 
-def ended(state: str) -> bool:
-    return state.startswith(ENDED)
-
-
-def follow(t: Transport, run_id: str, *, offset: int = 0, write: Callable[[bytes], None] = None,
-           poll: float = 0.5, until_end: bool = True, reconnect: Callable[[], Transport] = None,
+def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]] = None, offset: int = 0,
+           poll: float = 0.5, until_end: bool = True, reconnect: bool = True,
            tries: int = 5) -> tuple[int, Optional[int]]:
-    """Print the job's log from byte `offset` as it grows, until the job ends (exit code) or
-    forever if not until_end. Lost connections are retried with backoff (`reconnect`), from the
-    byte last printed: no line is lost or repeated. Returns (offset, exit code or None)."""
-    write = write or (lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()))
+    """Hand the job's log to `write` from byte `offset` as it grows, until the job ends (exit code)
+    or forever if not until_end. A lost connection is re-opened in place with backoff, from the
+    byte last written: no line is lost or repeated. Returns (offset, exit code or None)."""
+    write = write or t.log
     where = None
     failures = 0
     while True:
@@ -115,15 +98,14 @@ def follow(t: Transport, run_id: str, *, offset: int = 0, write: Callable[[bytes
             chunk = t.read_bytes(log, offset)
             failures = 0
         except SpecopsError:
-            if reconnect is None or failures >= tries:
+            if not reconnect or failures >= tries:
                 raise
             failures += 1
             delay = min(2 ** failures, 30)
-            print(f"[specops] connection to {t.host.name} lost; reconnecting in {delay}s "
-                  f"({failures}/{tries})", file=sys.stderr)
+            t.note(f"connection to {t.host.name} lost; reconnecting in {delay}s ({failures}/{tries})", "warn")
             time.sleep(delay)
             try:
-                t = reconnect()
+                t.reconnect()
             except SpecopsError:
                 if failures >= tries:
                     raise SpecopsError(f"gave up following {run_id} on {t.host.name} after {tries} "
@@ -147,28 +129,56 @@ def tail(t: Transport, run_id: str, n: int = 25) -> str:
     return "\n".join(data.decode(errors="replace").splitlines()[-n:])
 
 
-def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-                 detach: bool = False, stop_on_interrupt: bool = True, term: str = "group") -> Optional[int]:
-    """Start a job and follow its log until it ends. Ctrl-C stops it (stop_on_interrupt) or
-    detaches. Returns the exit code (None if detached)."""
-    from .ui import console, err_console
+def failure(t: Transport, run_id: str, what: str) -> SpecopsError:
+    """The one-line error of a job that did not succeed: its state, the error it died of, its log tail."""
+    j = status(t, run_id)[0]
+    return SpecopsError(f"{what} {run_id} on {t.host.name} {j.describe}" + (f": {j.error}" if j.error else ""),
+                        detail=tail(t, run_id, 15))
 
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
-    if t.dry_run:
+
+def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
+    t0 = time.time()
+    while True:
+        j = status(t, run_id)[0]
+        if j.ended or time.time() - t0 > timeout:
+            return j
+        time.sleep(1)
+
+
+def run_following(t: Transport, run_id: str) -> Optional[int]:
+    """Follow a run's log until it ends (its exit code); Ctrl-C detaches (None), the run goes on."""
+    try:
+        return follow(t, run_id)[1]
+    except KeyboardInterrupt:
+        t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
+               f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
         return None
-    console.print(f"\\[specops] {kind} started on {t.host.name}: run {run_id} (pid {j['pid']}); "
-                  f"`inv logs -f --run-id {run_id}` follows it")
+
+
+def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
+                 detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
+                 write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
+    """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
+    Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
+    under --dry-run."""
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
+    if j is None:
+        return None
+    t.note(f"{kind} started on {t.host.name}: run {run_id} (pid {j.pid}); "
+           f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")
     if detach:
         return None
     if not stop_on_interrupt:
-        from .runs_view import follow as follow_or_detach
-
-        return follow_or_detach(t, run_id)
+        return run_following(t, run_id)
     try:
-        _, code = follow(t, run_id, reconnect=getattr(t, "reopen", None))
+        _, code = follow(t, run_id, write=write)
     except KeyboardInterrupt:
-        err_console.print(f"\n\\[specops] interrupted: stopping {run_id} (and the processes it started) ...")
+        t.note(f"interrupted: stopping {run_id} (and the processes it started) ...", "warn")
         res = stop(t, run_id, grace=60)
-        err_console.print(f"\\[specops] {run_id}: {res['state']}")
+        t.note(f"{run_id}: {res.state if res else '?'}", "warn")
         raise SpecopsError(f"{kind} {run_id} interrupted and stopped on {t.host.name}") from None
     return code
+
+
+__all__ = ["run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
+           "follow", "tail", "failure", "wait_ended"]

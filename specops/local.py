@@ -17,8 +17,8 @@ from .transport import Result, Transport
 
 
 class LocalTransport(Transport):
-    def __init__(self, host: Host):
-        self.host = host
+    def __init__(self, host: Host, **kw):
+        super().__init__(host, **kw)
         self.ctx = Context()
 
     def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:

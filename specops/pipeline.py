@@ -12,7 +12,6 @@ from typing import Optional
 from . import bootstrap, check, data, fetch, inspect, metrics, train
 from .errors import SpecopsError
 from .transport import Transport
-from .ui import console, step
 
 WORDS = ("the a of to and in is it you that was for on are with as his they be at one have this from or had "
          "by word but what some we can out other were all there when up use your how said each she which do "
@@ -44,11 +43,13 @@ def demo_conversations(path: Path, n: int = 48, seed: int = 123) -> Path:
 def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
         backend: str = "vllm", layers: Optional[str] = None, seq_length: int = 2048,
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
-        skip_bootstrap: bool = False) -> dict:
+        skip_bootstrap: bool = False, on_inspect=None) -> Optional[dict]:
+    """The whole job; None under --dry-run (the plan is on the connection). on_inspect(result)
+    gets inspect-data's result (the task renders it)."""
     h = t.host
     if not skip_bootstrap:
         bootstrap.bootstrap(t)
-    with step(f"check {h.name}"):
+    with t.step(f"check {h.name}"):
         res = check.check(t, min_free_gb=1.0)
     check.verdict(h.name, res)
     ddir = data.data_dir(t, dataset)
@@ -57,38 +58,39 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
                              seq_length=seq_length, extract=True, backend=backend, layers=layers)
     dg = data.run_datagen(t, args, kind="data")
     if t.dry_run:
-        t.say("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
-        return {"dry_run": True}
+        t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
+        return None
     ex = dg.get("extract", {})
-    console.print(f"[green]✓[/] data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
-                  f"{ex.get('tokens_per_s')} tokens/s")
+    t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, {ex.get('tokens_per_s')} tokens/s",
+           "done")
     ins = inspect.inspect(t, ddir, sample=8, verifier=ver)
-    inspect.render(ins)
+    if on_inspect:
+        on_inspect(ins)
     inspect.verdict(ins)
     tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True)
-    with step(f"fetch {tr['run_id']}"):
+    with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
     ckpts = sorted(p.name for p in (Path(got["dest"]) / "checkpoints").iterdir()) \
         if (Path(got["dest"]) / "checkpoints").is_dir() else []
     if not any(c.isdigit() for c in ckpts):
         raise SpecopsError(f"run {tr['run_id']} finished without a checkpoint (see {got['dest']}/output.log)")
-    console.print(f"[bold green]pipeline done[/]: run {tr['run_id']} in {got['dest']} "
-                  f"({got['files']} files verified; checkpoints {', '.join(ckpts)}; plot {m['plot']})")
+    t.note(f"pipeline done: run {tr['run_id']} in {got['dest']} ({got['files']} files verified; checkpoints "
+           f"{', '.join(ckpts)}; plot {m['plot']})", "done")
     return {"run_id": tr["run_id"], "dest": got["dest"], "metrics": m, "checkpoints": ckpts}
 
 
-def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None) -> dict:
+def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None) -> Optional[dict]:
     if t.host.profile != "cpu":
         raise SpecopsError(f"the demo runs on a cpu-profile host (`local` by default); {t.host.name} is "
                            f"{t.host.profile}: use `inv pipeline` there")
     bootstrap.bootstrap(t)
     vpath = f"{t.expand(t.host.workdir_path)}/models/tiny-llama"
     if not t.exists(f"{vpath}/config.json", "-f"):
-        with step("build a tiny random Llama verifier + tokenizer"):
+        with t.step("build a tiny random Llama verifier + tokenizer"):
             data.make_tiny_verifier(t, vpath)
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
         return run(t, data_file=str(convs), dataset="demo", verifier=vpath, backend="vllm", layers="1,3,4,6",
                    seq_length=512, config="configs/demo.yaml", dest=dest, skip_bootstrap=True,
-                   overrides={"max-steps": steps} if steps else None)
+                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect)

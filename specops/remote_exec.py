@@ -1,33 +1,31 @@
 """The interpreter rule: the only way specops starts Python on a host.
 
 ``run_script(t, "check", [...])`` runs ``<venv>/bin/python3 remote/check.py ARGS`` in the
-host's workdir and decodes the one framed JSON payload from its stdout. The only other
-interpreter ever started on a host is ``base_python -m venv`` (in bootstrap, at creation).
+host's workdir (after the connection has pushed remote/, once) and decodes the one framed JSON
+payload from its stdout. The only other interpreter ever started on a host is
+``base_python -m venv`` (in bootstrap, at creation).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Type, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from .contract import BEGIN, END, decode
 from .errors import SpecopsError
 from .transport import Transport
 
-BEGIN = "@@SPECOPS-PAYLOAD-BEGIN@@"
-END = "@@SPECOPS-PAYLOAD-END@@"
 NO_VENV, NO_SCRIPT = 97, 98
+M = TypeVar("M", bound=BaseModel)
+__all__ = ["BEGIN", "END", "decode_payload", "script_command", "run_script", "NO_VENV", "NO_SCRIPT"]
 
 
 def decode_payload(stdout: str) -> Optional[dict]:
     """The last framed JSON block in stdout, or None."""
-    i = stdout.rfind(BEGIN)
-    if i < 0:
-        return None
-    j = stdout.find(END, i)
-    if j < 0:
-        return None
-    return json.loads(stdout[i + len(BEGIN) : j])
+    return decode(stdout)
 
 
 def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
@@ -36,21 +34,22 @@ def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
     path = shlex.quote(f"remote/{script}.py")
     argv = " ".join(shlex.quote(str(a)) for a in args)
     return (
-        f"cd {shlex.quote(t.expand(t.host.workdir_path))} 2>/dev/null || exit {NO_SCRIPT}; "
+        f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; "
         f"test -x {py} || exit {NO_VENV}; test -f {path} || exit {NO_SCRIPT}; "
         f"exec {py} {path} {argv}"
     )
 
 
 def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None,
-               changes: bool = True) -> dict:
-    """Run a remote script; return its payload (which carries ``ok``). Under --dry-run a script
-    that changes the host (changes=True) is shown, not run."""
+               changes: bool = True, model: Optional[Type[M]] = None):
+    """Run a remote script; return its payload (a dict carrying ``ok``, or ``model`` validated).
+    Under --dry-run a script that changes the host (changes=True) is planned, not run: None."""
     h = t.host
+    t.ensure_pushed()
     cmd = script_command(t, script, args)
     if t.dry_run and changes:
-        t.say(f"run: {cmd}")
-        return {"ok": True, "dry_run": True}
+        t.plan(f"run: {cmd}")
+        return None
     r = t.run(cmd, timeout=timeout, changes=changes)
     if r.exited == NO_VENV:
         raise SpecopsError(
@@ -63,11 +62,19 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
                "changes nothing" if t.dry_run else "")
         )
     try:
-        payload = decode_payload(r.stdout)
+        payload = decode(r.stdout)
     except json.JSONDecodeError as e:
         raise SpecopsError(f"remote/{script}.py on {h.name} printed a broken payload: {e}") from None
     if payload is None:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
         raise SpecopsError(f"remote/{script}.py on {h.name} exited {r.exited} without a result", detail=tail)
     payload.setdefault("exit", r.exited)
-    return payload
+    if model is None:
+        return payload
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SpecopsError(f"remote/{script}.py on {h.name} answered outside the contract: "
+                           f"{'.'.join(map(str, first['loc']))}: {first['msg']} (push again: `inv push --host {h.name}`)"
+                           ) from None

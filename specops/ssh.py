@@ -39,8 +39,8 @@ def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
 
 class SSHTransport(Transport):
     def __init__(self, host: Host, connect_timeout: int = CONNECT_TIMEOUT, keepalive: int = KEEPALIVE,
-                 forward_agent: bool = False):
-        self.host = host
+                 forward_agent: bool = False, **kw):
+        super().__init__(host, **kw)
         self.forward_agent = forward_agent
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
@@ -166,15 +166,15 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise SpecopsError(f"connection to {self.host.name} lost while reading {path}: {e}") from None
 
-    def reopen(self) -> "SSHTransport":
-        """A fresh connection with the same parameters (after a drop)."""
+    def reconnect(self) -> None:
+        """Re-open in place after a drop: a fresh Fabric connection with the same parameters,
+        opened by open() (strict host keys, keepalive, TCP_NODELAY)."""
         try:
             self.close()
         except Exception:  # noqa: BLE001 - the old one is gone anyway
             pass
-        t = SSHTransport(self.host, self.connect_timeout, self.keepalive)
-        t.open()
-        return t
+        self.conn = self._connection(self.host.address, self.host.user, self.host.port, gateway=self._gateway())
+        self.open()
 
     # -- bulk --------------------------------------------------------------------------
     def ssh_command(self) -> list[str]:

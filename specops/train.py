@@ -5,52 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import tempfile
-from pathlib import Path
 from typing import Optional
 
-import yaml
-
-from . import __version__, jobs, paths
+from . import jobs
 from .check import refuse_failed_settings
+from .config import load_config, revision
 from .data import data_dir
 from .errors import SpecopsError
 from .inspect import inspect
-from .push import push
 from .transport import Transport
-
-
-def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
-    p = Path(path) if path else paths.CONFIGS_DIR / "eagle3.yaml"
-    if not p.is_file():
-        raise SpecopsError(f"training config {p} not found: pass --config configs/NAME.yaml")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SpecopsError(f"{p}: YAML error: {e}") from None
-    extra = set(raw) - {"train", "profiles"}
-    if extra or not isinstance(raw.get("train", {}), dict):
-        raise SpecopsError(f"{p}: top level must hold 'train:' (flags) and 'profiles:' (per-profile overrides)")
-    flags = dict(raw.get("train") or {})
-    flags.update((raw.get("profiles") or {}).get(profile) or {})
-    flags.update({k: v for k, v in overrides.items() if v is not None})
-    reserved = {"verifier-name-or-path", "data-path", "target-layer-ids", "save-path", "log-dir", "run-name"}
-    bad = reserved & set(flags)
-    if bad:
-        raise SpecopsError(f"{p}: {sorted(bad)} are set by specops (from the host, the data and the run id)")
-    return {"path": str(p), "flags": flags}
-
-
-def revision() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(paths.REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(paths.REPO), "status", "--porcelain"],
-                               capture_output=True, text=True).stdout.strip()
-        return f"{rev}{'-dirty' if dirty else ''}" if rev else __version__
-    except OSError:
-        return __version__
 
 
 def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optional[str], verifier: Optional[str],
@@ -63,7 +27,6 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
             f"train on {h.name}: a cpu host trains in one process ({nodes} node(s) x {procs} process(es) asked); "
             f"speculators' distributed training needs an accelerator ('No accelerator found'): train on one cpu "
             f"host without --nproc, or on GPU hosts (nothing was started)")
-    push(t)
     cfg = load_config(config, h.profile, overrides or {})
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     data = data_dir(t, dataset)
@@ -90,33 +53,41 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     }
 
 
-def put_spec(t: Transport, spec: dict) -> str:
+def put_spec(t: Transport, spec: dict, name: str = "train-spec.json") -> str:
     run_dir = spec["run_dir"]
     t.check(f"mkdir -p {shlex.quote(run_dir)}", "mkdir run dir")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f, indent=1)
     try:
-        t.put(f.name, f"{run_dir}/train-spec.json")
+        t.put(f.name, f"{run_dir}/{name}")
     finally:
         os.unlink(f.name)
-    return f"{run_dir}/train-spec.json"
+    return f"{run_dir}/{name}"
 
 
-def launch_argv(t: Transport, spec_path: str) -> list[str]:
-    return [t.expand(t.host.python), "remote/train.py", "--spec", spec_path]
+def launch_argv(t: Transport, spec_path: str, script: str = "train") -> list[str]:
+    return [t.expand(t.host.python), f"remote/{script}.py", "--spec", spec_path]
+
+
+def refuse_running(t: Transport, rid: str) -> None:
+    """A run id that is running is refused before anything is written for it (its spec stays)."""
+    for j in jobs.status(t):
+        if j.run_id == rid and not j.ended:
+            raise SpecopsError(f"train {rid} is already running on {t.host.name} (pid {j.pid}): "
+                               f"`{t.hint(f'logs -f --run-id {rid}')}` follows it (nothing was changed)")
 
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
           dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
           overrides: Optional[dict] = None, follow: bool = False) -> dict:
-    h = t.host
+    """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
+    while it runs, or under --dry-run), run dir."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides)
+    refuse_running(t, rid)
     path = put_spec(t, spec)
     code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                              stop_on_interrupt=False, term="child")
     if follow and code not in (None, 0):
-        j = jobs.status(t, rid)[0]
-        raise SpecopsError(f"train {rid} on {h.name} {j['state']}" + (f": {j['error']}" if j.get("error") else ""),
-                           detail=jobs.tail(t, rid, 15))
-    return {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}
+        raise jobs.failure(t, rid, "train")
+    return {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"], "dry_run": t.dry_run}

@@ -1,18 +1,32 @@
-"""The transport interface: run, put, get and a bulk sync, for one host.
+"""The connection to one host: run, put, get and a bulk sync, plus what every task shares.
 
 Two implementations: ``ssh.SSHTransport`` (Fabric, one connection per task) and
-``local.LocalTransport`` (this machine). ``connect(host)`` picks one. Policy (what to run)
-lives elsewhere; a transport only moves commands and bytes.
+``local.LocalTransport`` (this machine); ``connection.connect(host, dry_run=...)`` picks one.
+Policy (what to run) lives elsewhere. The connection owns the concerns every operation shares:
+
+- dry-run: commands and transfers that would change the host are recorded (``planned``) and
+  reported, not run; read-only queries (``changes=False``) still run, so the plan is the real one;
+- push: ``ensure_pushed()`` sends remote/ at most once per connection (every remote script call
+  goes through it);
+- reconnect: ``reconnect()`` re-opens the same object in place after a drop;
+- output: library code never prints; it hands lines to ``note()`` and the connection passes them
+  to its ``on_note`` sink (the views module renders them; by default they are only kept in
+  ``notes``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 from .errors import SpecopsError
 from .inventory import Host
+
+#: what a note is: progress ("info"), a warning, a finished step, a dry-run plan line
+NOTE_KINDS = ("info", "warn", "done", "plan")
 
 
 @dataclass
@@ -27,27 +41,87 @@ class Result:
         return self.exited == 0
 
 
+@dataclass
+class Note:
+    host: str
+    kind: str
+    text: str
+
+
 class Transport:
     host: Host
-    #: --dry-run: commands and transfers that would change the host are printed, not run;
-    #: read-only queries (changes=False) still run, so the plan shown is the real one.
-    dry_run: bool = False
-    #: a per-command timeout for every run() that names none (fan-out over several hosts)
-    default_timeout: Optional[float] = None
-    #: --dry-run: the host paths a real run would have put there (so later reads can allow for them)
-    would_put: frozenset = frozenset()
 
+    def __init__(self, host: Host, *, dry_run: bool = False, on_note: Optional[Callable[[Note], None]] = None,
+                 on_log: Optional[Callable[[bytes], None]] = None, default_timeout: Optional[float] = None,
+                 hint_args: str = ""):
+        self.host = host
+        self.dry_run = dry_run
+        self.on_note = on_note
+        #: where a followed job log goes (the views' writer; by default nowhere)
+        self.on_log = on_log
+        #: the --host/--hosts the user gave, repeated in every hint (`inv logs -f ... --hosts F`)
+        self.hint_args = hint_args or (f"--host {shlex.quote(host.name)}" if host.name != "local" else "")
+        #: a per-command timeout for every run() that names none (fan-out over several hosts)
+        self.default_timeout = default_timeout
+        #: --dry-run: the host paths a real run would have put there (so later reads can allow for them)
+        self.would_put: frozenset = frozenset()
+        self.planned: list[str] = []
+        self.notes: list[Note] = []
+        self.pushed: Optional[list[str]] = None
+        self._home: Optional[str] = None
+
+    # -- output -------------------------------------------------------------------------
+    def note(self, text: str, kind: str = "info") -> None:
+        n = Note(self.host.name, kind, text)
+        self.notes.append(n)
+        if self.on_note is not None:
+            self.on_note(n)
+
+    def log(self, chunk: bytes) -> None:
+        if self.on_log is not None:
+            self.on_log(chunk)
+
+    def hint(self, task: str) -> str:
+        """`inv TASK` as the user should type it next: with the --host/--hosts they gave."""
+        return f"inv {task}" + (f" {self.hint_args}" if self.hint_args else "")
+
+    def plan(self, what: str) -> None:
+        """Under --dry-run: what a real run would do here."""
+        self.planned.append(what)
+        self.note(what, "plan")
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """A named step: a 'done' note with its time when it ends (a 'warn' one if it fails)."""
+        t0 = time.time()
+        try:
+            yield
+        except BaseException:
+            self.note(f"✗ {what} ({time.time() - t0:.1f}s)", "warn")
+            raise
+        self.note(f"✓ {what} ({time.time() - t0:.1f}s)", "done")
+
+    # -- push ---------------------------------------------------------------------------
+    def ensure_pushed(self) -> list[str]:
+        """remote/ (and the profiles) on the host, sent at most once per connection."""
+        if self.pushed is None:
+            from .push import push  # (push uses this connection's own operations)
+
+            self.pushed = push(self)
+        return self.pushed
+
+    # -- operations ----------------------------------------------------------------------
     def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
         """Run a shell command on the host; never raises on a non-zero exit."""
         timeout = timeout if timeout is not None else self.default_timeout
         if self.dry_run and changes:
-            self.say(f"run: {cmd}")
+            self.plan(f"run: {cmd}")
             return Result(cmd, 0, "", "")
         return self._run(cmd, timeout=timeout, hide=hide)
 
     def put(self, local: str, remote: str) -> None:
         if self.dry_run:
-            self.say(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}")
+            self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}")
             self.would_put = self.would_put | {remote}
             return
         self._put(local, remote)
@@ -55,13 +129,10 @@ class Transport:
     def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         """Make remote_dir hold local_dir's files (bulk, incremental)."""
         if self.dry_run:
-            self.say(f"sync: {shlex.quote(local_dir)}/ -> {self.host.name}:{shlex.quote(remote_dir)}/"
-                     + (" (--delete)" if delete else ""))
+            self.plan(f"sync: {shlex.quote(local_dir)}/ -> {self.host.name}:{shlex.quote(remote_dir)}/"
+                      + (" (--delete)" if delete else ""))
             return
         self._sync_up(local_dir, remote_dir, delete=delete)
-
-    def say(self, what: str) -> None:
-        print(f"DRY-RUN {self.host.name}: {what}", flush=True)
 
     def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
         raise NotImplementedError
@@ -84,12 +155,16 @@ class Transport:
         """Make local_dir hold remote_dir's files (bulk, incremental, resumable)."""
         raise NotImplementedError
 
+    def open(self) -> None:
+        pass
+
+    def reconnect(self) -> None:
+        """Re-open this connection in place after a drop (same object, same settings)."""
+
     def close(self) -> None:
         pass
 
     # -- helpers shared by both implementations -----------------------------------------
-    _home: Optional[str] = None
-
     def home(self) -> str:
         if self._home is None:
             r = self.run('printf %s "$HOME"', changes=False)
@@ -103,6 +178,10 @@ class Transport:
         if path == "~" or path.startswith("~/"):
             return self.home() + path[1:]
         return path
+
+    @property
+    def workdir(self) -> str:
+        return self.expand(self.host.workdir_path)
 
     def check(self, cmd: str, what: str, hint: str = "", timeout: Optional[float] = None,
               changes: bool = True) -> Result:
@@ -121,16 +200,3 @@ class Transport:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def connect(host: Host, **kw) -> Transport:
-    if host.transport == "local":
-        from .local import LocalTransport
-
-        return LocalTransport(host)
-    from .ssh import SSHTransport
-
-    kw.setdefault("connect_timeout", host.connect_timeout)
-    t = SSHTransport(host, **kw)
-    t.open()
-    return t

@@ -10,10 +10,15 @@ pip does for its own interpreter). Two modes:
 - **full** (a fresh venv): the whole profile. An exact profile (``#@ mode: exact``) is fetched
   ``--no-deps``; a resolve profile with its dependencies, resolved by pip.
 - **top-up** (``--have`` / ``--host``: an existing environment, e.g. a preinstalled torch venv):
-  only what is missing there. Packages already present are never replaced: a profile pin whose
-  closure needs another version of something present is *dropped* (and, with it, the pins that
-  only it needed), with the reason. Metadata comes from the index (``pip install --dry-run
-  --report``, no wheel downloaded); then only the chosen wheels are downloaded, ``--no-deps``.
+  only what is missing there. pip's own resolver decides (``pip install --dry-run
+  --ignore-installed --report``: metadata only, no wheel downloaded), with every package the host
+  has pinned to its version (``-c``). Packages already present are never replaced: a profile pin
+  that cannot resolve against the host's pins is *dropped* with pip's reason (and, with it, the
+  pins that only it needed), the others still resolve. Of pip's answer only what the host lacks
+  is downloaded, ``--no-deps``. An exact profile brings only its own missing packages.
+
+pip runs through a small shim that makes it judge environment markers and Requires-Python for
+the host's interpreter and platform rather than this machine's.
 
 The folder gets ``specops-wheelhouse.json``: profile and its hash, python, platforms, mode, the
 wheels with sha256, what was kept and dropped and why. `inv bootstrap --wheelhouse DIR` pushes
@@ -32,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -88,6 +92,18 @@ def expand_platform(tag: str) -> list[str]:
         if n >= k and (arch in ("x86_64", "i686") or name == "manylinux2014"):
             out.append(f"{name}_{arch}")
     return out
+
+
+def host_platform(glibc: str, machine: str) -> str:
+    """The wheel platform of a host from its glibc version and machine (what
+    `install_profile.py --list-installed` reports): ("2.35", "x86_64") -> manylinux_2_35_x86_64."""
+    m = re.match(r"^2\.(\d+)", str(glibc or ""))
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(str(machine or "").lower(), str(machine or "").lower())
+    tag = f"manylinux_2_{m.group(1)}_{arch}" if m else ""
+    if not m or not MANYLINUX.match(tag):
+        raise SpecopsError(f"the host reports glibc {glibc or '(none)'!s} on {machine or '(unknown)'!s}: not a "
+                           f"manylinux host; give its wheel platform with --platform (e.g. {DEFAULT_PLATFORM})")
+    return tag
 
 
 def check_python(python: str) -> str:
@@ -162,14 +178,46 @@ def contains(spec: SpecifierSet, version: Optional[str]) -> bool:
     return spec.contains(Version(v.public), prereleases=True) or spec.contains(v, prereleases=True)
 
 
+# pip is run through this shim so that it judges the *host's* interpreter, not this one: pip
+# evaluates environment markers (`; sys_platform == "linux"`, `; python_version < "3.13"`)
+# against the running interpreter, and `pip install` checks Requires-Python against it too
+# (only `pip download` passes --python-version on to its resolver). Both are pip internals: if
+# a future pip lacks them the shim leaves pip as it is and says so in the log.
+PIP_SHIM = r"""
+import json, sys
+env = json.loads(sys.argv[1])
+try:
+    from pip._vendor.packaging import markers
+    markers.default_environment = lambda: dict(env)
+except Exception as e:  # noqa: BLE001
+    print("specops: cannot set pip's marker environment (%s): markers follow this interpreter" % e, file=sys.stderr)
+try:
+    from pip._internal.cli.req_command import RequirementCommand
+    _make = RequirementCommand.make_resolver.__func__
+
+    def make_resolver(cls, preparer, finder, options, *a, **kw):
+        if kw.get("py_version_info") is None and getattr(options, "python_version", None):
+            kw["py_version_info"] = options.python_version
+        return _make(cls, preparer, finder, options, *a, **kw)
+
+    RequirementCommand.make_resolver = classmethod(make_resolver)
+except Exception as e:  # noqa: BLE001
+    print("specops: cannot set pip's target Python (%s): Requires-Python follows this interpreter" % e, file=sys.stderr)
+from pip._internal.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 class Pip:
     """`pip download` / `pip install --dry-run --report` for the target interpreter and platform."""
 
     def __init__(self, python: str, platform_tags: list[str], indexes: Iterable[str] = (), log: Optional[Path] = None,
-                 source: Iterable[str] = ()):
+                 source: Iterable[str] = (), env: Optional[dict] = None):
         """source: pip options naming where wheels come from instead of the configured index
-        (e.g. ["--no-index", "--find-links", DIR], a local mirror)."""
+        (e.g. ["--no-index", "--find-links", DIR], a local mirror). env: the marker environment
+        (default: marker_env for python and the first platform tag)."""
         self.python, self.tags, self.log = python, platform_tags, log
+        self.env = env or marker_env(python, platform_tags)
         self.target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
         for t in platform_tags:
             self.target += ["--platform", t]
@@ -178,28 +226,35 @@ class Pip:
             self.index += ["--extra-index-url", idx]
 
     def _run(self, args: list[str]) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"]
+        cmd = [sys.executable, "-c", PIP_SHIM, json.dumps(self.env), *args, "--disable-pip-version-check"]
+        t0 = time.time()
         p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if self.log is not None:
             with open(self.log, "a") as f:
-                f.write(f"\n$ {' '.join(cmd)}\n{p.stdout}{p.stderr}")
+                f.write(f"\n$ pip {' '.join(args)}\n{p.stdout}{p.stderr}"
+                        f"# pip exited {p.returncode} in {time.time() - t0:.1f}s\n")
         return p
 
     @staticmethod
     def error_line(p: subprocess.CompletedProcess) -> str:
         lines = [l.strip() for l in (p.stderr + p.stdout).splitlines() if l.strip()]
-        errs = [l for l in lines if l.startswith("ERROR:")]
+        errs = [l for l in lines if l.startswith("ERROR:") and "ResolutionImpossible" not in l]
         return (errs[-1] if errs else lines[-1] if lines else f"pip exited {p.returncode}")[:400]
 
-    def report(self, reqs: list[str]) -> tuple[Optional[list[dict]], str]:
-        """Metadata of the best wheel for each requirement (no dependencies, no wheel download)."""
+    def report(self, reqs: list[str], *, constraints: Optional[str] = None,
+               deps: bool = True) -> tuple[Optional[list[dict]], str, str]:
+        """pip's resolution of reqs for the target (`pip install --dry-run --ignore-installed
+        --report`: metadata only, no wheel downloaded) -> (the report's "install" items, "", "")
+        or (None, pip's error line, pip's output)."""
         with tempfile.TemporaryDirectory() as d:
             rep = Path(d) / "report.json"
-            p = self._run(["install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet", "--report", str(rep),
-                           "--target", str(Path(d) / "t"), *self.target, *self.index, *reqs])
+            p = self._run(["install", "--dry-run", "--ignore-installed", "--report", str(rep),
+                           "--progress-bar", "off", "--target", str(Path(d) / "t"),
+                           *([] if deps else ["--no-deps"]), *(["-c", constraints] if constraints else []),
+                           *self.target, *self.index, *reqs])
             if p.returncode != 0 or not rep.is_file():
-                return None, self.error_line(p)
-            return json.loads(rep.read_text()).get("install", []), ""
+                return None, self.error_line(p), p.stdout + p.stderr
+            return json.loads(rep.read_text()).get("install", []), "", ""
 
     def download(self, reqs: list[str], dest: Path, *, deps: bool) -> None:
         if not reqs:
@@ -216,21 +271,110 @@ class Pip:
                                detail=(p.stderr or p.stdout)[-2000:])
 
 
+def pip_reason(error: str, output: str, have: dict[str, Optional[str]], most: int = 4) -> str:
+    """pip's failure as one line: the causes of a dependency conflict (a constraint from the
+    host's freeze read as "the host has NAME VERSION"), else pip's error line."""
+    causes, inside = [], False
+    for raw in output.splitlines():
+        line = raw.strip()
+        if line == "The conflict is caused by:":
+            inside = True
+            continue
+        if inside:
+            if not line or not raw.startswith(" "):
+                inside = False
+                continue
+            m = re.match(r"^The user requested \(constraint\) ([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$", line)
+            if m and norm(m.group(1)) in have:
+                line = f"the host has {m.group(1)} {m.group(2)}"
+            elif line.startswith("The user requested "):
+                line = "the profile asks for " + line[len("The user requested "):]
+            if line not in causes:
+                causes.append(line)
+    if not causes:
+        return re.sub(r"^ERROR:\s*", "", error)
+    more = f" (+{len(causes) - most} more)" if len(causes) > most else ""
+    return "; ".join(causes[:most]) + more
+
+
+class Graph:
+    """Dependencies among the packages of pip reports (each version's own metadata), read for
+    the target's markers: who needs whom, with which extras."""
+
+    def __init__(self, env: dict):
+        self.env, self.meta = env, {}
+
+    def add(self, items: Iterable[dict]) -> "Graph":
+        for it in items:
+            md = it["metadata"]
+            self.meta[norm(md["name"])] = md
+        return self
+
+    def version(self, name: str) -> str:
+        return self.meta[name]["version"]
+
+    def deps(self, name: str, extras: Iterable[str] = ()) -> list[Requirement]:
+        out = []
+        for line in self.meta.get(name, {}).get("requires_dist") or []:
+            try:
+                d = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if wanted(d, self.env, extras):
+                out.append(d)
+        return out
+
+    def closure(self, starts: Iterable[Requirement], stop: Iterable[str] = ()) -> set[str]:
+        """Every package reached from starts through the reported metadata (not through stop)."""
+        stop = set(stop)
+        seen: dict[str, set] = {}
+        todo = [(norm(r.name), set(r.extras)) for r in starts]
+        while todo:
+            name, ex = todo.pop()
+            if name in stop or name not in self.meta:
+                continue
+            if name in seen and ex <= seen[name]:
+                continue
+            seen[name] = seen.get(name, set()) | ex
+            todo += [(norm(d.name), set(d.extras)) for d in self.deps(name, seen[name])]
+        return set(seen)
+
+
+def constraints_text(have: dict[str, Optional[str]]) -> str:
+    """The host's freeze as pip constraints: each present package at its version (a local
+    version such as 2.11.0+cu130 as its public part, which the index has)."""
+    out = []
+    for name, v in sorted(have.items()):
+        if v is None:
+            continue
+        try:
+            pub = Version(v).public
+        except InvalidVersion:
+            continue
+        out.append(f"{name}=={pub}")
+    return "\n".join(out) + "\n"
+
+
 def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Optional[str]], pip: Pip,
-                   env: dict, skip: Iterable[str] = (), max_backtrack: int = 12, exact: bool = False) -> dict:
+                   skip: Iterable[str] = (), *, exact: bool = False, note=None) -> dict:
     """What an existing environment lacks for the profile, never replacing what it has.
 
-    A small resolver over wheel metadata: a missing package whose newest version needs another
-    version of something present is stepped back (``!=`` that version, up to max_backtrack
-    times); a profile pin that still clashes is dropped with the reason, and so are the pins
-    that only a dropped pin needed. ``exact`` (an exact profile: the whole environment): only the
-    profile's own packages are brought; a dependency outside it is not (the profile left it out on
-    purpose, e.g. torchvision on cpu hosts), one inside it must match the pin. Returns
-    {"install": {name: {name, version, for}},
-    "kept": [...], "dropped": [...], "requirements": [...]}.
+    pip resolves (``pip install --dry-run --ignore-installed --report``, metadata only) the
+    profile requirements that the host lacks, with every package the host has pinned to its
+    version (``-c``): first all of them together; if that fails, each on its own, and a root
+    that cannot resolve against the host's pins is dropped with pip's reason, the others are
+    resolved together again (one that still clashes with those before it in the profile is
+    dropped too). From pip's answer only the packages the host lacks are taken: nothing present
+    is ever replaced. Profile pins that only a dropped pin needed (e.g. flashinfer-python,
+    pinned for vllm) are dropped as well. ``exact`` (an exact profile: the whole environment):
+    only the profile's own packages are brought (``--no-deps``); one whose dependencies clash
+    with the host or with the profile's pins is dropped. Returns
+    {"install": {name: {name, version, for}}, "kept": [...], "dropped": [...], "requirements": [...]}.
     """
+    note = note or (lambda _msg: None)
     skip = {norm(s) for s in skip}
     roots: dict[str, Requirement] = {}
+    lines: dict[str, str] = {}
     kept, dropped = [], []
     for line, _ in reqs:
         try:
@@ -244,125 +388,104 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
             kept.append({"package": r.name, "requirement": line, "have": have[n],
                          "satisfies": contains(r.specifier, have[n])})
         else:
-            roots[n] = r
-    pinned = {norm(k["package"]) for k in kept}
-    chosen: dict[str, dict] = {}       # name -> {name, version, requires: [Requirement]}
-    specs: dict[str, SpecifierSet] = {}
-    extras: dict[str, set] = {}
-    reach: dict[str, set] = {}         # name -> roots whose closure holds it
-    conflicts: dict[str, list] = {}    # root -> reasons
-    backtracks: dict[str, int] = {}
-    first_clash: dict[tuple, str] = {}
-    seen: set = set()
-    # (name, requirement, root, parent name or None, parent version, depth)
-    pending = deque((n, r, n, None, None, 0) for n, r in roots.items())
-
-    def label(parent, pver):
-        return f"{chosen[parent]['name']} {pver}" if parent in chosen else "the profile"
-
-    def fetch_spec(name):
-        ex = f"[{','.join(sorted(extras[name]))}]" if extras.get(name) else ""
-        return f"{name}{ex}{specs[name]}"
-
-    while pending:
-        batch: dict[str, str] = {}
-        while pending:
-            name, req, root, parent, pver, depth = pending.popleft()
-            if parent is not None and (parent not in chosen or chosen[parent]["version"] != pver):
-                continue  # from a version of `parent` that was stepped back
-            if name in have:
-                if contains(req.specifier, have[name]):
-                    continue
-                exact = parent in roots and any(sp.operator in ("==", "===") for sp in roots[parent].specifier)
-                clash = f"{label(parent, pver)} needs {req.name}{req.specifier}, the host has {have[name]}"
-                if parent is not None:
-                    clash = first_clash.setdefault((parent, name), clash)  # (the newest version's clash tells most)
-                if parent is not None and not exact and backtracks.get(parent, 0) < max_backtrack:
-                    backtracks[parent] = backtracks.get(parent, 0) + 1
-                    specs[parent] = specs[parent] & SpecifierSet(f"!={pver}")
-                    batch[parent] = fetch_spec(parent)
-                    continue
-                if root not in conflicts or depth <= 1:  # (a dropped root's own clashes are all reported)
-                    # a clash with a package the profile pins itself is the telling one: first
-                    conflicts.setdefault(root, []).insert(0 if name in pinned else len(conflicts.get(root, [])), clash)
-                continue
-            if root in conflicts or name in skip:
-                continue
-            if exact and depth > 0:
-                if name in roots and not contains(req.specifier, str(roots[name].specifier).lstrip("=")):
-                    conflicts.setdefault(root, []).append(
-                        f"{label(parent, pver)} needs {req.name}{req.specifier}, the profile pins {roots[name]}")
-                continue
-            first = (name, root) not in seen
-            seen.add((name, root))
-            reach.setdefault(name, set()).add(root)
-            specs[name] = specs.get(name, SpecifierSet()) & req.specifier
-            new_extras = set(req.extras) - extras.get(name, set())
-            extras.setdefault(name, set()).update(req.extras)
-            cur = chosen.get(name)
-            if name in batch or cur is None or new_extras or not contains(specs[name], cur["version"]):
-                batch[name] = fetch_spec(name)
-            elif first:  # already chosen: its dependencies reach this root too
-                for d in cur["requires"]:
-                    pending.append((norm(d.name), d, root, name, cur["version"], depth + 1))
-        if not batch:
-            break
-        items, _ = pip.report(list(batch.values()))
-        if items is None:  # find out which one(s): one at a time
-            items = []
-            for name, spec in batch.items():
-                one, err1 = pip.report([spec])
-                if one is None:
-                    chosen.pop(name, None)
-                    for r in reach.get(name, ()):
-                        conflicts.setdefault(r, []).append(
-                            f"no wheel for {spec} (python {pip.python}, {pip.tags[0]}): {err1}")
+            roots[n], lines[n] = r, line
+    graph = Graph(pip.env)
+    why: dict[str, str] = {}      # dropped root -> reason
+    raw: dict[str, str] = {}      # dropped root -> pip's own error line
+    with tempfile.TemporaryDirectory() as d:
+        cons = Path(d) / "host-constraints.txt"
+        cons.write_text(constraints_text(have))
+        c = str(cons)
+        if exact:
+            _exact(roots, lines, have, pip, graph, why, raw, note)
+        elif roots:
+            note(f"pip resolves {len(roots)} profile requirement(s) against the host's {len(have)} package(s) ...")
+            items, err, out = pip.report([lines[n] for n in roots], constraints=c)
+            if items is None and len(roots) > 1:
+                ok = []
+                for n in roots:  # which root(s) cannot resolve against the host's pins
+                    note(f"  {lines[n]} alone ...")
+                    one, err1, out1 = pip.report([lines[n]], constraints=c)
+                    if one is None:
+                        why[n], raw[n] = pip_reason(err1, out1, have), err1
+                    else:
+                        ok.append((n, one))
+                if len(ok) == 1:
+                    items = ok[0][1]
+                elif ok:
+                    items, err, out = pip.report([lines[n] for n, _ in ok], constraints=c)
+                    if items is None:  # each resolves alone, not all together: first come, first kept
+                        together: list[str] = []
+                        for n, one in ok:
+                            both, err2, out2 = pip.report([lines[m] for m in together] + [lines[n]], constraints=c)
+                            if both is None:
+                                why[n] = (f"cannot be installed together with {', '.join(together)}: "
+                                          f"{pip_reason(err2, out2, have)}")
+                                raw[n] = err2
+                            else:
+                                together.append(n)
+                                items = both
                 else:
-                    items += one
-        for it in items:
-            md = it["metadata"]
-            name = norm(md["name"])
-            deps = []
-            for line in md.get("requires_dist") or []:
-                try:
-                    d = Requirement(line)
-                except InvalidRequirement:
-                    continue
-                if wanted(d, env, extras.get(name, ())):
-                    deps.append(d)
-            chosen[name] = {"name": md["name"], "version": md["version"], "requires": deps}
-            for root in list(reach.get(name, ())):
-                for d in deps:
-                    pending.append((norm(d.name), d, root, name, md["version"], 1 if name == root else 2))
-
+                    items = []
+            elif items is None:
+                n = next(iter(roots))
+                why[n], raw[n], items = pip_reason(err, out, have), err, []
+            graph.add(items)
+    live = [n for n in roots if n not in why]
     # Pins that only a dropped pin needed go too (e.g. flashinfer-python, pinned for vllm).
-    def closure(starts):
-        out, todo = set(), list(starts)
-        while todo:
-            n = todo.pop()
-            if n in out or n in have or n not in chosen:
-                continue
-            out.add(n)
-            todo += [norm(d.name) for d in chosen[n]["requires"]]
-        return out
-
-    for root in list(roots):
-        needed_by = [d for d in conflicts if d != root and d in chosen
-                     and any(norm(x.name) == root for x in chosen[d]["requires"])]
-        others = [r for r in roots if r != root and r not in conflicts and root in closure([r])]
-        if needed_by and not others:
-            own = conflicts.get(root)
-            conflicts[root] = [f"only needed by {', '.join(roots[d].name for d in needed_by)}, which is dropped"
-                               + (f" (besides, {own[0]})" if own else "")]
-    for root, why in conflicts.items():
-        dropped.append({"package": roots[root].name, "requirement": str(roots[root]), "reason": "; ".join(why[:3])})
-    live = [r for r in roots if r not in conflicts]
+    for n in [n for n in roots if n in why]:
+        g = graph
+        if n not in graph.meta:  # the dropped pin's own requirements
+            own, _, _ = pip.report([lines[n]], deps=False)
+            g = Graph(pip.env).add(own or [])
+        if n in g.meta:
+            for dep in g.deps(n, roots[n].extras):
+                m = norm(dep.name)
+                if m in live and not any(m in graph.closure([roots[o]], skip) for o in live if o != m):
+                    live.remove(m)
+                    why[m] = f"only needed by {roots[n].name}, which is dropped"
+    for n in roots:
+        if n in why:
+            dropped.append({"package": roots[n].name, "requirement": lines[n], "reason": why[n],
+                            **({"pip": raw[n]} if raw.get(n) else {})})
+    reach = {n: graph.closure([roots[n]], skip) for n in live}
     install = {}
-    for name in sorted(closure(live)):
-        c = chosen[name]
-        install[name] = {"name": c["name"], "version": c["version"],
-                         "for": sorted(roots[r].name for r in live if name in closure([r]))}
-    return {"install": install, "kept": kept, "dropped": dropped, "requirements": [str(roots[r]) for r in live]}
+    for name in sorted(set().union(*reach.values()) if reach else ()):
+        if name in have or name in skip:
+            continue
+        install[name] = {"name": graph.meta[name]["name"], "version": graph.version(name),
+                         "for": sorted(roots[n].name for n in live if name in reach[n])}
+    return {"install": install, "kept": kept, "dropped": dropped, "requirements": [lines[n] for n in live]}
+
+
+def _exact(roots, lines, have, pip, graph, why, raw, note) -> None:
+    """An exact profile's top-up: each missing profile package's own wheel (no dependencies);
+    one that needs another version of a present package, or of another profile pin, is dropped."""
+    if not roots:
+        return
+    note(f"pip picks the wheels of {len(roots)} profile package(s) the host lacks ...")
+    items, err, out = pip.report([lines[n] for n in roots], deps=False)
+    if items is None:
+        items = []
+        for n in roots:
+            one, err1, out1 = pip.report([lines[n]], deps=False)
+            if one is None:
+                why[n], raw[n] = pip_reason(err1, out1, have), err1
+            else:
+                items += one
+    graph.add(items)
+    for n, r in roots.items():
+        if n in why or n not in graph.meta:
+            continue
+        md = graph.meta[n]
+        for dep in graph.deps(n, r.extras):
+            m = norm(dep.name)
+            if m in have and not contains(dep.specifier, have[m]):
+                why.setdefault(n, f"{md['name']} {md['version']} needs {dep.name}{dep.specifier}, "
+                                  f"the host has {have[m]}")
+            elif m in roots and not contains(dep.specifier, str(roots[m].specifier).lstrip("=")):
+                why.setdefault(n, f"{md['name']} {md['version']} needs {dep.name}{dep.specifier}, "
+                                  f"the profile pins {roots[m]}")
 
 
 def sha256(p: Path) -> str:
@@ -386,7 +509,10 @@ def laptop_requirements() -> list[str]:
 
 def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATFORM,
           dest: Optional[str] = None, have: Optional[dict] = None, have_source: str = "",
-          skip: Iterable[str] = (), laptop: bool = False, say=print) -> dict:
+          skip: Iterable[str] = (), laptop: bool = False, note=None) -> dict:
+    """Build the wheelhouse folder; returns its manifest (plus "dest"). note(line): progress
+    lines (default: none); the manifest is rendered with summary_lines()."""
+    note = note or (lambda _msg: None)
     if Requirement is None:
         raise SpecopsError(f"`inv wheelhouse` runs pip download: {sys.executable} has no pip (python -m ensurepip)")
     prof = profiles.load(profile)
@@ -407,23 +533,24 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: str = DEFAULT
     skip = [s.strip() for s in skip if s.strip()]
     if have is not None:
         man["mode"], man["have"] = "top-up", have_source
-        say(f"resolving what {have_source or 'the host'} lacks for profile {prof.name} (metadata only) ...")
-        res = resolve_top_up(reqs, have, pip, marker_env(python, tags), skip, exact=prof.mode == "exact")
-        man.update(kept=res["kept"], dropped=res["dropped"], requirements=res["requirements"])
+        note(f"resolving what {have_source or 'the host'} lacks for profile {prof.name} (metadata only) ...")
+        res = resolve_top_up(reqs, have, pip, skip, exact=prof.mode == "exact", note=note)
+        man.update(kept=res["kept"], dropped=res["dropped"], requirements=res["requirements"],
+                   install={n: {"version": v["version"], "for": v["for"]} for n, v in res["install"].items()})
         pins = [f"{v['name']}=={v['version']}" for v in res["install"].values()]
-        say(f"downloading {len(pins)} wheel(s) ...")
+        note(f"downloading {len(pins)} wheel(s) ...")
         pip.download(pins, out, deps=False)
     else:
         keep = [(r, i) for r, i in reqs if norm(Requirement(r).name) not in {norm(s) for s in skip}]
         man["dropped"] = [{"package": Requirement(r).name, "requirement": r, "reason": "skipped (--skip)"}
                           for r, _ in reqs if (r, _) not in keep]
         man["requirements"] = [r for r, _ in keep]
-        say(f"downloading profile {prof.name} ({prof.mode}: {'no deps' if prof.mode == 'exact' else 'resolved by pip'}) ...")
+        note(f"downloading profile {prof.name} ({prof.mode}: {'no deps' if prof.mode == 'exact' else 'resolved by pip'}) ...")
         pip.download([r for r, _ in keep], out, deps=prof.mode != "exact")
     if laptop:
         lap = out / "laptop"
         lap.mkdir(exist_ok=True)
-        say("downloading specops' laptop-side dependencies (pyproject) into laptop/ ...")
+        note("downloading specops' laptop-side dependencies (pyproject) into laptop/ ...")
         Pip(python, tags, log=log).download(laptop_requirements(), lap, deps=True)
         man["laptop"] = sorted(p.name for p in lap.glob("*.whl"))
     wheels = sorted(out.glob("*.whl"))
@@ -452,15 +579,23 @@ def load_manifest(path: str) -> dict:
         raise SpecopsError(f"{m}: not valid JSON ({e}): rebuild it with `inv wheelhouse`") from None
 
 
-def report(man: dict) -> None:
-    """What `inv wheelhouse` built: wheels, what the host keeps, what was dropped and why."""
-    from rich.markup import escape
+def kept_lines(kept: list[dict], want_key: str, where: str) -> list[str]:
+    """Profile packages an existing venv keeps at its own version (never upgraded), as lines."""
+    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
+    out = [f"  {len(same)} profile package(s) already {where} at the pinned version"] if same else []
+    for k in kept:
+        if k not in same:
+            out.append(f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
+                       + ("" if k.get("satisfies", False) else "; never upgraded") + ")")
+    return out
 
-    from .ui import console, report_kept
 
-    console.print(f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
-                  f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s")
-    report_kept(man.get("kept", []), "requirement", "on the host")
-    for d in man.get("dropped", []):
-        console.print("  [yellow]dropped[/] " + escape(f"{d['requirement']}: {d['reason']}"))
-    console.print(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
+def summary_lines(man: dict) -> list[str]:
+    """What `inv wheelhouse` built (build()'s manifest) as plain-text lines, no markup: wheels,
+    what the host keeps, what was dropped and why, the next command."""
+    lines = [f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
+             f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s"]
+    lines += kept_lines(man.get("kept", []), "requirement", "on the host")
+    lines += [f"  dropped {d['requirement']}: {d['reason']}" for d in man.get("dropped", [])]
+    lines.append(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
+    return lines

@@ -65,7 +65,7 @@ def cpu_box(rig, hosts_file):
 def light_host(rig):
     """A host whose venv is a bare `python -m venv --without-pip` (stdlib-only remote scripts)."""
     from specops import inventory
-    from specops.transport import connect
+    from specops.connection import connect
 
     hf = rig.write_hosts(rig.root / "hosts-light.yaml",
                          {"light": rig.host(venv="~/light-venv", workdir="~/specops-light")})

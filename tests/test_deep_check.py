@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, inv
 from specops import check, inventory
 from specops.errors import SpecopsError
-from specops.transport import connect
+from specops.connection import connect
 
 sys.path.insert(0, str(REPO / "remote"))
 import deep_check  # noqa: E402

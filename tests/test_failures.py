@@ -14,7 +14,7 @@ from conftest import inv
 from specops import inventory, jobs
 from specops.errors import SpecopsError
 from specops.inventory import Host
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_logs_follow_survives_sshd_restart(rig, light_host):
 
     def run():
         try:
-            jobs.follow(t, rid, write=got.append, reconnect=t.reopen, tries=6)
+            jobs.follow(t, rid, write=got.append, reconnect=True, tries=6)
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
@@ -151,7 +151,7 @@ def test_logs_follow_gives_up_with_a_clear_line(rig, light_host):
         rig.drop_connections()
         rig.stop()
         with pytest.raises(SpecopsError, match=f"gave up following {rid} on light after 2 reconnects"):
-            jobs.follow(t, rid, write=lambda b: None, reconnect=t.reopen, tries=2)
+            jobs.follow(t, rid, write=lambda b: None, reconnect=True, tries=2)
     finally:
         rig.start()
     with connect(light_host) as t1:
@@ -165,7 +165,7 @@ def test_killed_job_reported_with_exit_137(light_host):
         rid = jobs.new_run_id("t") + "-oom"
         jobs.start(t, rid, ["sh", "-c", "echo allocating; sh -c 'kill -9 $$'; exit 137"], kind="test")
         time.sleep(1.5)
-        assert jobs.status(t, rid)[0]["state"] == "killed (137: SIGKILL, e.g. out of memory)"
+        assert jobs.status(t, rid)[0].describe == "killed (137: SIGKILL, e.g. out of memory)"
     r = inv("logs", "--host", "light", "--hosts", hf, "--run-id", rid, "-f")
     assert r.returncode != 0 and "allocating" in r.stdout
     assert f"run {rid} ended: killed (137" in r.stderr

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, inv
 from specops import fetch, jobs
 from specops.errors import SpecopsError
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = pytest.mark.integration
 

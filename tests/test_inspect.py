@@ -9,7 +9,7 @@ import pytest
 
 from conftest import inv
 from specops import inventory, synth
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 

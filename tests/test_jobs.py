@@ -7,7 +7,7 @@ import pytest
 
 from specops import jobs
 from specops.errors import SpecopsError
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = pytest.mark.integration
 
@@ -22,10 +22,14 @@ def wait_state(t, run_id, pred, timeout=30):
     t0 = time.time()
     while time.time() - t0 < timeout:
         j = jobs.status(t, run_id)[0]
-        if pred(j["state"]):
+        if pred(j):
             return j
         time.sleep(0.2)
-    raise AssertionError(f"{run_id}: state still {j['state']}")
+    raise AssertionError(f"{run_id}: state still {j.describe}")
+
+
+def ENDED(j):
+    return j.ended
 
 
 def test_job_survives_connection_and_follow_loses_nothing(light_host):
@@ -40,7 +44,7 @@ def test_job_survives_connection_and_follow_loses_nothing(light_host):
         text = b"".join(got).decode()
         lines = [ln for ln in text.splitlines() if ln.startswith("line ")]
         assert lines == [f"line {i}" for i in range(1, 41)]
-        assert code == 0 and jobs.status(t2, rid)[0]["state"] == "succeeded"
+        assert code == 0 and jobs.status(t2, rid)[0].state == "succeeded"
         # re-attaching from an offset gives exactly the rest
         got2 = []
         jobs.follow(t2, rid, offset=len(text.split("line 20\n")[0] + "line 20\n"), write=got2.append)
@@ -56,10 +60,10 @@ def test_stop_terms_the_group_and_waits(light_host):
         j = jobs.start(t, rid, ["sh", "-c", script], kind="test")
         time.sleep(0.5)
         res = jobs.stop(t, rid, grace=10)
-        assert res["state"] == "stopped" and not res["sigkill"]
+        assert res.state == "stopped" and not res.sigkill
         assert t.run(f"cat {shlex.quote(marker)}").stdout.strip() == "saved"
         # nothing of the process group is left
-        assert live_in_group(t, j["pgid"]) == []
+        assert live_in_group(t, j.pgid) == []
 
 
 def test_stop_escalates_to_sigkill(light_host):
@@ -68,8 +72,8 @@ def test_stop_escalates_to_sigkill(light_host):
         j = jobs.start(t, rid, ["sh", "-c", "trap '' TERM; sleep 300 & wait; sleep 300"], kind="test")
         time.sleep(0.5)
         res = jobs.stop(t, rid, grace=1)
-        assert res["sigkill"] is True
-        assert live_in_group(t, j["pgid"]) == []
+        assert res.sigkill is True
+        assert live_in_group(t, j.pgid) == []
 
 
 def test_lock_refuses_second_job(light_host):
@@ -87,8 +91,8 @@ def test_killed_and_failed_states(light_host):
         k, f = jobs.new_run_id("t") + "-k9", jobs.new_run_id("t") + "-fail"
         jobs.start(t, k, ["sh", "-c", "kill -9 $$"], kind="test")
         jobs.start(t, f, ["sh", "-c", "echo boom >&2; exit 3"], kind="test")
-        assert wait_state(t, k, jobs.ended)["state"] == "killed (signal 9)"
-        assert wait_state(t, f, jobs.ended)["state"] == "failed (exit 3)"
+        assert wait_state(t, k, ENDED).describe == "killed (signal 9)"
+        assert wait_state(t, f, ENDED).describe == "failed (exit 3)"
         assert b"boom" in t.read_bytes(jobs.run_path(t, f, "output.log"))
 
 
@@ -101,7 +105,7 @@ def test_secret_env_not_on_command_line(light_host):
         time.sleep(0.5)
         ps = t.run("ps -eo args").stdout
         assert secret not in ps
-        wait_state(t, rid, jobs.ended)
+        wait_state(t, rid, ENDED)
         log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
         assert "seen 18 -token-value" in log and secret not in log
         assert not t.exists(jobs.run_path(t, rid) + ".env")

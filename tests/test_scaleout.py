@@ -15,7 +15,7 @@ from conftest import LAYERS, inv, wait_for
 from netrig import NetRig, netns_works
 from rig import Rig, free_port
 from specops import inventory, jobs
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -75,7 +75,7 @@ def test_group_stop_stops_every_node(pod):
     assert r.returncode == 0, r.stderr
     for name in ("node0", "node1"):
         with connect(inv_hosts.get(name)) as t:
-            assert jobs.status(t, rid)[0]["state"] == "stopped"
+            assert jobs.status(t, rid)[0].state == "stopped"
 
 
 def test_sharded_extraction_union_equals_single_host(pod, pipeline_run, hosts_file, work):
@@ -133,7 +133,7 @@ def test_shards_move_host_to_host_with_the_forwarded_agent(pod, tmp_path, monkey
     import signal
     import subprocess
 
-    from specops import multinode
+    from specops import shards
 
     raw = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
     sock = re.search(r"SSH_AUTH_SOCK=([^;]+);", raw).group(1)
@@ -151,7 +151,7 @@ def test_shards_move_host_to_host_with_the_forwarded_agent(pod, tmp_path, monkey
                 t.check(f"rm -rf {d} && mkdir -p {d} && head -c {1000 + i} /dev/urandom > {d}/hs_{i}.safetensors",
                         "shard")
                 payload[i] = t.run(f"sha256sum {d}/hs_{i}.safetensors").stdout.split()[0]
-        res = multinode.complete_data(hosts, "peers")
+        res = shards.complete_data(hosts, "peers")
         assert res == {"mode": "host to host", "files": 2}
         for h in hosts:
             with connect(h) as t:
@@ -174,7 +174,7 @@ def test_group_train_on_cpu_hosts_is_refused_before_anything_starts(pod):
     inv_hosts = inventory.load(hf)
     for name in ("node0", "node1"):
         with connect(inv_hosts.get(name)) as t:
-            assert all(j["run_id"] != rid for j in jobs.status(t)), name
+            assert all(j.run_id != rid for j in jobs.status(t)), name
 
 
 def as_gpu_hosts(hf, tmp_path) -> Path:
@@ -210,7 +210,7 @@ def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
     for name in ("node0", "node1"):
         with connect(inv_hosts.get(name)) as t:
             assert not t.exists(jobs.run_path(t, rid)), name
-            assert all(j["state"] != "running" for j in jobs.status(t)), name
+            assert all(j.state != "running" for j in jobs.status(t)), name
 
 
 def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run, work, tmp_path):
@@ -230,7 +230,7 @@ def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run
     inv_hosts = inventory.load(hf)
     for i, name in enumerate(("node0", "node1")):
         with connect(inv_hosts.get(name)) as t:
-            assert jobs.status(t, rid)[0]["state"].startswith("failed"), name
+            assert jobs.status(t, rid)[0].state == "failed", name
             cmd = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["command"]
             assert cmd[cmd.index("--nnodes"):cmd.index("--nnodes") + 4] == ["--nnodes", "2", "--node-rank", str(i)]
 
@@ -263,10 +263,10 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
         assert sums[0] == sums[1] and sums[0].count("\n") == 2
         assert not t1.exists(f"{ck1}/0")  # only the epoch it resumes from travels
         for t in (t0, t1):  # (speculators then fails on this GPU-less machine)
-            wait_for(lambda: jobs.ended(jobs.status(t, rid)[0]["state"]), 120, f"{rid} to end on {t.host.name}")
+            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
         t1.check(f"mkdir -p {ck1}/2", "newer checkpoint")
         r = inv(*args)
         assert r.returncode != 0
         assert f"node1 holds checkpoint(s) [2] in {ck1} that rank 0 (node0) lacks (its latest: 1)" in r.stderr, r.stderr
         assert "nothing was started" in r.stderr
-        assert jobs.status(t0, rid)[0]["state"].startswith("failed")  # still the first attempt's record
+        assert jobs.status(t0, rid)[0].state == "failed"  # still the first attempt's record

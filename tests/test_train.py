@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, inv, wait_for
 from specops import inventory, jobs
-from specops.transport import connect
+from specops.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -47,7 +47,7 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         time.sleep(2)
-        assert jobs.status(t, rid)[0]["state"] == "running"
+        assert jobs.status(t, rid)[0].state == "running"
         steps_before = (t.read_bytes(log) or b"").count(b"train/loss=")
 
         # one training per host
@@ -67,9 +67,9 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         ckpt = jobs.run_path(t, rid, "checkpoints", "interrupted")
         assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint"
         j = jobs.status(t, rid)[0]
-        assert j["state"] in ("succeeded", "stopped"), j["state"]
+        assert j.state in ("succeeded", "stopped"), j.describe
         ps = t.run("ps -eo pgid=,stat=").stdout.split("\n")
-        assert not [ln for ln in ps if ln.split() and ln.split()[0] == str(j["pgid"]) and "Z" not in ln.split()[1]]
+        assert not [ln for ln in ps if ln.split() and ln.split()[0] == str(j.pgid) and "Z" not in ln.split()[1]]
         assert b"interrupting training to save checkpoint" in full or b"interrupted" in full
 
         # the same run id resumes from its latest checkpoint
@@ -150,7 +150,7 @@ def test_stop_under_torchrun_signals_the_ranks_once(cpu_box, hosts_file, work, t
         log = jobs.run_path(t, rid, "output.log")
         wait_for(lambda: b"rank ready" in (t.read_bytes(log) or b""), 120, "the rank")
         res = jobs.stop(t, rid, grace=60)
-        assert not res["sigkill"]
+        assert not res.sigkill
         assert t.run(f"cat {marker}").stdout == "saved"
 
 
@@ -187,7 +187,7 @@ def test_stop_reaches_ranks_in_their_own_sessions(cpu_box, hosts_file, work, tmp
         pid, sid, rec = start_stubborn_rank(t, cpu_box, work, tmp_path, rid)
         assert sid != rec["pgid"]  # (what makes a process-group kill miss it)
         res = jobs.stop(t, rid, grace=3)
-        assert res["sigkill"] and res["state"] == "stopped", res
+        assert res.sigkill and res.state == "stopped", res
         assert not alive(t, pid)
 
 
@@ -200,8 +200,8 @@ def test_ranks_orphaned_by_a_killed_torchrun_are_ended(cpu_box, hosts_file, work
         pid, _, _ = start_stubborn_rank(t, cpu_box, work, tmp_path, rid)
         child = json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))["child_pid"]
         t.check(f"kill -9 {child}", "killing torchrun")
-        wait_for(lambda: jobs.ended(jobs.status(t, rid)[0]["state"]), 60, "the job's end")
-        assert jobs.status(t, rid)[0]["state"] == "killed (signal 9)"
+        wait_for(lambda: jobs.status(t, rid)[0].ended, 60, "the job's end")
+        assert jobs.status(t, rid)[0].describe == "killed (signal 9)"
         assert not alive(t, pid)
         log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
         assert f"the command left 1 process(es) running (pids {pid}): ending them" in log, log[-1500:]

@@ -100,13 +100,13 @@ s_check() {
   cat "$WD/.specops/deep-check.json"
   # the train gate (specops.check.refuse_failed_settings) on the default config and on the bench config
   ${LAP:-/tmp/lap}/bin/python3 - <<'EOF'
-from specops import check, inventory, train
+from specops import check, config, inventory
 from specops.errors import SpecopsError
-from specops.transport import connect
+from specops.connection import connect
 h = inventory.load(None).get("local")
 with connect(h) as t:
     for cfg in (None, "bench/h200/eagle3-h200.yaml"):
-        flags = train.load_config(cfg, h.profile, {})["flags"]
+        flags = config.load_config(cfg, h.profile, {})["flags"]
         try:
             check.refuse_failed_settings(t, flags)
             print(f"gate {cfg or 'configs/eagle3.yaml'}: allowed")

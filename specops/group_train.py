@@ -1,0 +1,149 @@
+"""One training run over a group of hosts: one torchrun per host (multi-node).
+
+Node ranks follow the group's order; the c10d rendezvous runs on the first host (its
+hosts.yaml address, unless --rdzv-host). Every node's job has the same run id; a node that
+fails to start stops the nodes already started. Before a run resumes, every node gets rank 0's
+latest epoch checkpoint.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+
+from . import jobs, train
+from .errors import SpecopsError
+from .fanout import connect_all
+from .inventory import Host
+from .transport import Transport
+
+DEFAULT_PORT = 29500
+
+
+def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optional[str], port: int) -> dict:
+    """Node i's torchrun fields of the spec (the host side builds the argv: remote/launch.py)."""
+    addr = rdzv_host or hosts[0].address
+    if not addr:
+        raise SpecopsError(f"node 0 ({hosts[0].name}) has no address for the rendezvous: give --rdzv-host")
+    local = (rdzv_host if i == 0 and rdzv_host else hosts[i].address)
+    return {"nnodes": len(hosts), "node_rank": i, "rdzv_endpoint": f"{addr}:{port}", "local_addr": local,
+            "nproc": nproc or hosts[i].gpus or 1, "nodes": [h.name for h in hosts]}
+
+
+def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], dict], *, kind: str,
+           lock: Optional[str], script: str = "train", before_start: Optional[Callable[[], object]] = None
+           ) -> list[dict]:
+    """Build every node's spec first (all checks before anything starts), then start them all;
+    if one fails to start, stop the ones already running."""
+    specs = [spec_for(t, i) for i, t in enumerate(ts)]
+    if before_start:
+        before_start()
+    started: list[Transport] = []
+    try:
+        for t, spec in zip(ts, specs):
+            path = train.put_spec(t, spec)
+            jobs.start(t, rid, train.launch_argv(t, path, script), kind=kind, lock=lock, term="child")
+            started.append(t)
+    except SpecopsError as e:
+        for t in started:
+            try:
+                jobs.stop(t, rid, grace=30)
+            except SpecopsError:
+                pass
+        names = ", ".join(t.host.name for t in started) or "none"
+        raise SpecopsError(f"{kind} {rid}: a node failed to start ({e}); stopped the nodes already started ({names})")
+    ts[0].note(f"{kind} {rid} {'would start' if ts[0].dry_run else 'started'} on {len(ts)} nodes: "
+               + ", ".join(f"{t.host.name} (rank {i})" for i, t in enumerate(ts)))
+    return specs
+
+
+def checkpoint_epochs(t: Transport, rid: str) -> list[int]:
+    """The epoch checkpoints (numeric dirs, not symlinks) of a run on one node, ascending."""
+    d = jobs.run_path(t, rid, "checkpoints")
+    r = t.run(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
+              f"&& echo \"$e\"; done; true", changes=False)
+    return sorted(int(x) for x in r.stdout.split() if x.isdigit())
+
+
+def align_checkpoints(ts: list[Transport], rid: str) -> dict:
+    """Before a group run starts: every node must hold rank 0's latest epoch checkpoint.
+    speculators decides whether to resume from each rank's own --save-path (a node's run dir
+    here) and loads the optimizer state on every rank; nodes that disagree would issue different
+    collectives and hang. Rank 0's checkpoints are the truth: its latest epoch is copied (through
+    the laptop, rsync both ways, only what differs) to the nodes whose copy differs."""
+    from .fetch import remote_manifest
+
+    with ThreadPoolExecutor(len(ts)) as pool:
+        epochs = list(pool.map(lambda t: checkpoint_epochs(t, rid), ts))
+    head = epochs[0][-1] if epochs[0] else None
+    for t, e in zip(ts[1:], epochs[1:]):
+        newer = [x for x in e if head is None or x > head]
+        if newer:
+            raise SpecopsError(
+                f"train {rid}: {t.host.name} holds checkpoint(s) {newer} in {jobs.run_path(t, rid, 'checkpoints')} "
+                f"that rank 0 ({ts[0].host.name}) lacks (its latest: {head}): the nodes would disagree on where to "
+                f"resume; move them away there or use a new --run-id (nothing was started)")
+    if head is None:
+        return {"resume": None, "copied_to": []}
+    rel = f"checkpoints/{head}"
+    want = {k: v["sha256"] for k, v in remote_manifest(ts[0], jobs.run_path(ts[0], rid, rel)).items()}
+    stale = []
+    for t, e in zip(ts[1:], epochs[1:]):
+        have = ({k: v["sha256"] for k, v in remote_manifest(t, jobs.run_path(t, rid, rel)).items()}
+                if head in e else {})
+        if any(have.get(k) != v for k, v in want.items()):
+            stale.append(t)
+    if stale and not ts[0].dry_run:
+        with tempfile.TemporaryDirectory(prefix="specops-ckpt-") as stage:
+            ts[0].sync_down(jobs.run_path(ts[0], rid, rel), stage, partial=True)
+            for t in stale:
+                t.sync_up(stage, jobs.run_path(t, rid, rel))
+    names = [t.host.name for t in stale]
+    ts[0].note(f"train {rid}: resuming from rank 0's epoch {head} checkpoint"
+               + (f"; {'would copy' if ts[0].dry_run else 'copied'} it to {', '.join(names)}" if names
+                  else "; every node holds it"))
+    return {"resume": head, "copied_to": names}
+
+
+def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
+    """Every node's job once all have ended (or `timeout` seconds have passed): {host: Job}."""
+    t0 = time.time()
+    while True:
+        got = {t.host.name: jobs.status(t, rid)[0] for t in ts}
+        if all(j.ended for j in got.values()) or time.time() - t0 > timeout:
+            return got
+        time.sleep(1)
+
+
+def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
+                overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False,
+                connect=None) -> dict:
+    """Start the run on every node; with follow, rank 0's log, then every node's end state (an
+    error unless all succeeded)."""
+    rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
+    ts = connect_all(hosts, dry_run, **({"connect": connect} if connect else {}))
+    try:
+        launch(ts, rid, lambda t, i: train.make_spec(
+            t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
+            extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train",
+            before_start=lambda: align_checkpoints(ts, rid))
+        if dry_run or not follow:
+            return {"run_id": rid, "exit_code": None, "dry_run": dry_run}
+        code = jobs.run_following(ts[0], rid)  # rank 0's log
+        if code is None:  # Ctrl-C: detached, every node keeps running
+            return {"run_id": rid, "exit_code": None}
+        ended = wait_ended(ts, rid, timeout=120)
+        states = {n: j.describe for n, j in ended.items()}
+        bad = {n: j for n, j in ended.items() if j.state != jobs.JobState.SUCCEEDED}
+        if code or bad:
+            first = next((f"; {n}: {j.error}" for n, j in bad.items() if j.error), "")
+            tails = "\n".join(f"--- {t.host.name} (rank {i})\n{jobs.tail(t, rid, 8)}"
+                              for i, t in enumerate(ts) if t.host.name in bad)
+            raise SpecopsError(f"train {rid}: not every node succeeded ({states}){first}", detail=tails)
+        return {"run_id": rid, "exit_code": code, "states": states}
+    finally:
+        for t in ts:
+            t.close()

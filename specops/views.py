@@ -1,0 +1,185 @@
+"""The one place that renders: results for a terminal (rich) and for a pipe (plain lines, nothing
+cut), JSON where asked, and the connection's notes and followed logs. Library modules return
+data and hand progress lines to their connection; only this module writes to the screen."""
+
+from __future__ import annotations
+
+import json as _json
+import math
+import os
+import sys
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .transport import Note
+
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def is_terminal() -> bool:
+    return console.is_terminal and not os.environ.get("SPECOPS_PLAIN")
+
+
+# -- primitives ---------------------------------------------------------------------------
+def line(text: str, style: str = "") -> None:
+    """One line of output (markup-free text; style only on a terminal)."""
+    if is_terminal() and style:
+        console.print(f"[{style}]{escape(text)}[/]")
+    elif is_terminal():
+        console.print(escape(text))
+    else:
+        print(text, flush=True)
+
+
+def as_json(obj: Any) -> None:
+    """Any result (pydantic models, dataclasses, dicts of them) as JSON on stdout."""
+    print(_json.dumps(to_jsonable_python(obj, fallback=str), indent=1), flush=True)
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table: rich on a terminal; on a pipe, a '# title' line then one tab-separated line per
+    row, header first, nothing cut or wrapped (so `inv status | grep RUN` finds the row)."""
+    rows = [["" if c is None else str(c) for c in r] for r in rows]
+    if is_terminal():
+        tab = Table(title=escape(title))
+        for col in columns:
+            tab.add_column(escape(col), overflow="fold")
+        for r in rows:
+            tab.add_row(*[escape(c) for c in r])
+        console.print(tab)
+        return
+    print(f"# {title}")
+    print("\t".join(columns))
+    for r in rows:
+        print("\t".join(c.replace("\t", " ").replace("\n", " ") for c in r))
+    sys.stdout.flush()
+
+
+def mark(ok: Optional[bool], hard: bool = True) -> str:
+    return {True: "✓", False: "✗" if hard else "!", None: "·"}[ok]
+
+
+# -- the connection's sinks ---------------------------------------------------------------
+def note(n: Note) -> None:
+    """Progress lines from the library (through the connection), on stderr when they are not
+    results: plan lines of a dry run, warnings, finished steps."""
+    if n.kind == "plan":
+        line(f"DRY-RUN {n.host}: {n.text}")
+    elif n.kind == "warn":
+        text = f"[specops] {n.text}"
+        if is_terminal():
+            err_console.print(f"[yellow]{escape(text)}[/]")
+        else:
+            print(text, file=sys.stderr, flush=True)
+    elif n.kind == "done":
+        line(n.text, "red" if n.text.startswith("✗") else "green")
+    else:
+        line(f"[specops] {n.text}")
+
+
+def log(chunk: bytes) -> None:
+    """A followed job log, byte for byte."""
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+
+
+# -- results ------------------------------------------------------------------------------
+def hosts(inv, as_json_: bool = False) -> None:
+    rows = []
+    for name in inv.names():
+        h = inv.hosts[name]
+        rows.append([name, h.target, h.profile, "" if h.gpus is None else h.gpus, h.venv_path, h.workdir_path,
+                     h.verifier or ""])
+    if as_json_:
+        as_json({"hosts": [dict(zip(("name", "target", "profile", "gpus", "venv", "workdir", "verifier"), r))
+                           for r in rows], "groups": inv.groups})
+        return
+    table(f"hosts ({inv.where})", ("name", "target", "profile", "gpus", "venv", "workdir", "verifier"), rows)
+    for g, members in sorted(inv.groups.items()):
+        line(f"group @{g}: {', '.join(members)}")
+
+
+def age(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def status(host: str, jobs: list) -> None:
+    table(f"runs on {host}", ("run id", "kind", "state", "age", "pid", "GPU MiB", "last line"),
+          [[j.run_id, j.kind, j.describe, age(j.age_s), j.pid or "", "" if j.gpu_mib is None else j.gpu_mib,
+            j.last_line] for j in jobs])
+
+
+def outcomes(title: str, outs: list, describe: Callable[[Any], str] = str) -> None:
+    """One row per host of a group operation (a failing host is a row, not an exception)."""
+    table(title, ("host", "", "result"),
+          [[o.host, mark(o.ok), (describe(o.value) if o.value is not None else "DRY-RUN") if o.ok
+            else o.error.splitlines()[0]] for o in outs])
+
+
+def check(name: str, res) -> None:
+    table(f"check {name}", ("", "check", "value", "hint"),
+          [[mark(r.ok, r.hard), r.name, r.value, r.hint] for r in res.rows])
+
+
+def deep(name: str, res: dict) -> None:
+    rows = []
+    for i, r in enumerate(res["results"]):
+        s = r["settings"]
+        what = f"loss {r['loss']:.4g}" if r["ok"] and r.get("loss") is not None else (r.get("error") or "")
+        rows.append([mark(r["ok"]), s["draft-attn-impl"] + (" (configured)" if i == 0 else ""),
+                     s["loss-implementation"], "on" if s.get("compile") else "off", r["seconds"], what])
+    table(f"check {name} --deep: {res.get('steps')} training step(s) on a tiny fixture "
+          f"({res.get('gpu') or res.get('kind')}; torch {res['versions'].get('torch')}, "
+          f"speculators {res['versions'].get('speculators')})",
+          ("", "attention", "loss", "compile", "seconds", "result"), rows)
+
+
+def inspect(res: dict) -> None:
+    line(f"{res['path']}: format {res.get('format') or 'unknown'}, {res.get('rows', '?')} rows, "
+         f"{res.get('files', 0)} files, {res.get('bytes', 0) / 2**20:.1f} MiB, {res.get('tokens', '?')} tokens, "
+         f"hidden {res.get('hidden_size')} (verifier {res.get('verifier_hidden_size')}), "
+         f"stored layers {res.get('stored_layers')} (expected {res.get('expected_layers')}); {res.get('seconds')}s",
+         "bold")
+    if res.get("keys"):
+        table("tensors", ("key", "dtype", "ndim", "files"),
+              [[k["key"], k["dtype"], k["ndim"], k["files"]] for k in res["keys"]])
+    if res.get("sampled") and isinstance(res["sampled"][0], dict):
+        table(f"{len(res['sampled'])} file(s) fully loaded", ("row", "file", "seq", "loss_mask sum", "|h| mean"),
+              [[s["row"], s["file"], s["seq"], s["loss_mask_sum"], s["abs_mean"]] for s in res["sampled"]])
+    for w in res.get("warnings", []):
+        line(f"! {w['file']}: {w['what']}", "yellow")
+    for v in res.get("violations", [])[:20]:
+        line(f"✗ {v['file']}: {v['what']}", "red")
+    line("verdict: OK" if res["ok"] else f"verdict: {res['n_violations']} violation(s)",
+         "green" if res["ok"] else "red")
+
+
+def evaluation(run_id: str, ev: dict, causes: str) -> None:
+    acc = ev.get("acceptance_by_position") or []
+    cond = ev.get("conditional_acceptance_by_position") or []
+    tr = ev.get("training_accuracy") or {}
+
+    def f(x):
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+    table(f"acceptance of {run_id} served by vLLM ({ev['prompts']} prompts, {ev['num_spec_tokens']} speculative tokens)",
+          ("position", "accepted (of drafts)", "conditional", "train val full_acc", "train val cond_acc"),
+          [[k, f(acc[k]), f(cond[k] if k < len(cond) else None), f(tr.get("full", {}).get(k)),
+            f(tr.get("cond", {}).get(k))] for k in range(len(acc))])
+    c = ev["counters"]
+    line(f"mean acceptance length {ev.get('mean_acceptance_length', float('nan')):.3f} "
+         f"(drafts {c['drafts']:.0f}, draft tokens {c['draft_tokens']:.0f}, accepted {c['accepted']:.0f})")
+    for fl in ev.get("flags", []):
+        line(f"! large gap at {fl}", "red")
+    if ev.get("flags"):
+        line(f"check: {causes}", "yellow")
+
+
+def dry_run_done(host: str) -> None:
+    line(f"DRY-RUN {host}: nothing was changed")
