@@ -17,11 +17,10 @@ from specops import fetch as _fetch
 from specops import inspect as _inspect
 from specops import inventory, views
 from specops import jobs as _jobs
-from specops import metrics as _metrics
 from specops import pipeline as _pipeline
 from specops import train as _train
 from specops.errors import SpecopsError
-from specops.cli import errors, hosts_file, is_multi, open_host, over, session, targets, task
+from specops.cli import errors, hint_args, hosts_file, is_multi, open_host, over, session, targets, task
 
 HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
@@ -67,35 +66,10 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
 def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
           timeout=300.0):
     """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
-    multi = is_multi(c, host)
-
-    def one(t):
-        res = _check.check(t, min_free_gb=float(min_free_gb))
-        out = _check.deep(t, config=config, try_all=all, steps=int(steps), timeout=float(timeout)) if deep else None
-        if multi:  # a failing host is a row of the group's table
-            _check.verdict(t.host.name, res)
-            _check.deep_verdict(t.host.name, out)
-        return {"check": res, "deep": out} if deep else res
-
-    def show(t, res):
-        res, out = (res["check"], res["deep"]) if deep else (res, None)
-        views.check(t.host.name, res)
-        if out is not None:
-            views.deep(t.host.name, out)
-        _check.verdict(t.host.name, res)
-        _check.deep_verdict(t.host.name, out)
-
-    def describe(r):
-        r = r["check"] if deep else r
-        return "all hard checks pass; " + ", ".join(f"{x.name}: {x.value}" for x in r.rows
-                                                    if x.name in ("version torch", "version speculators"))
-
-    with errors():
-        res = over(c, host, hosts, "check", one, show=show, describe=describe, as_json=json)
-        if json and not multi:
-            show_json_verdict = res["check"] if deep else res
-            _check.verdict(host or "", show_json_verdict)
-            _check.deep_verdict(host or "", res["deep"] if deep else None)
+    over(c, host, hosts, "check", lambda t: _check.preflight(
+        t, min_free_gb=float(min_free_gb), deep_steps=deep, config=config, try_all=all, steps=int(steps),
+        timeout=float(timeout)), show=lambda t, r: views.preflight(t.host.name, r), judge=_check.judge,
+        describe=views.preflight_summary, as_json=json)
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN})
@@ -143,37 +117,19 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
     if not run_id:
         raise Exit("specops: stop needs --run-id (`inv status` lists the runs)")
-
-    def said(r):
-        return (f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "")
-                + (" (SIGKILL needed)" if r.sigkill else ""))
-
     over(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)), dry_run=dry_run,
-         show=lambda t, r: views.line(f"stop {run_id}: {said(r)}"), describe=said)
+         show=lambda t, r: views.line(f"stop {run_id}: {views.stopped(r)}"), describe=views.stopped)
 
 
 @task(help={**COMMON, "run_id": "run to fetch (default: the newest)", "dest": "local folder for runs (default runs/)",
             "bwlimit": "rsync bandwidth limit, KiB/s (0: none)"})
 def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0):
     """Pull a run back: incremental, resumable, every file checked against the host's sha256."""
-    multi = is_multi(c, host)
-    if multi and not run_id:
+    if is_multi(c, host) and not run_id:
         raise Exit("specops: fetch from a group needs --run-id")
-
-    def one(t):
-        rid = run_id or _jobs.get(t, None).run_id
-        into = Path(dest) / rid / "nodes" / t.host.name if multi else None
-        res = _fetch.fetch_run(t, rid, dest, bwlimit=int(bwlimit), into=into, progress=not multi and views.is_terminal())
-        return {**res, "run_id": rid, "metrics": None if multi else _metrics.write(Path(res["dest"]))}
-
-    def show(t, r):
-        m = r["metrics"]
-        views.line(f"fetch {r['run_id']}: {r['files']} file(s), {r['bytes'] / 2**20:.1f} MiB verified (sha256) in "
-                   f"{r['dest']}; {m['records']} metric records" + (f", plot {m['plot']}" if m.get("plot") else "")
-                   + (f" ({m['note']})" if m.get("note") else ""))
-
-    over(c, host, hosts, f"fetch {run_id}", one, show=show,
-         describe=lambda r: f"{r['files']} files, {r['bytes'] / 2**20:.1f} MiB verified in {r['dest']}")
+    over(c, host, hosts, f"fetch {run_id}", lambda t: _fetch.fetch(
+        t, run_id, dest, bwlimit=int(bwlimit), node=is_multi(c, host), progress=views.is_terminal()),
+        show=lambda t, r: views.fetched(r), describe=views.fetched_summary)
 
 
 @task(name="inspect-data", help={**COMMON, "json": JSON, "path": "data directory on the host (default: <workdir>/data/default)",
@@ -222,7 +178,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
                                   prepare=_data.remote_input(t, data), seq_length=int(seq_length),
                                   **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
-        if not res.get("detached") and not res.get("dry_run"):
+        if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
 
 
@@ -243,41 +199,25 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
     if is_multi(c, host):
-        return _extract_group(c, host, hosts, backend=backend, layers=layers, shard=shard, rows=rows, dataset=dataset,
-                              verifier=verifier, concurrency=concurrency, max_model_len=max_model_len,
-                              dry_run=dry_run, vllm_arg=vllm_arg)
+        from specops.fanout import verdict
+        from specops.sharded_extract import extract_group
+
+        if shard or rows:
+            raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
+        with errors():
+            res = extract_group(targets(c, host, hosts), dataset=dataset, verifier=verifier, backend=backend,
+                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
+                                dry_run=dry_run, connect=open_host, **_vllm(vllm_arg))
+            views.extract_group(res)
+            verdict("extract", res["outcomes"])
+        return
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
                                   concurrency=int(concurrency), max_model_len=_int(max_model_len), **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
-        ex = res.get("extract", {})
-        if not res.get("dry_run") and not res.get("detached"):
-            views.line(f"extract ({backend}): {ex.get('tokens')} tokens in {ex.get('seconds')}s "
-                       f"({ex.get('tokens_per_s')} tokens/s), layers {res.get('layer_ids')} (run {res['run_id']})")
-
-
-def _extract_group(c, host, hosts, *, shard, rows, dry_run, vllm_arg, concurrency, max_model_len, **kw):
-    from specops import fanout, shards
-    from specops.sharded_extract import extract_sharded
-
-    if shard or rows:
-        raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
-    hs = targets(c, host, hosts)
-    outs = extract_sharded(hs, concurrency=int(concurrency), max_model_len=_int(max_model_len), dry_run=dry_run,
-                           connect=open_host, **_vllm(vllm_arg), **kw)
-    views.outcomes(f"extract ({len(hs)} hosts)", outs, lambda r: "DRY-RUN" if r.get("dry_run") else (
-        f"rows {r['rows'][0]}:{r['rows'][1]}, {r.get('extract', {}).get('tokens')} tokens, "
-        f"{r.get('extract', {}).get('tokens_per_s')} tokens/s"))
-    with errors():
-        fanout.verdict("extract", outs)
-        if dry_run:
-            views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
-            return
-        res = shards.complete_data(hs, kw.get("dataset"))
-    for n in res.get("notes", []):
-        views.line(n, "yellow")
-    views.line(f"extract: every host now holds all shards ({res['mode']})")
+        if res:
+            views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
 
 
 @task(name="make-verifier", help={**COMMON, "dry_run": DRY_RUN, "path": "where on the host (default "
@@ -311,18 +251,11 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         with errors():
             res = train_nodes(targets(c, host, hosts), rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run,
                               connect=open_host, **kw)
-        if not res.get("dry_run"):
-            views.line(f"train {res['run_id']}: " + ("started on every node (`inv logs -f --host ...` follows rank 0)"
-                                                     if res["exit_code"] is None else
-                                                     f"every node succeeded ({res['states']})"))
+        if res:
+            views.trained("", {**res, "nodes": True}, lambda x: f"inv {x} {hint_args(c, host, hosts)}")
         return
-    with session(c, host, hosts, dry_run) as t:
-        res = _train.train(t, **kw)
-        if not res["dry_run"]:
-            rid = res["run_id"]
-            views.line(f"train {rid} on {t.host.name}: " + (
-                f"started (`{t.hint(f'logs -f --run-id {rid}')}` follows it)" if res["exit_code"] is None else
-                f"finished (exit {res['exit_code']}); `{t.hint(f'fetch --run-id {rid}')}` brings it back"))
+    over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
+         show=lambda t, r: views.trained(t.host.name, r, t.hint))
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",

@@ -118,6 +118,20 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     return res
 
 
+def preflight(t: Transport, *, min_free_gb: float = 5.0, deep_steps: bool = False, config: Optional[str] = None,
+              try_all: bool = False, steps: int = 2, timeout: float = 300.0) -> dict:
+    """The check, and with deep_steps the deep check after it: {"check": Check, "deep": dict or None}."""
+    res = check(t, min_free_gb=min_free_gb)
+    return {"check": res, "deep": deep(t, config=config, try_all=try_all, steps=steps, timeout=timeout)
+            if deep_steps else None}
+
+
+def judge(name: str, res: dict) -> None:
+    """Raise (one line, the failing rows below) unless every hard check and the deep check pass."""
+    verdict(name, res["check"])
+    deep_verdict(name, res.get("deep"))
+
+
 def deep_verdict(name: str, res: dict) -> None:
     if res is None or res.get("configured_ok"):
         return

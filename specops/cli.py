@@ -104,22 +104,38 @@ def is_multi(c, host: Optional[str]) -> bool:
     return spec.startswith("@") or "," in spec
 
 
+def _judged(fn, judge):
+    def run(t):
+        value = fn(t)
+        if value is not None:
+            judge(t.host.name, value)
+        return value
+    return run
+
+
 def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[[Transport], Any], *,
          show: Optional[Callable[[Transport, Any], None]] = None, describe: Callable[[Any], str] = str,
-         dry_run: bool = False, as_json: bool = False, group: bool = True) -> Any:
-    """The one place a task meets one host or several: fn(t) on the host (then show(t, value)), or
-    on every host of a group in parallel (one row per host, `describe` of each value; a failing
-    host is a row, and the task exits non-zero naming each). Returns the value(s)."""
+         judge: Optional[Callable[[str, Any], None]] = None, dry_run: bool = False, as_json: bool = False,
+         group: bool = True) -> Any:
+    """The one place a task meets one host or several: fn(t) on the host, then show(t, value) (or
+    its JSON), then judge(host name, value) (raises to fail the task); or on every host of a group
+    in parallel: judge inside each host's run, one row per host (`describe` of each value), a
+    failing host is a row, and the task exits non-zero naming each. Returns the value(s)."""
     from . import fanout
 
     if not (group and is_multi(c, host)):
         with session(c, host, hosts, dry_run) as t:
             value = fn(t)
-            if as_json and value is not None:
-                views.as_json(value)
-            elif show is not None and value is not None:
-                show(t, value)
+            if value is not None:
+                if as_json:
+                    views.as_json(value)
+                elif show is not None:
+                    show(t, value)
+                if judge is not None:
+                    judge(t.host.name, value)
             return value
+    if judge is not None:
+        fn = _judged(fn, judge)
     hs = targets(c, host, hosts)
     outs = fanout.run_on(hs, fn, dry_run=dry_run,
                          connect=lambda h, **kw: open_host(h, hints=f"--host {shlex.quote(h.name)}"

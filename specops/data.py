@@ -40,8 +40,7 @@ def remote_input(t: Transport, path: str) -> str:
         t.put(str(p), dest + ".part")
         t.check(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}", "finishing the upload")
         t.would_put = t.would_put | {dest}
-        if not t.dry_run:
-            t.note(f"uploaded {p} -> {t.host.name}:{dest}")
+        t.note(f"uploaded {p} -> {t.host.name}:{dest}")
         return dest
     remote = t.expand(path)
     if not t.exists(remote):
@@ -59,7 +58,12 @@ def verifier_path(t: Transport, verifier: Optional[str]) -> str:
 def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None,
                  seq_length: int = 2048, extract: bool = False, backend: str = "vllm",
                  layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
-                 concurrency: int = 32, max_model_len: Optional[int] = None) -> list[str]:
+                 concurrency: int = 32, max_model_len: Optional[int] = None,
+                 vllm_args: Optional[list[str]] = None) -> list[str]:
+    """remote/datagen.py's arguments. The host's vLLM settings (hosts.yaml tensor_parallel,
+    trust_remote_code, vllm_args) come from t.host; `vllm_args` are this run's `--vllm-arg`s,
+    passed after the host's (the last one wins in vLLM). --max-model-len defaults on the host
+    to the longest row + 1."""
     args = ["--data-dir", data, "--verifier", verifier, "--kind", t.host.profile]
     if prepare:
         args += ["--prepare", prepare, "--seq-length", str(seq_length)]
@@ -73,13 +77,13 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
             args += ["--rows", rows]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
-    return args
+    return args + t.host.vllm_flags(list(vllm_args or []))
 
 
 def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
-                detach: bool = False, quiet: bool = False) -> dict:
-    """Plan (synchronous, changes nothing), then run as a job and follow it. Under --dry-run the
-    plan (with the commands it would start) is returned, nothing is started."""
+                detach: bool = False, quiet: bool = False) -> Optional[dict]:
+    """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
+    result; None when detached, or under --dry-run (the commands it would start are planned)."""
     pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
     plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
     if not plan.get("ok"):
@@ -102,8 +106,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
         code = None if started is None else jobs.follow(t, rid, write=lambda b: None)[1]
     else:
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
-    if code is None:
-        return {"run_id": rid, "detached": not t.dry_run, "dry_run": t.dry_run, "plan": plan}
+    if code is None:  # detached, or planned under --dry-run
+        return None
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):

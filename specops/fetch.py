@@ -105,6 +105,18 @@ def _done(dest: Path, remote: dict, attempts: int) -> dict:
             "dest": str(dest)}
 
 
+def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: int = 0, node: bool = False,
+          progress: bool = False) -> dict:
+    """`inv fetch`: a run (default: the newest) into dest/<run id>/ (a group's node: into
+    dest/<run id>/nodes/<host>/), verified; then metrics.jsonl/png from it (not for a node)."""
+    from . import jobs, metrics
+
+    rid = run_id or jobs.get(t, None).run_id
+    into = Path(dest) / rid / "nodes" / t.host.name if node else None
+    res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node)
+    return {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
+
+
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,
               into: Optional[Path] = None, progress: bool = False) -> dict:
     validate_run_id(run_id)

@@ -130,8 +130,10 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
             extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train",
             before_start=lambda: align_checkpoints(ts, rid))
-        if dry_run or not follow:
-            return {"run_id": rid, "exit_code": None, "dry_run": dry_run}
+        if dry_run:
+            return None
+        if not follow:
+            return {"run_id": rid, "exit_code": None}
         code = jobs.run_following(ts[0], rid)  # rank 0's log
         if code is None:  # Ctrl-C: detached, every node keeps running
             return {"run_id": rid, "exit_code": None}

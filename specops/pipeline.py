@@ -57,7 +57,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     args = data.datagen_args(t, data=ddir, verifier=ver, prepare=data.remote_input(t, data_file),
                              seq_length=seq_length, extract=True, backend=backend, layers=layers)
     dg = data.run_datagen(t, args, kind="data")
-    if t.dry_run:
+    if dg is None:  # --dry-run
         t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
         return None
     ex = dg.get("extract", {})

@@ -9,9 +9,13 @@ import shlex
 import tempfile
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from . import paths
 from .errors import SpecopsError
-from .transport import Transport
+
+if TYPE_CHECKING:  # (the connection calls push(); push only uses the connection it is given)
+    from .transport import Transport
 
 
 def local_manifest() -> dict[str, str]:
@@ -35,12 +39,12 @@ def _source(rel: str) -> Path:
 NOT_WRITABLE = 86
 
 
-def _not_writable(t: Transport, wd: str) -> SpecopsError:
+def _not_writable(t: "Transport", wd: str) -> SpecopsError:
     return SpecopsError(f"workdir {wd} on {t.host.name} is not writable by {t.host.user}: "
                         f"fix its permissions or set 'workdir' in hosts.yaml")
 
 
-def push(t: Transport) -> list[str]:
+def push(t: "Transport") -> list[str]:
     """Upload changed files; return the relative paths sent (empty: already in sync)."""
     wd = t.expand(t.host.workdir_path)
     q = shlex.quote(wd)

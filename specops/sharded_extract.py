@@ -25,3 +25,13 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
     return run_on(hosts, one, dry_run=dry_run, **({"connect": connect} if connect else {}))
+
+
+def extract_group(hosts: list[Host], *, dataset=None, dry_run=False, connect=None, **kw) -> dict:
+    """Each host its share, then (if every share succeeded) every host every shard:
+    {"outcomes": [one per host], "completion": how the shards moved, or None}."""
+    from . import shards
+
+    outs = extract_sharded(hosts, dataset=dataset, dry_run=dry_run, connect=connect, **kw)
+    done = all(o.ok for o in outs) and not dry_run
+    return {"outcomes": outs, "completion": shards.complete_data(hosts, dataset) if done else None}

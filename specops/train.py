@@ -79,9 +79,9 @@ def refuse_running(t: Transport, rid: str) -> None:
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
           dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
-          overrides: Optional[dict] = None, follow: bool = False) -> dict:
+          overrides: Optional[dict] = None, follow: bool = False) -> Optional[dict]:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
-    while it runs, or under --dry-run), run dir."""
+    while it runs), run dir; None under --dry-run."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides)
     refuse_running(t, rid)
@@ -90,4 +90,4 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                              stop_on_interrupt=False, term="child")
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
-    return {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"], "dry_run": t.dry_run}
+    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}

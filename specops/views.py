@@ -115,6 +115,11 @@ def status(host: str, jobs: list) -> None:
             j.last_line] for j in jobs])
 
 
+def stopped(r) -> str:
+    return (f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "")
+            + (" (SIGKILL needed)" if r.sigkill else ""))
+
+
 def outcomes(title: str, outs: list, describe: Callable[[Any], str] = str) -> None:
     """One row per host of a group operation (a failing host is a row, not an exception)."""
     table(title, ("host", "", "result"),
@@ -179,6 +184,54 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
         line(f"! large gap at {fl}", "red")
     if ev.get("flags"):
         line(f"check: {causes}", "yellow")
+
+
+def preflight(name: str, res: dict) -> None:
+    check(name, res["check"])
+    if res.get("deep") is not None:
+        deep(name, res["deep"])
+
+
+def preflight_summary(res: dict) -> str:
+    return "all hard checks pass; " + ", ".join(f"{x.name}: {x.value}" for x in res["check"].rows
+                                                if x.name in ("version torch", "version speculators"))
+
+
+def fetched(r: dict) -> None:
+    m = r.get("metrics") or {}
+    line(f"fetch {r['run_id']}: {r['files']} file(s), {r['bytes'] / 2**20:.1f} MiB verified (sha256) in {r['dest']}"
+         + (f"; {m['records']} metric records" if m else "") + (f", plot {m['plot']}" if m.get("plot") else "")
+         + (f" ({m['note']})" if m.get("note") else ""))
+
+
+def fetched_summary(r: dict) -> str:
+    return f"{r['files']} files, {r['bytes'] / 2**20:.1f} MiB verified in {r['dest']}"
+
+
+def extracted(r: dict) -> str:
+    ex = r.get("extract", {})
+    return (f"rows {r['rows'][0]}:{r['rows'][1]}, " if r.get("rows") else "") + \
+        f"{ex.get('tokens')} tokens in {ex.get('seconds')}s ({ex.get('tokens_per_s')} tokens/s)"
+
+
+def extract_group(res: dict) -> None:
+    outcomes(f"extract ({len(res['outcomes'])} hosts)", res["outcomes"], extracted)
+    for n in (res.get("completion") or {}).get("notes", []):
+        line(n, "yellow")
+    if res.get("completion"):
+        line(f"extract: every host now holds all shards ({res['completion']['mode']})")
+
+
+def trained(host: str, res: dict, hint) -> None:
+    rid = res["run_id"]
+    if res.get("states"):
+        line(f"train {rid}: every node succeeded ({res['states']})")
+    elif res.get("nodes"):
+        line(f"train {rid}: started on every node (`{hint(f'logs -f --run-id {rid}')}` follows rank 0)")
+    elif res["exit_code"] is None:
+        line(f"train {rid} on {host}: started (`{hint(f'logs -f --run-id {rid}')}` follows it)")
+    else:
+        line(f"train {rid} on {host}: finished (exit {res['exit_code']}); `{hint(f'fetch --run-id {rid}')}` brings it back")
 
 
 def dry_run_done(host: str) -> None:

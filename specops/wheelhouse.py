@@ -448,7 +448,7 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
         if n in why:
             dropped.append({"package": roots[n].name, "requirement": lines[n], "reason": why[n],
                             **({"pip": raw[n]} if raw.get(n) else {})})
-    reach = {n: graph.closure([roots[n]], skip) for n in live}
+    reach = {n: graph.closure([roots[n]], skip | set(why)) for n in live}
     install = {}
     for name in sorted(set().union(*reach.values()) if reach else ()):
         if name in have or name in skip:
@@ -486,6 +486,15 @@ def _exact(roots, lines, have, pip, graph, why, raw, note) -> None:
             elif m in roots and not contains(dep.specifier, str(roots[m].specifier).lstrip("=")):
                 why.setdefault(n, f"{md['name']} {md['version']} needs {dep.name}{dep.specifier}, "
                                   f"the profile pins {roots[m]}")
+    more = True
+    while more:  # a profile package that needs a dropped one goes too (the profile is the whole environment)
+        more = False
+        for n, r in roots.items():
+            if n in why or n not in graph.meta:
+                continue
+            gone = [roots[norm(d.name)].name for d in graph.deps(n, r.extras) if norm(d.name) in why]
+            if gone:
+                why[n], more = f"needs {gone[0]}, which is dropped", True
 
 
 def sha256(p: Path) -> str:
