@@ -5,7 +5,6 @@
 --hosts defaults to $SPECOPS_HOSTS, then ./hosts.yaml.
 """
 
-from pathlib import Path
 
 from invoke import Collection, Exit
 

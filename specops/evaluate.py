@@ -17,21 +17,6 @@ CAUSES = ("layer ids differ between extraction, training and serving; the vocabu
           "serving; the extracted hidden states were all zero (inspect-data reports that)")
 
 
-def training_accuracy(log_text: str) -> dict:
-    """The last validation record's per-position accuracies (full_acc_k / cond_acc_k)."""
-    vals = [r for r in metrics.parse(log_text) if r["split"] == "val"]
-    if not vals:
-        return {}
-    last = vals[-1]
-    out = {"full": {}, "cond": {}}
-    for k, v in last.items():
-        for kind in ("full", "cond"):
-            pre = f"val/{kind}_acc_"
-            if k.startswith(pre) and k.endswith("_epoch"):
-                out[kind][int(k[len(pre):-len("_epoch")])] = v
-    return out
-
-
 def gap_flags(ev: dict, train_acc: dict) -> list[str]:
     flags = []
     cond = ev.get("conditional_acceptance_by_position") or []
@@ -48,7 +33,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     spec_raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
     if not spec_raw:
         raise SpecopsError(f"evaluate: no training run {run_id!r} on {t.host.name} (no train-spec.json): "
-                           f"`inv status` lists the runs")
+                           f"`{t.hint('status')}` lists the runs")
     spec = json.loads(spec_raw)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
@@ -66,13 +51,13 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     if code != 0 or not ev or not ev.get("ok"):
         raise SpecopsError(f"evaluate {run_id} on {t.host.name} failed: "
                            f"{(ev or {}).get('error') or jobs.status(t, eid)[0].describe}", detail=jobs.tail(t, eid, 15))
-    log = (t.read_bytes(jobs.run_path(t, run_id, "output.log")) or b"").decode(errors="replace")
-    ev["training_accuracy"] = training_accuracy(log)
+    local = Path(dest) / run_id
+    local.mkdir(parents=True, exist_ok=True)
+    t.sync_down(jobs.run_path(t, run_id, "logs"), str(local / "logs"))  # the run's TensorBoard events
+    ev["training_accuracy"] = metrics.training_accuracy(local)
     ev["flags"] = gap_flags(ev, ev["training_accuracy"])
     if ev["flags"]:
         ev["likely_causes"] = CAUSES
-    local = Path(dest) / run_id
-    local.mkdir(parents=True, exist_ok=True)
     (local / "evaluation.json").write_text(json.dumps(ev, indent=1))
     ev["plot"] = plot(ev, local / "acceptance.png")
     return ev

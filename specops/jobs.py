@@ -58,7 +58,7 @@ def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
     res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []),
                      changes=False, model=Jobs)
     if not res.ok:
-        raise SpecopsError(f"{res.error} on {t.host.name}: `inv status --host {t.host.name}` lists the runs")
+        raise SpecopsError(f"{res.error} on {t.host.name}: `{t.hint('status')}` lists the runs")
     return res.jobs
 
 
@@ -109,7 +109,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             except SpecopsError:
                 if failures >= tries:
                     raise SpecopsError(f"gave up following {run_id} on {t.host.name} after {tries} "
-                                       f"reconnects: the job keeps running; `inv logs -f` resumes") from None
+                                       f"reconnects: the job keeps running; `{t.hint(f'logs -f --run-id {run_id}')}` resumes") from None
             continue
         if chunk:
             write(chunk)

@@ -53,11 +53,11 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     r = t.run(cmd, timeout=timeout, changes=changes)
     if r.exited == NO_VENV:
         raise SpecopsError(
-            f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `inv bootstrap --host {h.name}`"
+            f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `{t.hint('bootstrap')}`"
         )
     if r.exited == NO_SCRIPT:
         raise SpecopsError(
-            f"remote/{script}.py is not on {h.name} (workdir {h.workdir_path}): run `inv push --host {h.name}`"
+            f"remote/{script}.py is not on {h.name} (workdir {h.workdir_path}): run `{t.hint('push')}`"
             + (" (it only copies specops' scripts), then the dry run again: it reads the host with them and "
                "changes nothing" if t.dry_run else "")
         )
@@ -76,5 +76,5 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     except ValidationError as e:
         first = e.errors()[0]
         raise SpecopsError(f"remote/{script}.py on {h.name} answered outside the contract: "
-                           f"{'.'.join(map(str, first['loc']))}: {first['msg']} (push again: `inv push --host {h.name}`)"
+                           f"{'.'.join(map(str, first['loc']))}: {first['msg']} (push again: `{t.hint('push')}`)"
                            ) from None

@@ -32,8 +32,8 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     data = data_dir(t, dataset)
     summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
     if summary.get("format") is None or not summary.get("files"):
-        raise SpecopsError(f"no extracted data at {data} on {h.name}: run `inv prepare-data` and `inv extract` "
-                           f"first (nothing was started)")
+        raise SpecopsError(f"no extracted data at {data} on {h.name}: run `{t.hint('prepare-data --data F')}` and "
+                           f"`{t.hint('extract')}` first (nothing was started)")
     if not summary["ok"]:
         v = summary["violations"][0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
@@ -41,7 +41,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     rec = summary.get("record") or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
-        raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `inv extract` for it")
+        raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `{t.hint('extract')}` for it")
     ver = verifier or rec.get("verifier") or h.verifier
     return {
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
@@ -85,9 +85,15 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides)
     refuse_running(t, rid)
+    fresh = not t.exists(spec["run_dir"], "-d")
     path = put_spec(t, spec)
-    code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                             stop_on_interrupt=False, term="child")
+    try:
+        code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
+                                 stop_on_interrupt=False, term="child")
+    except SpecopsError:
+        if fresh and not t.exists(f"{spec['run_dir']}/job.json", "-f"):  # a refused start leaves no run folder
+            t.run(f"rm -rf {shlex.quote(spec['run_dir'])}")
+        raise
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
     return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}

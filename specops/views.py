@@ -201,7 +201,8 @@ def fetched(r: dict) -> None:
     m = r.get("metrics") or {}
     line(f"fetch {r['run_id']}: {r['files']} file(s), {r['bytes'] / 2**20:.1f} MiB verified (sha256) in {r['dest']}"
          + (f"; {m['records']} metric records" if m else "") + (f", plot {m['plot']}" if m.get("plot") else "")
-         + (f" ({m['note']})" if m.get("note") else ""))
+         + (f"; metrics need {m['missing']['package']}: pip install '{m['missing']['install']}'"
+            if m.get("missing") else ""))
 
 
 def fetched_summary(r: dict) -> str:

@@ -1,6 +1,6 @@
 """wheelhouse: a profile's wheels in one folder, for hosts that cannot reach a package index.
 
-    inv wheelhouse --profile cuda [--python 3.12] [--platform manylinux_2_28_x86_64] [--dest DIR]
+    inv wheelhouse --profile cuda [--python 3.12] [--platform manylinux_2_31_x86_64] [--dest DIR]
                    [--have FREEZE.txt | --host H] [--skip NAME,...] [--laptop]
 
 Runs `pip download --only-binary=:all:` on this machine for the host's interpreter and platform
@@ -36,7 +36,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -65,7 +67,7 @@ except ImportError:  # pragma: no cover
 
 MANIFEST = "specops-wheelhouse.json"
 DEFAULT_PYTHON = "3.12"
-DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
+DEFAULT_PLATFORM = "manylinux_2_31_x86_64"  # the lowest the cuda profile resolves for (llguidance 1.7: 2_31)
 PY_RE = re.compile(r"^3\.(\d{1,2})$")
 PLAT_RE = re.compile(r"^[a-z0-9_]+$")
 MANYLINUX = re.compile(r"^manylinux_2_(\d+)_(x86_64|aarch64|i686|ppc64le|s390x)$")
@@ -217,6 +219,7 @@ class Pip:
         (e.g. ["--no-index", "--find-links", DIR], a local mirror). env: the marker environment
         (default: marker_env for python and the first platform tag)."""
         self.python, self.tags, self.log = python, platform_tags, log
+        self._lock = threading.Lock()
         self.env = env or marker_env(python, platform_tags)
         self.target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
         for t in platform_tags:
@@ -230,7 +233,7 @@ class Pip:
         t0 = time.time()
         p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if self.log is not None:
-            with open(self.log, "a") as f:
+            with self._lock, open(self.log, "a") as f:  # (pip runs in parallel for separate roots)
                 f.write(f"\n$ pip {' '.join(args)}\n{p.stdout}{p.stderr}"
                         f"# pip exited {p.returncode} in {time.time() - t0:.1f}s\n")
         return p
@@ -403,11 +406,13 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
             items, err, out = pip.report([lines[n] for n in roots], constraints=c)
             if items is None and len(roots) > 1:
                 ok = []
-                for n in roots:  # which root(s) cannot resolve against the host's pins
-                    note(f"  {lines[n]} alone ...")
-                    one, err1, out1 = pip.report([lines[n]], constraints=c)
+                note(f"not all together: each on its own ({', '.join(lines.values())}) ...")
+                with ThreadPoolExecutor(max_workers=min(4, len(roots))) as ex:  # pip mostly waits on the index
+                    alone = dict(zip(roots, ex.map(lambda n: pip.report([lines[n]], constraints=c), roots)))
+                for n, (one, err1, out1) in alone.items():  # which root(s) cannot resolve against the host's pins
                     if one is None:
                         why[n], raw[n] = pip_reason(err1, out1, have), err1
+                        note(f"  {lines[n]}: {why[n]}")
                     else:
                         ok.append((n, one))
                 if len(ok) == 1:
@@ -516,7 +521,21 @@ def laptop_requirements() -> list[str]:
         return re.findall(r'"([^"]+)"', block)
 
 
-def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATFORM,
+def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
+    """An existing host venv read over the connection t (remote/install_profile.py
+    --list-installed, changes nothing): {"installed": {name: version}, "source": "HOST:VENV",
+    "python": its version, "platform": its wheel platform (platform if given, else
+    host_platform() of the host's glibc and machine)}. Refuses a venv of another Python."""
+    from .remote_exec import run_script
+
+    res = run_script(t, "install_profile", ["--list-installed"], changes=False)
+    if res.get("python") and res["python"] != python:
+        raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: pass --python {res['python']}")
+    return {"installed": res["installed"], "source": f"{t.host.name}:{t.host.venv_path}", "python": res.get("python"),
+            "platform": platform or host_platform(res.get("glibc", ""), res.get("machine", ""))}
+
+
+def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str] = DEFAULT_PLATFORM,
           dest: Optional[str] = None, have: Optional[dict] = None, have_source: str = "",
           skip: Iterable[str] = (), laptop: bool = False, note=None) -> dict:
     """Build the wheelhouse folder; returns its manifest (plus "dest"). note(line): progress
@@ -526,6 +545,7 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: str = DEFAULT
         raise SpecopsError(f"`inv wheelhouse` runs pip download: {sys.executable} has no pip (python -m ensurepip)")
     prof = profiles.load(profile)
     python = check_python(python)
+    platform = platform or DEFAULT_PLATFORM
     tags = expand_platform(platform)
     out = Path(dest or f"wheelhouse/{prof.name}-py{python}-{platform}").expanduser()
     if out.exists() and not out.is_dir():

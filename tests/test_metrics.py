@@ -8,7 +8,6 @@ own metric logger.
 """
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -135,20 +134,19 @@ def test_run_without_metrics(tmp_path):
 
 
 @pytest.mark.heavy
-def test_speculators_own_tensorboard_logger(tmp_path, request):
+def test_speculators_own_tensorboard_logger(tmp_path, cpu_box):
     """speculators' metric logger (setup_metric_logger, the TensorBoard handler, torch's
-    SummaryWriter) writes what metrics.write reads. The venv: $SPECOPS_ML_VENV, else the
-    cpu-profile box's."""
-    venv = os.environ.get("SPECOPS_ML_VENV") or request.getfixturevalue("cpu_box")["venv"]
-    script = f"""
+    SummaryWriter) writes what metrics.write reads, in the cpu-profile venv (the suite's own)."""
+    venv = cpu_box["venv"]
+    script = """
 import json, logging, sys
 from speculators.train.logger import setup_metric_logger, setup_root_logger
 setup_root_logger()
 setup_metric_logger(loggers="tensorboard", run_name="run-x", output_dir=sys.argv[1])
 log = logging.getLogger("speculators.metrics")
-log.info({{"lr": 0.1, "epochs": 2, "layers": [1, 2]}}, extra={{"hparams": True}})
+log.info({"lr": 0.1, "epochs": 2, "layers": [1, 2]}, extra={"hparams": True})
 for d, step in json.loads(sys.argv[2]):
-    log.info(d, extra={{"step": step}})
+    log.info(d, extra={"step": step})
 logging.shutdown()
 """
     seq = [(train_dict(s, 0, 1.0 / (s + 1)), s) for s in range(3)] + [(val_dict(0, 0.7), 3)]
