@@ -340,7 +340,7 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
         have_map, source = (_wh.read_have(have), str(have)) if have else (None, "")
         if host:
             with session(c, host, hosts) as t:
-                got = _wh.host_environment(t, python)
+                got = _wh.host_environment(t, python, platform)
             have_map, source, platform = got["installed"], got["source"], platform or got["platform"]
         man = _wh.build(profile, python=python, platform=platform, dest=dest, have=have_map, have_source=source,
                         skip=[x for x in skip.split(",") if x.strip()], laptop=laptop,

@@ -14,12 +14,14 @@ ever upgraded or downgraded; profile requirements that are present (any version)
 those the wheelhouse manifest dropped are reported, the rest are installed with their missing
 dependencies. Writes .specops/env-<profile>.txt (relative to the workdir): the environment
 `inv check` verifies on such a host (present versions, and `#@ absent:` lines).
---list-installed: only print the installed distributions {name: version}.
+--list-installed: only print the installed distributions {name: version}, the Python version,
+and the host's glibc version and machine (its wheel platform).
 """
 
 import argparse
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -174,7 +176,9 @@ def main():
     ap.add_argument("--list-installed", action="store_true")
     a = ap.parse_args()
     if a.list_installed:
-        emit({"ok": True, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "installed": installed()})
+        # glibc and machine: the host's wheel platform (`inv wheelhouse --host`: manylinux_2_<minor>_<machine>)
+        emit({"ok": True, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "installed": installed(),
+              "glibc": platform.libc_ver()[1], "machine": platform.machine()})
         return 0
     if not (a.profile and a.sha256 and a.log):
         ap.error("--profile, --sha256 and --log are required")

@@ -132,19 +132,11 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
     return out
 
 
-def kept_lines(kept: list[dict], want_key: str, where: str) -> list[str]:
-    """Profile packages an existing venv keeps at its own version (never upgraded)."""
-    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
-    out = [f"  {len(same)} profile package(s) already {where} at the pinned version"] if same else []
-    return out + [f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
-                  + ("" if k.get("satisfies", False) else "; never upgraded") + ")" for k in kept if k not in same]
-
-
 def top_up_lines(name: str, res: dict) -> list[str]:
     """What a top-up of an existing venv added, kept as it was, and could not bring."""
     added = res.get("added") or {}
     return ([f"top-up {name}: added {len(added)} package(s)"
              + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)")]
-            + kept_lines(res.get("kept", []), "want", "there")
+            + profiles.kept_lines(res.get("kept", []), "want", "there")
             + [f"  not installed {d['package']}: {d['reason']}" for d in res.get("absent", [])]
             + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])])

@@ -53,3 +53,12 @@ def load(name: str) -> Profile:
     if not path.is_file():
         raise SpecopsError(f"no profile {name!r} in {PROFILES_DIR}; available: {', '.join(available())}")
     return Profile(name, path, path.read_text())
+
+
+def kept_lines(kept: list[dict], want_key: str, where: str) -> list[str]:
+    """Profile packages an existing venv keeps at its own version (never upgraded), as lines
+    (bootstrap's top-up report and the wheelhouse summary)."""
+    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
+    out = [f"  {len(same)} profile package(s) already {where} at the pinned version"] if same else []
+    return out + [f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
+                  + ("" if k.get("satisfies", False) else "; never upgraded") + ")" for k in kept if k not in same]

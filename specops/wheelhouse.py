@@ -435,10 +435,12 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
             elif items is None:
                 n = next(iter(roots))
                 why[n], raw[n], items = pip_reason(err, out, have), err, []
-            graph.add(items)
+            graph.add(items or [])
     live = [n for n in roots if n not in why]
-    # Pins that only a dropped pin needed go too (e.g. flashinfer-python, pinned for vllm).
-    for n in [n for n in roots if n in why]:
+    # Pins that only a dropped pin needed go too (e.g. flashinfer-python, pinned for vllm), and so on down.
+    gone = [n for n in roots if n in why]
+    while gone:
+        n = gone.pop(0)
         g = graph
         if n not in graph.meta:  # the dropped pin's own requirements
             own, _, _ = pip.report([lines[n]], deps=False)
@@ -449,6 +451,7 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
                 if m in live and not any(m in graph.closure([roots[o]], skip) for o in live if o != m):
                     live.remove(m)
                     why[m] = f"only needed by {roots[n].name}, which is dropped"
+                    gone.append(m)
     for n in roots:
         if n in why:
             dropped.append({"package": roots[n].name, "requirement": lines[n], "reason": why[n],
@@ -530,7 +533,8 @@ def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
 
     res = run_script(t, "install_profile", ["--list-installed"], changes=False)
     if res.get("python") and res["python"] != python:
-        raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: pass --python {res['python']}")
+        raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: "
+                           f"pass --python {res['python']}")
     return {"installed": res["installed"], "source": f"{t.host.name}:{t.host.venv_path}", "python": res.get("python"),
             "platform": platform or host_platform(res.get("glibc", ""), res.get("machine", ""))}
 
@@ -608,23 +612,12 @@ def load_manifest(path: str) -> dict:
         raise SpecopsError(f"{m}: not valid JSON ({e}): rebuild it with `inv wheelhouse`") from None
 
 
-def kept_lines(kept: list[dict], want_key: str, where: str) -> list[str]:
-    """Profile packages an existing venv keeps at its own version (never upgraded), as lines."""
-    same = [k for k in kept if k[want_key].endswith(f"=={k['have']}")]
-    out = [f"  {len(same)} profile package(s) already {where} at the pinned version"] if same else []
-    for k in kept:
-        if k not in same:
-            out.append(f"  kept {k['package']} {k['have']} (profile: {k[want_key]}"
-                       + ("" if k.get("satisfies", False) else "; never upgraded") + ")")
-    return out
-
-
 def summary_lines(man: dict) -> list[str]:
     """What `inv wheelhouse` built (build()'s manifest) as plain-text lines, no markup: wheels,
     what the host keeps, what was dropped and why, the next command."""
     lines = [f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
              f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s"]
-    lines += kept_lines(man.get("kept", []), "requirement", "on the host")
+    lines += profiles.kept_lines(man.get("kept", []), "requirement", "on the host")
     lines += [f"  dropped {d['requirement']}: {d['reason']}" for d in man.get("dropped", [])]
     lines.append(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
     return lines

@@ -28,13 +28,18 @@ def no_pip_config(monkeypatch):
         monkeypatch.delenv(k, raising=False)
 
 
-def make_wheel(where: Path, name: str, version: str, requires=()) -> Path:
-    """A real, installable pure-Python wheel."""
+def make_wheel(where: Path, name: str, version: str, requires=(), requires_python: str = "",
+               extras: dict = None) -> Path:
+    """A real, installable pure-Python wheel (extras: {extra: [requirement, ...]})."""
     dist = f"{name.replace('-', '_')}-{version}"
+    reqs = list(requires) + [f'{r}; extra == "{x}"' for x, rs in (extras or {}).items() for r in rs]
     files = {
         f"{name.replace('-', '_')}/__init__.py": f"VERSION = {version!r}\n",
         f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"Name: {name}\nVersion: {version}\n"
+        + (f"Requires-Python: {requires_python}\n" if requires_python else "")
+        + "".join(f"Provides-Extra: {x}\n" for x in (extras or {}))
+        + "".join(f"Requires-Dist: {r}\n" for r in reqs),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
@@ -71,13 +76,190 @@ PROFILE = [("spx-a==1.0", None), ("spx-d==1.0", None), ("spx-e==1.0", None), ("s
 
 def test_top_up_keeps_what_is_there_steps_back_and_drops_with_reasons(mirror):
     pip = wh.Pip(PY, ["any"], source=["--no-index", "--find-links", str(mirror)])
-    res = wh.resolve_top_up(PROFILE, {"spx-x": "1.8"}, pip, wh.marker_env(PY, ["manylinux_2_28_x86_64"]))
+    res = wh.resolve_top_up(PROFILE, {"spx-x": "1.8"}, pip)
     assert {n: v["version"] for n, v in res["install"].items()} == {"spx-a": "1.0", "spx-b": "1.5", "spx-c": "1.0"}
+    assert res["install"]["spx-b"]["for"] == ["spx-a"]
     assert res["kept"] == [{"package": "spx-x", "requirement": "spx-x==2.0", "have": "1.8", "satisfies": False}]
     why = {d["package"]: d["reason"] for d in res["dropped"]}
-    assert why["spx-d"] == "spx-d 1.0 needs spx-x>=3, the host has 1.8"
+    assert why["spx-d"] == "spx-d 1.0 depends on spx-x>=3; the host has spx-x 1.8"  # pip's own conflict
     assert why["spx-e"].startswith("only needed by spx-d, which is dropped")
     assert res["requirements"] == ["spx-a==1.0"]
+
+
+def test_top_up_of_an_exact_profile_brings_only_its_own_packages(mirror):
+    """An exact profile is the whole environment: no dependency outside it is brought; a package
+    whose own requirements clash with the host is dropped."""
+    pip = wh.Pip(PY, ["any"], source=["--no-index", "--find-links", str(mirror)])
+    prof = [("spx-a==1.0", None), ("spx-b==1.5", None), ("spx-c==1.0", None), ("spx-d==1.0", None),
+            ("spx-e==1.0", None), ("spx-x==2.0", None)]
+    res = wh.resolve_top_up(prof, {"spx-x": "1.8"}, pip, exact=True)
+    assert {n: v["version"] for n, v in res["install"].items()} == {"spx-a": "1.0", "spx-b": "1.5", "spx-c": "1.0"}
+    assert res["dropped"] == [{"package": "spx-d", "requirement": "spx-d==1.0",
+                               "reason": "spx-d 1.0 needs spx-x>=3, the host has 1.8"},
+                              {"package": "spx-e", "requirement": "spx-e==1.0",
+                               "reason": "only needed by spx-d, which is dropped"}]
+    # spx-b 2.0 needs spx-x>=2: dropped, and spx-a, which needs it, and spx-c, which only spx-a needs
+    res = wh.resolve_top_up([("spx-b==2.0", None) if r == "spx-b==1.5" else (r, i) for r, i in prof[:3]],
+                            {"spx-x": "1.8"}, pip, exact=True)
+    assert res["install"] == {} and res["requirements"] == []
+    assert {d["package"]: d["reason"] for d in res["dropped"]} == {
+        "spx-a": "needs spx-b, which is dropped", "spx-b": "spx-b 2.0 needs spx-x>=2, the host has 1.8",
+        "spx-c": "only needed by spx-a, which is dropped"}
+
+
+NEXT = f"3.{sys.version_info[1] + 1}"  # the host's Python: never this interpreter's
+
+
+@pytest.fixture
+def h200_shape(tmp_path, monkeypatch):
+    """A recorded index (a --find-links folder, no network) of the H200 top-up's shape (issue 16):
+    the host pins torch/transformers/fsspec/...; vllm's pinned parent clashes with the host's
+    torch; speculators and hs-connectors need packages two and three levels down that the host
+    lacks. -> (profile, freeze file, mirror)."""
+    m = tmp_path / "index"
+    m.mkdir()
+    w = lambda *a, **k: make_wheel(m, *a, **k)  # noqa: E731
+    # what the host has (the index holds those versions too: pip reads their metadata)
+    w("rg-torch", "2.11.0", ["rg-common>=1"])
+    w("rg-torch", "2.13.0", ["rg-common>=1"])
+    w("rg-transformers", "5.17.0", ["rg-common"])
+    w("rg-transformers", "5.19.0", ["rg-common"])
+    w("rg-common", "1.0")
+    w("rg-common", "2.0")
+    w("rg-fsspec", "2026.7.0", extras={"http": ["rg-aiohttp"]})
+    w("rg-aiohttp", "3.0")
+    # the profile's roots
+    w("rg-vllm", "0.32.0", ["rg-torch==2.13.0", "rg-llg>=1.7", "rg-flash==0.7.0", "rg-transformers>=5.16"])
+    w("rg-llg", "1.7.0")
+    w("rg-flash", "0.7.0")
+    w("rg-spec", "0.9.0", ["rg-torch<=2.14.1,>=2.9.0", "rg-transformers<=5.19.0,>=5.0.0", "rg-datasets<=5.1.0",
+                           "rg-loguru", "rg-hs==0.9.0", "rg-pydantic>=2",
+                           f'rg-oldpy; python_version < "{NEXT}"', f'rg-newpy; python_version >= "{NEXT}"',
+                           'rg-arm; platform_machine == "aarch64"', 'rg-win; sys_platform == "win32"'])
+    w("rg-hs", "0.9.0", ["rg-openai>=2"])
+    # below them
+    w("rg-datasets", "5.1.0", ["rg-dill<0.4.2", "rg-multiprocess<0.70.20", "rg-fsspec[http]<=2026.7.0", "rg-common"])
+    w("rg-datasets", "5.0.1", ["rg-dill<0.4.2", "rg-multiprocess<0.70.20", "rg-fsspec[http]<=2026.6.0"])
+    w("rg-multiprocess", "0.70.19", ["rg-dill>=0.4.1"])
+    w("rg-dill", "0.4.1")
+    w("rg-loguru", "0.7.3", requires_python=f">={NEXT}")  # only for the host's Python
+    w("rg-pydantic", "2.14.4", ["rg-pydantic-core==2.50.5", "rg-annotated-types>=0.6", "rg-typing-inspection"])
+    w("rg-pydantic-core", "2.50.5")
+    w("rg-annotated-types", "0.8.0")
+    w("rg-typing-inspection", "0.4.5")
+    w("rg-openai", "3.58.0", ["rg-common>=2", "rg-httpx2", "rg-jiter", "rg-pydantic>=1.9", "rg-sniffio"])
+    w("rg-openai", "3.57.0", ["rg-httpx2", "rg-jiter", "rg-pydantic>=1.9", "rg-sniffio"])
+    w("rg-httpx2", "2.16.2", ["rg-httpcore2==2.16.2"])
+    w("rg-httpcore2", "2.16.2")
+    w("rg-jiter", "0.19.0")
+    w("rg-sniffio", "1.3.1")
+    for name in ("rg-oldpy", "rg-newpy", "rg-arm", "rg-win"):
+        w(name, "1.0")
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("rg-torch==2.11.0\nrg-transformers==5.17.0\nrg-common==1.0\nrg-fsspec==2026.7.0\n"
+                      "rg-aiohttp==3.0\nunrelated @ file:///x\n")
+    prof = tmp_path / "rg.txt"
+    prof.write_text("#@ mode: resolve\nrg-torch==2.13.0\nrg-vllm==0.32.0\nrg-spec==0.9.0\nrg-hs==0.9.0\n"
+                    "rg-transformers==5.19.0\nrg-flash==0.7.0\n")
+    monkeypatch.setattr(wh.profiles, "load", lambda name: wh.profiles.Profile(name, prof, prof.read_text()))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(m))
+    return prof, freeze, m
+
+
+def test_top_up_brings_every_deep_dependency_when_a_pinned_root_clashes(h200_shape, tmp_path):
+    """Issue 16: a pinned root whose pin clashes with the host (vllm: torch==2.13.0, the host has
+    2.11.0) is dropped with pip's reason; every other root still gets its whole closure of what
+    the host lacks (the old resolver brought only the roots), for the host's Python and machine."""
+    prof, freeze, _ = h200_shape
+    lines = []
+    man = wh.build("rg", python=NEXT, platform="manylinux_2_28_aarch64", dest=str(tmp_path / "house"),
+                   have=wh.read_have(str(freeze)), have_source=str(freeze), note=lines.append)
+    brought = {"rg-spec": "0.9.0", "rg-hs": "0.9.0", "rg-datasets": "5.1.0", "rg-dill": "0.4.1",
+               "rg-multiprocess": "0.70.19", "rg-loguru": "0.7.3", "rg-pydantic": "2.14.4",
+               "rg-pydantic-core": "2.50.5", "rg-annotated-types": "0.8.0", "rg-typing-inspection": "0.4.5",
+               "rg-openai": "3.57.0", "rg-httpx2": "2.16.2", "rg-httpcore2": "2.16.2", "rg-jiter": "0.19.0",
+               "rg-sniffio": "1.3.1", "rg-newpy": "1.0", "rg-arm": "1.0"}
+    assert sorted(man["wheels"]) == sorted(f"{n.replace('-', '_')}-{v}-py3-none-any.whl" for n, v in brought.items())
+    assert {n: i["version"] for n, i in man["install"].items()} == brought
+    assert man["install"]["rg-pydantic-core"]["for"] == ["rg-hs", "rg-spec"]
+    assert man["mode"] == "top-up" and man["requirements"] == ["rg-spec==0.9.0", "rg-hs==0.9.0"]
+    why = {d["package"]: d["reason"] for d in man["dropped"]}
+    assert why == {"rg-vllm": "rg-vllm 0.32.0 depends on rg-torch==2.13.0; the host has rg-torch 2.11.0",
+                   "rg-flash": "only needed by rg-vllm, which is dropped"}
+    assert [(k["package"], k["have"], k["satisfies"]) for k in man["kept"]] == [
+        ("rg-torch", "2.11.0", False), ("rg-transformers", "5.17.0", False)]
+    on_disk = json.loads((tmp_path / "house" / wh.MANIFEST).read_text())
+    assert on_disk["dropped"] == man["dropped"] and on_disk["wheels"] == man["wheels"]
+    assert lines[0].startswith("resolving what") and lines[-1] == f"downloading {len(brought)} wheel(s) ..."
+    out = wh.summary_lines(man)
+    assert out[0].startswith(f"wheelhouse {tmp_path / 'house'}: {len(brought)} wheel(s)")
+    assert "  kept rg-torch 2.11.0 (profile: rg-torch==2.13.0; never upgraded)" in out
+    assert ("  dropped rg-vllm==0.32.0: rg-vllm 0.32.0 depends on rg-torch==2.13.0; the host has rg-torch 2.11.0"
+            in out)
+    assert out[-1] == f"next: inv bootstrap --host HOST --wheelhouse {tmp_path / 'house'}"
+
+
+def test_top_up_drops_a_root_that_cannot_resolve_and_keeps_the_others(h200_shape, tmp_path):
+    """A root with no wheel at all is dropped with pip's error line; the rest resolve, whatever
+    the order of the profile; for an x86_64 host the aarch64-only dependency stays out."""
+    prof, freeze, _ = h200_shape
+    prof.write_text("#@ mode: resolve\nrg-nowheel==1.0\nrg-hs==0.9.0\nrg-vllm==0.32.0\n")
+    man = wh.build("rg", python=NEXT, platform="manylinux_2_28_x86_64", dest=str(tmp_path / "house"),
+                   have=wh.read_have(str(freeze)), skip=["rg-jiter"])
+    why = {d["package"]: d["reason"] for d in man["dropped"]}
+    assert why["rg-nowheel"].startswith("No matching distribution found for rg-nowheel==1.0")
+    assert why["rg-vllm"] == "rg-vllm 0.32.0 depends on rg-torch==2.13.0; the host has rg-torch 2.11.0"
+    assert set(man["install"]) == {"rg-hs", "rg-openai", "rg-httpx2", "rg-httpcore2", "rg-pydantic",
+                                   "rg-pydantic-core", "rg-annotated-types", "rg-typing-inspection", "rg-sniffio"}
+
+
+def test_full_wheelhouse_resolves_for_the_hosts_python_and_machine(h200_shape, tmp_path):
+    """No --have: pip download resolves the whole profile, markers read for the host (python
+    NEXT, aarch64), not for this interpreter."""
+    prof, _, _ = h200_shape
+    prof.write_text("#@ mode: resolve\nrg-spec==0.9.0\n")
+    man = wh.build("rg", python=NEXT, platform="manylinux_2_28_aarch64", dest=str(tmp_path / "house"))
+    got = {w.split("-")[0]: w.split("-")[1] for w in man["wheels"]}
+    assert man["mode"] == "full" and "install" not in man
+    assert got["rg_arm"] == "1.0" and got["rg_newpy"] == "1.0" and got["rg_loguru"] == "0.7.3"
+    assert "rg_oldpy" not in got and "rg_win" not in got
+    assert got["rg_torch"] == "2.13.0" and got["rg_openai"] == "3.58.0" and got["rg_common"] == "2.0"
+
+
+def test_host_platform():
+    assert wh.host_platform("2.35", "x86_64") == "manylinux_2_35_x86_64"
+    assert wh.host_platform("2.28", "aarch64") == "manylinux_2_28_aarch64"
+    with pytest.raises(SpecopsError, match="--platform"):
+        wh.host_platform("", "x86_64")  # musl: no glibc
+    assert wh.expand_platform(wh.DEFAULT_PLATFORM)[0] == wh.DEFAULT_PLATFORM
+
+
+def test_host_environment_reads_the_venv_and_its_platform(monkeypatch):
+    from types import SimpleNamespace
+
+    from specops import remote_exec
+    payload = {"ok": True, "python": "3.12", "installed": {"torch": "2.11.0"}, "glibc": "2.35", "machine": "x86_64"}
+    calls = []
+    monkeypatch.setattr(remote_exec, "run_script", lambda t, script, args, changes: calls.append(
+        (script, args, changes)) or payload)
+    t = SimpleNamespace(host=SimpleNamespace(name="h200", venv_path="/opt/torch/.venv"))
+    assert wh.host_environment(t, "3.12") == {"installed": {"torch": "2.11.0"}, "source": "h200:/opt/torch/.venv",
+                                              "python": "3.12", "platform": "manylinux_2_35_x86_64"}
+    assert calls == [("install_profile", ["--list-installed"], False)]
+    assert wh.host_environment(t, "3.12", "manylinux_2_28_x86_64")["platform"] == "manylinux_2_28_x86_64"
+    with pytest.raises(SpecopsError, match="venv is Python 3.12, not 3.11: pass --python 3.12"):
+        wh.host_environment(t, "3.11")
+
+
+def test_list_installed_reports_the_host_platform():
+    p = subprocess.run([sys.executable, str(REPO / "remote" / "install_profile.py"), "--list-installed"],
+                       capture_output=True, text=True)
+    res = json.loads(p.stdout.split("@@SPECOPS-PAYLOAD-BEGIN@@")[1].split("@@SPECOPS-PAYLOAD-END@@")[0])
+    import platform
+    assert res["python"] == PY and res["machine"] == platform.machine() and res["glibc"] == platform.libc_ver()[1]
+    assert "pytest" in res["installed"]
+    assert wh.host_platform(res["glibc"], res["machine"]).startswith("manylinux_2_")
 
 
 def test_top_up_install_in_a_real_existing_venv(mirror, tmp_path):
