@@ -121,6 +121,12 @@ def main(fn):
     """Run a script's main(): its return value is the exit code. A Refused, a SystemExit with a
     message or any other exception becomes a framed {"ok": false, "error": ...} (also written to
     --result PATH when the script was given one), exit 2 for refusals, 1 otherwise."""
+    import argparse
+
+    def _bad_arguments(parser, message):  # argparse would print usage and exit 2: one line instead
+        raise Refused(f"{parser.prog}: {message}")
+
+    argparse.ArgumentParser.error = _bad_arguments
     try:
         code = fn()
     except KeyboardInterrupt:

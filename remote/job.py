@@ -379,7 +379,7 @@ def main():
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":
-        if a.run_id:
+        if a.run_id is not None:
             rec = job_state(run_dir(a.run_id))
             emit({"ok": rec is not None, "jobs": [rec] if rec else [],
                   **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})

@@ -51,8 +51,14 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         steps_before = (t.read_bytes(log) or b"").count(b"train/loss=")
 
         # one training per host
-        r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe")
+        r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid + "-2")
         assert r.returncode != 0 and f"held by run '{rid}'" in r.stderr
+        assert not t.exists(jobs.run_path(t, rid + "-2"), "-d"), "a refused start left a run folder"
+        # the same run id while it runs: refused before its spec is rewritten; the hint repeats --hosts
+        spec = t.read_bytes(jobs.run_path(t, rid, "train-spec.json"))
+        r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--epochs", "1")
+        assert r.returncode != 0 and "already running" in r.stderr and f"--hosts {hosts_file}" in r.stderr, r.stderr
+        assert t.read_bytes(jobs.run_path(t, rid, "train-spec.json")) == spec
 
         # logs -f re-attaches from the start and follows until the job ends (we stop it meanwhile)
         follower = subprocess.Popen([sys.executable, "-m", "invoke", "logs", *base, "--run-id", rid, "-f"],

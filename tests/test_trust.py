@@ -1,0 +1,67 @@
+"""Nothing replaced or mislabelled without asking, one name rule on both sides, hints that act on
+the same host (issue: data and runs you can trust). Over the real sshd."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import inv
+from specops import data, jobs
+from specops.connection import connect
+from specops.contract import name_problem
+from specops.errors import SpecopsError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("bad", ["x\n", "../x", "/abs", "a/b", ".hidden", "-x", "a b", "é", "x" * 129, ""])
+def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
+    """The laptop refuses the name; the host's job script, given it directly, refuses it too with
+    the same rule (a framed error, not a traceback)."""
+    assert name_problem(bad)
+    with pytest.raises(SpecopsError, match="invalid run id"):
+        jobs.validate_run_id(bad)
+    from specops.remote_exec import run_script
+
+    with connect(light_host) as t:
+        res = run_script(t, "job", ["status", f"--run-id={bad}"], changes=False)
+    assert res["ok"] is False and "invalid run id" in res["error"] and res["exit"] == 2
+
+
+def test_bad_arguments_to_a_remote_script_are_one_framed_line(light_host):
+    from specops.remote_exec import run_script
+
+    with connect(light_host) as t:
+        res = run_script(t, "job", ["status", "--no-such-flag"], changes=False)
+    assert res["ok"] is False and res["exit"] == 2 and "unrecognized arguments: --no-such-flag" in res["error"]
+
+
+def test_run_id_with_a_newline_refused_before_anything(light_host):
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    r = inv("train", "--host", "light", "--hosts", hf, "--run-id", "r1\n")
+    assert r.returncode == 1 and "invalid run id 'r1\\n'" in r.stderr and "Traceback" not in r.stderr
+    r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", "../../etc")
+    assert r.returncode == 1 and "invalid run id" in r.stderr
+
+
+def test_hints_repeat_the_hosts_file_and_host(light_host):
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    r = inv("fetch", "--host", "light", "--hosts", hf, "--run-id", "no-such-run")
+    assert r.returncode == 1 and f"`inv status --host light --hosts {hf}` lists the runs" in r.stderr, r.stderr
+
+
+def test_an_upload_never_replaces_another(light_host, tmp_path):
+    """Two laptop files of the same name with other contents land side by side; the same content
+    is not sent twice."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "convs.jsonl").write_text('{"x": 1}\n')
+    (b / "convs.jsonl").write_text('{"x": 2}\n')
+    with connect(light_host) as t:
+        pa = data.remote_input(t, str(a / "convs.jsonl"))
+        pb = data.remote_input(t, str(b / "convs.jsonl"))
+        again = data.remote_input(t, str(a / "convs.jsonl"))
+        assert pa != pb and again == pa
+        assert t.read_bytes(pa) == b'{"x": 1}\n' and t.read_bytes(pb) == b'{"x": 2}\n'
+        assert any("already on" in n.text for n in t.notes)
+        assert not t.run(f"ls {t.workdir}/uploads/*.part 2>/dev/null").stdout.strip()
