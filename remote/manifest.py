@@ -10,12 +10,20 @@ directory is answered without reading its files again. One payload: {"files": {r
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
-from contract import emit
+from contract import Refused, emit
 
 CACHE = ".specops-hashes.json"
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def valid_entry(c):
+    """A cache entry as manifest() writes it (anything else is ignored: the file is hashed again)."""
+    return (isinstance(c, dict) and all(type(c.get(k)) is int for k in ("size", "mtime_ns", "ctime_ns"))
+            and isinstance(c.get("sha256"), str) and bool(SHA256.match(c["sha256"])))
 
 
 def sha256(path, bufsize=4 << 20):
@@ -37,7 +45,9 @@ def manifest(root, cache_name=CACHE, workers=4):
     cache_path = root / cache_name
     try:
         cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
+        cache = {}
+    if not isinstance(cache, dict):  # a corrupt cache only costs hashing again
         cache = {}
     out, todo = {}, []
     for dirpath, dirnames, files in os.walk(root):
@@ -50,7 +60,8 @@ def manifest(root, cache_name=CACHE, workers=4):
             st = p.stat()
             c = cache.get(rel)
             # ctime moves on every write and cannot be set back (unlike mtime): part of the key.
-            if c and (c["size"], c["mtime_ns"], c.get("ctime_ns")) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if valid_entry(c) and (c["size"], c["mtime_ns"], c["ctime_ns"]) == key:
                 out[rel] = c
             else:
                 out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
@@ -68,6 +79,8 @@ def manifest(root, cache_name=CACHE, workers=4):
 
 
 def main():
+    if len(sys.argv) != 2 or not sys.argv[1]:
+        raise Refused(f"manifest.py takes one argument, the directory to hash (got {len(sys.argv) - 1})")
     d = sys.argv[1]
     if not os.path.isdir(d):
         emit({"ok": False, "error": f"no directory {d} on this host"})

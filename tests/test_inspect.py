@@ -21,6 +21,24 @@ def corrupt_nan(p: Path):
     p.write_bytes(bytes(data))
 
 
+def rewrite_header(p: Path, fn):
+    """Apply fn to the file's safetensors header (a dict), keeping its data bytes."""
+    raw = p.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    fn(hdr)
+    new = json.dumps(hdr).encode()
+    p.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+
+
+def negative_offsets(h):
+    h["token_ids"]["data_offsets"][0] = -8
+
+
+def overlapping_offsets(h):
+    h["token_ids"]["data_offsets"] = [o - 16 for o in h["token_ids"]["data_offsets"]]
+
+
 def token_mismatch(p: Path):
     raw = p.read_bytes()
     p.write_bytes(raw[:-8] + struct.pack("<q", 999999))  # last token id
@@ -43,6 +61,18 @@ CASES = {
     "wrong_format": (lambda d, r: [shutil.rmtree(d / "set"), (d / "set").mkdir(), (d / "set" / "x.bin").write_bytes(b"x")],
                      "holds no recognised format"),
     "wrong_layers": (None, "4 stored layers per position, expected 3"),
+    # every header field is validated in the header pass (before: these passed with the default sample)
+    "negative_offsets": (lambda d, r: rewrite_header(d / "set/hidden_states/hs_2.safetensors", negative_offsets),
+                         'hs_2.safetensors: tensor "token_ids" data_offsets: [-8, '),
+    "overlapping_offsets": (lambda d, r: rewrite_header(d / "set/hidden_states/hs_6.safetensors", overlapping_offsets),
+                            'hs_6.safetensors: tensor "token_ids" data_offsets: '),
+    "unknown_dtype": (lambda d, r: rewrite_header(d / "set/hidden_states/hs_0.safetensors",
+                                                  lambda h: h["hidden_states"].update(dtype="BF61")),
+                      'hs_0.safetensors: tensor "hidden_states" dtype: "BF61" is not a safetensors dtype'),
+    "bad_record": (lambda d, r: (d / "set/specops-data.json").write_text('{"layer_ids": "2,4,8"}'),
+                   'specops-data.json: layer_ids: "2,4,8"; expected a non-empty list of non-negative integers'),
+    "bad_state": (lambda d, r: (d / "set/state.json").write_text('{"_data_files": [{"filename": 3}]}'),
+                  'state.json: _data_files[0]: {"filename": 3}; expected {"filename": NAME}'),
 }
 
 
@@ -87,6 +117,51 @@ def test_bad_data_detected(cpu_box, hosts_file, tmp_path, case, work):
     assert expect in err or expect in r.stdout, (expect, err, r.stdout[-1500:])
 
 
+def test_verifier_contract_through_text_config(cpu_box, hosts_file, tmp_path, work):
+    """A wrapper config (text_config, as Kimi-K2.5): a token id >= vocab_size in the dataset and in
+    the sampled file, the record's layer ids not ending at num_hidden_layers, its hidden size."""
+    rows = build(tmp_path)
+    rows[5]["input_ids"][-1] = 1000
+    synth.write_dataset(tmp_path / "set", rows)
+    synth.write_hs(tmp_path / "set/hidden_states/hs_5.safetensors", rows[5]["input_ids"], 4, 64)
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps({
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {"hidden_size": 64, "num_hidden_layers": 61, "vocab_size": 1000}}))
+    (tmp_path / "set" / "specops-data.json").write_text(json.dumps(
+        {"layer_ids": [2, 30, 58, 60], "stored_layers": 4, "hidden_size": 32}))
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "contract", "--json", work=work)
+    assert r.returncode != 0
+    res = json.loads(r.stdout)
+    assert (res["verifier_text_config"], res["verifier_num_hidden_layers"],
+            res["verifier_vocab_size"]) == (True, 61, 1000)
+    got = {(Path(v["file"]).name, v["what"].split(" ")[0]): v["what"] for v in res["violations"]}
+    assert got[("data-00000-of-00001.arrow", "input_ids:")].startswith(
+        "input_ids: row 5 position 28 holds token id 1000, outside the verifier's vocabulary [0, 1000) "
+        "(text_config.vocab_size of "), got
+    assert got[("hs_5.safetensors", "token_ids:")].startswith(
+        "token_ids: position 28 holds token id 1000, outside the verifier's vocabulary [0, 1000)"), got
+    assert got[("specops-data.json", "layer_ids")].startswith(
+        "layer_ids [2, 30, 58, 60]: the last id must be 61, text_config.num_hidden_layers of"), got
+    assert any(Path(v["file"]).name == "specops-data.json" and v["what"].startswith(
+        "hidden_size: 32 but text_config.hidden_size of") for v in res["violations"]), got
+    assert len(res["violations"]) == 5, res["violations"]  # (+ the record's 32 against the files' 64)
+
+
+def test_bad_arguments_are_one_refused_line(cpu_box, hosts_file, work):
+    from specops.push import push
+    from specops.remote_exec import run_script
+
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        push(t)
+        for args, expect in ((["--sample", "-1"], "--sample -1: give how many files to load fully"),
+                             (["--sample", "many"], "argument --sample: invalid int value: 'many'"),
+                             (["--layers", "0"], "--layers 0: give the stored layers per position")):
+            res = run_script(t, "inspect_data", ["--path", f"{work}/data", *args], changes=False)
+            assert res["ok"] is False and res.get("refused") and res["exit"] == 2, res
+            assert expect in res["error"] and "\n" not in res["error"], res
+
+
 LEGACY = r'''
 import json, sys, torch
 from pathlib import Path
@@ -124,3 +199,33 @@ def test_legacy_detected_then_converted(cpu_box, hosts_file, tmp_path, work):
     r = inv("convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", f"{work}/data/legacy",
             "--dst", f"{work}/data/converted")
     assert r.returncode != 0 and "not empty" in r.stderr
+
+
+def test_convert_failure_leaves_nothing_and_the_rerun_works(cpu_box, hosts_file, tmp_path, work):
+    """A corrupt source file: one line naming it, nothing at --dst nor next to it (the temp dir is
+    gone), so the re-run after the fix just works; --dst a file: one line."""
+    h = inventory.load(str(hosts_file)).get("box")
+    d = f"{work}/data/conv-fail"
+    gen = tmp_path / "gen.py"
+    gen.write_text(LEGACY)
+    with connect(h) as t:
+        t.check(f"rm -rf {d} && mkdir -p {d}", "clean")
+        t.put(str(gen), f"{d}/gen_legacy.py")
+        t.check(f"cd {d} && {cpu_box['venv']}/bin/python3 gen_legacy.py legacy && cp legacy/rows_2000-4000/data_3.pt "
+                f"good.pt && head -c 300 good.pt > legacy/rows_2000-4000/data_3.pt && echo x > a-file", "legacy data")
+    conv = ["convert-data", "--host", "box", "--hosts", str(hosts_file), "--src", f"{d}/legacy"]
+    r = inv(*conv, "--dst", f"{d}/out/new")
+    err = r.stderr.strip()
+    assert r.returncode != 0 and "\n" not in err, err
+    assert "legacy/rows_2000-4000/data_3.pt: cannot convert" in err and "nothing was written" in err, err
+    with connect(h) as t:
+        left = t.run(f"ls -A {d}/out").stdout.split()
+    assert left == [], left  # no partial new/, no .new.converting-PID
+    r = inv(*conv, "--dst", f"{d}/a-file")
+    err = r.stderr.strip()
+    assert r.returncode != 0 and "\n" not in err and "a-file is a file, not a directory" in err, err
+    with connect(h) as t:
+        t.check(f"cp {d}/good.pt {d}/legacy/rows_2000-4000/data_3.pt && test \"$(cat {d}/a-file)\" = x", "fix")
+    r = inv(*conv, "--dst", f"{d}/out/new")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "converted 5 rows" in r.stdout and "verdict: OK" in r.stdout
