@@ -280,13 +280,14 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
         _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect)
 
 
-@task(help={**COMMON, "json": JSON, "run_id": "the training run", "checkpoint": "best (default) or an epoch number",
+@task(iterable=["vllm_arg"], help={**COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
+            "checkpoint": "best (default) or an epoch number",
             "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation split)",
             "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
             "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)",
             "dry_run": DRY_RUN})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=None, num_spec_tokens=3,
-             max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False):
+             max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False, vllm_arg=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
     if not run_id:
         raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
@@ -298,7 +299,7 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=N
 
     over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate(
         t, run_id, checkpoint=checkpoint, prompts=prompts, num_spec_tokens=int(num_spec_tokens),
-        max_prompts=int(max_prompts), max_tokens=int(max_tokens), dest=dest), show=show, as_json=json,
+        max_prompts=int(max_prompts), max_tokens=int(max_tokens), dest=dest, **_vllm(vllm_arg)), show=show, as_json=json,
         dry_run=dry_run, group=False)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Optional
@@ -10,6 +11,7 @@ from typing import Optional
 from . import jobs, metrics
 from .data import remote_input
 from .errors import SpecopsError
+from .remote_exec import run_script
 from .transport import Transport
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -28,7 +30,8 @@ def gap_flags(ev: dict, train_acc: dict) -> list[str]:
 
 
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
-             num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs") -> dict:
+             num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
+             vllm_args: Optional[list] = None) -> Optional[dict]:
     jobs.validate_run_id(run_id)
     spec_raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
     if not spec_raw:
@@ -40,6 +43,15 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
             "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens)]
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
+    args += t.host.vllm_flags(list(vllm_args or []))
+    pending = t.dry_run and prompts is not None and args[args.index("--prompts") + 1] in t.would_put
+    if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
+        plan = run_script(t, "evaluate", args + ["--plan"], changes=False)
+        if not plan.get("ok"):
+            raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.get('error')}")
+        if t.dry_run:  # the exact server command, to review -tp before GPU hours
+            for cmd in plan.get("commands", []):
+                t.plan("would start: " + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, "evaluation.json")
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]

@@ -28,6 +28,21 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert "mean acceptance length" in r.stdout
 
 
+def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp_path):
+    """--dry-run checks the run and prints the exact vLLM command (with the host's tensor parallel
+    and the run's --vllm-arg last), starting nothing."""
+    rid = pipeline_run["run_id"]
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
+            "--vllm-arg=--enforce-eager", "--dest", str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    cmd = next(ln for ln in r.stdout.splitlines() if "would start:" in ln and "vllm.entrypoints" in ln)
+    assert "--tensor-parallel-size 1" in cmd and "eagle3" in cmd and cmd.rstrip().endswith("--enforce-eager"), cmd
+    assert "nothing was changed" in r.stdout and not (tmp_path / rid).exists()
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
+            "--vllm-arg=--port=1")
+    assert r.returncode == 1 and "specops sets --port itself" in r.stderr, r.stderr
+
+
 def test_metrics_parsing_and_acceptance_math():
     import evaluate as ev_mod
 
