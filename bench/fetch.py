@@ -17,6 +17,22 @@ Prints both and rsync/specops (target >= 0.9). Then the unchanged re-fetch into 
 dest (the host's hash cache now present, as after any fetch): once cold, then --refetch-n
 times warm; target <= 1 s, in process and as the CLI
 `inv fetch`. Everything it wrote (host run dir, local dirs, rig dir) is removed at the end.
+
+Latency mode (issue 17: the laptop and the GPU host are rarely on one LAN):
+
+    .venv/bin/python bench/fetch.py --latency [--delays 0,25,50] [--mib 1024] [--rounds 1] [--direct]
+
+puts bench/delay_proxy.py (127.0.0.1 only, D ms added to each direction per chunk, in order)
+in front of the same sshd, and for each D fetches two layouts of --mib MiB each: a run of four
+equal shards (4 x 256 MiB at the default) and one file (1 GiB), each against `rsync -a` with
+one stream through the same proxy, in the same run (rsync first, then specops; caches dropped
+before each pass and the host's hash cache removed: a first fetch). The specops figure is the
+whole `connect()` + `fetch_run()` (connection, push check, listing, link measurement, streams,
+the host's sha256 manifest, verification). --direct adds a pass without the proxy (the LAN); --diag adds, without delay, rsync with
+AES-GCM and specops with OpenSSH's default cipher (specops' streams prefer AES-GCM: the share of
+the LAN figure that comes from the cipher).
+Prints each pass, the stream count specops chose and why, and rsync/specops per layout and
+delay (targets: >= 3 at 25 ms each way, a 50 ms round trip; >= 1.0 without delay).
 """
 
 import os
@@ -31,7 +47,6 @@ import pwd  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -75,7 +90,7 @@ class Phases:
 
     def __init__(self, t):
         self.t, self.times = t, {}
-        self._orig = {"push": F.push, "remote_manifest": F.remote_manifest, "local_manifest": F.local_manifest}
+        self._orig = {"remote_manifest": F.remote_manifest, "local_manifest": F.local_manifest}
 
     def _wrap(self, name, fn):
         def w(*a, **kw):
@@ -91,15 +106,182 @@ class Phases:
             setattr(F, k, self._wrap(k, fn))
         self.t.sync_down = self._wrap("rsync (sync_down)", self.t.sync_down)
         self.t.exists = self._wrap("exists", self.t.exists)
+        self.t.ensure_pushed = self._wrap("push", self.t.ensure_pushed)
+        self._run = F.transfer.Download.run
+        F.transfer.Download.run = self._wrap("transfer", self._run)
         return self
 
     def __exit__(self, *exc):
         for k, fn in self._orig.items():
             setattr(F, k, fn)
-        del self.t.sync_down, self.t.exists
+        F.transfer.Download.run = self._run
+        del self.t.sync_down, self.t.exists, self.t.ensure_pushed
 
     def line(self) -> str:
         return ", ".join(f"{k} {v:.2f}s" for k, v in self.times.items())
+
+
+def write_random(path: Path, size: int, rng) -> None:
+    with open(path, "wb") as f:
+        left = size
+        while left > 0:  # 64 MiB at a time: bounded memory
+            k = min(left, 64 << 20)
+            f.write(rng.bytes(k))
+            left -= k
+
+
+def make_layouts(wd: Path, mib: int, owner: pwd.struct_passwd) -> dict[str, Path]:
+    """runs/bench-lat-shards: 4 equal shards + config.json + job.json; runs/bench-lat-one: one file."""
+    rng = np.random.default_rng(1)
+    out = {}
+    shards = wd / "runs" / "bench-lat-shards"
+    (shards / "checkpoint").mkdir(parents=True)
+    for i in range(4):
+        write_random(shards / "checkpoint" / f"model-{i + 1:05d}-of-00004.safetensors", (mib << 20) // 4, rng)
+    (shards / "checkpoint" / "config.json").write_text('{"model_type": "eagle3", "hidden_size": 4096}\n')
+    (shards / "job.json").write_text('{"state": "succeeded"}\n')
+    out[f"4 x {mib // 4} MiB"] = shards
+    one = wd / "runs" / "bench-lat-one"
+    one.mkdir(parents=True)
+    write_random(one / "model.safetensors", mib << 20, rng)
+    out[f"1 x {mib} MiB"] = one
+    if os.geteuid() == 0:
+        for d in out.values():
+            for p in [d, *d.rglob("*")]:
+                os.chown(p, owner.pw_uid, owner.pw_gid)
+    return out
+
+
+def latency(a) -> int:
+    from bench.delay_proxy import DelayProxy
+    from specops import transfer
+
+    delays = [float(x) for x in a.delays.split(",") if x.strip()]
+    rounds = max(1, min(a.rounds, 5))
+    mib = max(64, min(a.mib, 8192)) // 4 * 4
+    need = mib * 2 * 3 / 1024 + 1
+    if C.free_gib(a.dir) < need:
+        raise SystemExit(f"refusing: {a.dir} has {C.free_gib(a.dir):.1f} GiB free; need {need:.1f} GiB")
+    print(f"machine: {C.machine()}; {time.strftime('%Y-%m-%d %H:%M:%S')}; load {os.getloadavg()[0]:.1f}")
+    print(f"command: .venv/bin/python bench/fetch.py --latency --delays {a.delays} --mib {mib} --rounds {rounds}"
+          + (" --direct" if a.direct else "") + (" --diag" if a.diag else ""))
+    rig = Rig().start()
+    local = Path(tempfile.mkdtemp(prefix="specops-bench-lat-", dir=a.dir))
+    layouts: dict[str, Path] = {}
+    rows = []
+    try:
+        host_pub = Path(f"{rig.host_key}.pub").read_text().split()
+        kh = rig.root / "known_hosts-bench"
+
+        def host_for(port: int):
+            with open(kh, "a") as f:
+                f.write(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+            hf = rig.write_hosts(rig.root / f"hosts-lat-{port}.yaml", {"bench": rig.host(
+                venv=VENV, workdir=WORKDIR, port=port, known_hosts=str(kh))})
+            return inventory.load(str(hf)).get("bench")
+
+        h0 = host_for(rig.port)
+        with connect(h0) as t:
+            t.check(f"test -x {VENV}/bin/python3 || /usr/bin/python3 -m venv --without-pip {VENV}",
+                    "bench venv", timeout=120)
+            push(t)
+            wd = Path(t.expand(h0.workdir_path))
+            for d in ("bench-lat-shards", "bench-lat-one"):
+                shutil.rmtree(wd / "runs" / d, ignore_errors=True)
+            t.check(f"mkdir -p {shlex.quote(str(wd / 'runs'))}", "mkdir runs")
+        t0 = time.perf_counter()
+        layouts = make_layouts(wd, mib, pwd.getpwnam(rig.user))
+        print(f"host layouts written in {time.perf_counter() - t0:.1f}s: " + ", ".join(layouts))
+        passes = (["direct"] if a.direct else []) + delays
+        for r in range(rounds):
+            for d in passes:
+                proxy = None if d == "direct" else DelayProxy(rig.port, d, max_seconds=3600).start()
+                try:
+                    h = host_for(proxy.port if proxy else rig.port)
+                    ssh_e = shlex.join(["ssh", "-p", str(h.port), "-o", "BatchMode=yes", "-o",
+                                        f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes",
+                                        "-i", str(rig.client_key)])
+                    label = "direct (no proxy)" if d == "direct" else f"{d:g} ms each way"
+                    for name, run_dir in layouts.items():
+                        size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()
+                                   and not p.name.startswith(".specops"))
+                        dest_r = local / f"rsync-{r}"
+                        shutil.rmtree(dest_r, ignore_errors=True)
+                        dest_r.mkdir()
+                        cold = C.drop_caches()
+                        dt_r, p = C.timed_run(["rsync", "-a", "-e", ssh_e, f"{h.user}@127.0.0.1:{run_dir}/",
+                                               f"{dest_r}/"], timeout=900)
+                        if p.returncode != 0:
+                            raise SystemExit(f"rsync failed: {p.stderr[-1000:]}")
+                        shutil.rmtree(dest_r)
+                        (run_dir / ".specops-hashes.json").unlink(missing_ok=True)
+                        dest_s = local / f"specops-{r}"
+                        shutil.rmtree(dest_s, ignore_errors=True)
+                        C.drop_caches()
+                        notes = []
+                        t0 = time.perf_counter()
+                        with connect(h, on_note=notes.append) as t:
+                            tc = time.perf_counter() - t0
+                            res = F.fetch_run(t, run_dir.name, str(dest_s))
+                        dt_s = time.perf_counter() - t0
+                        shutil.rmtree(dest_s)
+                        tr = res.get("transfer") or {}
+                        rows.append({"round": r + 1, "delay": label, "layout": name, "bytes": size,
+                                     "rsync": dt_r, "specops": dt_s, "streams": tr.get("streams"),
+                                     "rtt_ms": tr.get("rtt_ms"), "one": tr.get("one_stream_mib_s")})
+                        print(f"round {r + 1} {label:>18} {name:>12}: rsync -a (1 stream) {dt_r:6.2f}s "
+                              f"({size / 2**20 / dt_r:5.0f} MiB/s) | specops connect+fetch_run {dt_s:6.2f}s "
+                              f"({size / 2**20 / dt_s:5.0f} MiB/s; connect {tc:.2f}s, attempts {res['attempts']}, "
+                              f"{tr.get('streams')} stream(s), rtt {tr.get('rtt_ms')} ms, one stream "
+                              f"{tr.get('one_stream_mib_s') or 'not measured'} MiB/s) | rsync/specops {dt_r / dt_s:.2f} "
+                              f"[{'cold' if cold else 'warm'}]", flush=True)
+                        for n in notes:
+                            if "stream" in n.text:
+                                print(f"      note: {n.text}")
+                        if a.diag and d in ("direct", 0.0):  # the cipher's share, both ways round
+                            dest_r.mkdir()
+                            C.drop_caches()
+                            dt_ra, p = C.timed_run(["rsync", "-a", "-e", ssh_e + " -c aes128-gcm@openssh.com",
+                                                    f"{h.user}@127.0.0.1:{run_dir}/", f"{dest_r}/"], timeout=900)
+                            shutil.rmtree(dest_r)
+                            (run_dir / ".specops-hashes.json").unlink(missing_ok=True)
+                            C.drop_caches()
+                            saved, transfer._CIPHERS = transfer._CIPHERS, []
+                            try:
+                                t0 = time.perf_counter()
+                                with connect(h) as t:
+                                    F.fetch_run(t, run_dir.name, str(dest_s))
+                                dt_sc = time.perf_counter() - t0
+                            finally:
+                                transfer._CIPHERS = saved
+                            shutil.rmtree(dest_s)
+                            print(f"      diagnostic: rsync -a with -c aes128-gcm {dt_ra:.2f}s "
+                                  f"({size / 2**20 / dt_ra:.0f} MiB/s); specops with the default cipher "
+                                  f"(chacha20-poly1305) {dt_sc:.2f}s ({size / 2**20 / dt_sc:.0f} MiB/s)", flush=True)
+                finally:
+                    if proxy:
+                        proxy.stop()
+        print("--- summary (median over rounds) ---")
+        print("| delay | layout | rsync -a 1 stream | specops fetch | streams | rsync/specops | target |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for d in passes:
+            label = "direct (no proxy)" if d == "direct" else f"{d:g} ms each way"
+            for name in layouts:
+                rs = [x for x in rows if x["delay"] == label and x["layout"] == name]
+                R = C.summary([x["rsync"] for x in rs])["median"]
+                S = C.summary([x["specops"] for x in rs])["median"]
+                size = rs[0]["bytes"]
+                want = 1.0 if d in ("direct", 0.0) else 3.0 if d >= 25 else None
+                verdict = "" if want is None else f">= {want:g}: {'MET' if R / S >= want else 'MISSED'}"
+                print(f"| {label} | {name} | {R:.2f}s ({size / 2**20 / R:.0f} MiB/s) | {S:.2f}s "
+                      f"({size / 2**20 / S:.0f} MiB/s) | {rs[-1]['streams']} | {R / S:.2f} | {verdict} |")
+    finally:
+        for d in layouts.values():
+            shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(local, ignore_errors=True)
+        rig.stop()
+        shutil.rmtree(rig.root, ignore_errors=True)
+    return 0
 
 
 def main() -> int:
@@ -108,7 +290,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--refetch-n", type=int, default=5)
     ap.add_argument("--dir", default="/var/tmp", help="where the local destinations go")
+    ap.add_argument("--latency", action="store_true", help="the delay-proxy comparison (see the docstring)")
+    ap.add_argument("--delays", default="0,25,50", help="ms added to each direction, comma-separated")
+    ap.add_argument("--mib", type=int, default=1024, help="latency mode: MiB per layout")
+    ap.add_argument("--direct", action="store_true", help="latency mode: also a pass without the proxy")
+    ap.add_argument("--diag", action="store_true", help="latency mode: without delay, also rsync with AES-GCM "
+                                                            "and specops with OpenSSH's default cipher")
     a = ap.parse_args()
+    if a.latency:
+        if a.rounds == 2 and "--rounds" not in sys.argv:
+            a.rounds = 1
+        return latency(a)
     rounds, refetch_n = max(1, min(a.rounds, 10)), max(1, min(a.refetch_n, 50))
     need = a.gib * 3 + 1
     if C.free_gib(a.dir) < need:

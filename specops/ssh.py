@@ -1,4 +1,5 @@
-"""SSH transport: one Fabric connection for a whole task, strict host keys, OpenSSH rsync for bulk."""
+"""SSH transport: one Fabric connection for a whole task, strict host keys; bulk transfers through
+specops.transfer (several OpenSSH streams, rsync groups and byte ranges, resumable, verified)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import shlex
 import shutil
 import socket
-import stat
 import subprocess
 import time
 from pathlib import Path, PurePosixPath
@@ -16,7 +16,7 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
-from . import hostkeys
+from . import hostkeys, transfer
 from .errors import SpecopsError
 from .inventory import Host
 from .transport import Result, Transport
@@ -151,6 +151,9 @@ class SSHTransport(Transport):
         return Result(cmd, r.exited, r.stdout, r.stderr)
 
     def _put(self, local: str, remote: str) -> None:
+        if os.path.getsize(local) >= transfer.RANGE_MIN:  # a large upload: ranged streams, sha256-checked
+            transfer.upload_file(self, local, remote, what=f"put {os.path.basename(local)}")
+            return
         self.conn.put(local, remote)
 
     def get(self, remote: str, local: str) -> None:
@@ -177,6 +180,17 @@ class SSHTransport(Transport):
         self.open()
 
     # -- bulk --------------------------------------------------------------------------
+    def rtt(self, samples: int = 3) -> float:
+        """The round trip to the host, in seconds: the fastest of `samples` SSH keepalive requests on
+        the open connection (a global request: no session, no command started on the host)."""
+        tr = self.conn.transport
+        best = float("inf")
+        for _ in range(max(1, samples)):
+            t0 = time.perf_counter()
+            tr.global_request("keepalive@openssh.com", wait=True)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
     def ssh_command(self) -> list[str]:
         """OpenSSH argv with this host's parameters (port, key, known_hosts policy, jump)."""
         h = self.host
@@ -199,6 +213,8 @@ class SSHTransport(Transport):
             addr = f"[{addr}]"
         return f"{self.host.user}@{addr}:{path}"
 
+    remote_spec = _remote_spec  # (rsync's user@host:path, for specops.transfer)
+
     def rsync_ok(self) -> bool:
         if shutil.which("rsync") is None:
             return False
@@ -206,78 +222,83 @@ class SSHTransport(Transport):
             self._rsync_remote = self.run("command -v rsync >/dev/null", changes=False).ok
         return self._rsync_remote
 
-    def rsync(self, src: str, dst: str, extra: list[str] = (), progress: bool = False) -> None:
+    def rsync(self, src: str, dst: str, extra: list[str] = (), on_progress=None) -> None:
         argv = ["rsync", "-a", "--secluded-args" if _rsync_has_secluded() else "--protect-args",
                 "-e", shlex.join(self.ssh_command()), *extra, src, dst]
-        rc, err = run_rsync(argv, progress, f"{self.host.name}: {src.rsplit('/', 2)[-2] or src}")
+        rc, err = run_rsync(argv, on_progress)
         if rc != 0:
             tail = (err.strip().splitlines() or [f"exit {rc}"])[-1]
             raise SpecopsError(f"rsync {src} -> {dst} failed for {self.host.name}: {tail}")
 
-    def _sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
+    def _sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False, streams: Optional[int] = None,
+                 on_progress=None) -> None:
+        """Several streams when the work and the link call for it (transfer.Upload); otherwise, and for
+        --delete afterwards, one rsync of the tree."""
         remote_dir = self.expand(remote_dir)
-        self.check(f"mkdir -p {shlex.quote(remote_dir)}", f"mkdir {remote_dir}")
-        if self.rsync_ok():
+        up = transfer.Upload(self, local_dir, remote_dir, streams=streams, on_progress=on_progress,
+                             what=f"upload {Path(local_dir).name}")
+        units = max(1, len(up.ranges) + min(len(up.small), transfer.MAX_STREAMS))
+        if up.rsync and up.decide(up.work, units).streams == 1:
+            up.close()  # one stream is enough (a LAN, little work): one rsync, as ever
             self.rsync(local_dir.rstrip("/") + "/", self._remote_spec(remote_dir.rstrip("/") + "/"),
                        ["--delete"] if delete else [])
             return
-        for root, dirs, files in os.walk(local_dir):
-            rel = os.path.relpath(root, local_dir)
-            rdir = str(PurePosixPath(remote_dir) / rel) if rel != "." else remote_dir
-            self.check(f"mkdir -p {shlex.quote(rdir)}", f"mkdir {rdir}")
-            for f in files:
-                self.put(os.path.join(root, f), f"{rdir}/{f}")
+        up.run()
+        if delete and up.rsync:  # what is gone here goes there too (everything else already matches)
+            self.rsync(local_dir.rstrip("/") + "/", self._remote_spec(remote_dir.rstrip("/") + "/"),
+                       ["--delete", f"--exclude={transfer.SKIP_PREFIX}*"])
 
     def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
-                  progress: bool = False, checksum: bool = False, bwlimit: int = 0) -> None:
+                  progress: bool = False, checksum: bool = False, bwlimit: int = 0,
+                  streams: Optional[int] = None, on_progress=None) -> None:
+        """Several streams when the work and the link call for it (transfer.Download: byte ranges,
+        resumable); otherwise one rsync of the tree. A file that changes on the host meanwhile is
+        fetched once more; then this fails."""
         remote_dir = self.expand(remote_dir)
         Path(local_dir).mkdir(parents=True, exist_ok=True)
-        if self.rsync_ok():
-            extra = (["--partial"] if partial else []) + (["--checksum"] if checksum else [])
-            if bwlimit:
-                extra.append(f"--bwlimit={int(bwlimit)}")
-            self.rsync(self._remote_spec(remote_dir.rstrip("/") + "/"), local_dir.rstrip("/") + "/",
-                       extra, progress=progress)
-            return
-        sftp = self.conn.sftp()
+        changed: list[str] = []
+        for attempt in (1, 2):
+            dl = transfer.Download(self, remote_dir, local_dir, bwlimit=bwlimit, streams=streams,
+                                   what=f"sync {PurePosixPath(remote_dir).name}",
+                                   only=None if attempt == 1 else set(changed), force=attempt > 1)
+            if attempt == 1 and dl.rsync and (checksum or not dl.has_big and dl.decide(
+                    dl.work, max(1, len(dl.pieces) + min(len(dl.small), transfer.MAX_STREAMS))).streams == 1):
+                dl.close()  # nothing to split: one rsync, as ever
+                extra = (["--partial"] if partial else []) + (["--checksum"] if checksum else [])
+                if bwlimit:
+                    extra.append(f"--bwlimit={int(bwlimit)}")
+                self.rsync(self._remote_spec(remote_dir.rstrip("/") + "/"), local_dir.rstrip("/") + "/",
+                           extra + [f"--exclude={transfer.SKIP_PREFIX}*"], on_progress=on_progress)
+                return
+            dl.on_progress = on_progress if attempt == 1 else None
+            changed = dl.run()["changed"]
+            if not changed:
+                return
+        raise SpecopsError(f"{len(changed)} file(s) kept changing on {self.host.name} during the transfer "
+                           f"({', '.join(changed[:3])}): retry when they are complete")
 
-        def walk(rdir: str, ldir: Path):
-            ldir.mkdir(parents=True, exist_ok=True)
-            for a in sftp.listdir_attr(rdir):
-                r, l = f"{rdir}/{a.filename}", ldir / a.filename
-                if stat.S_ISDIR(a.st_mode):
-                    walk(r, l)
-                elif not (l.exists() and l.stat().st_size == a.st_size and int(l.stat().st_mtime) == a.st_mtime):
-                    sftp.get(r, str(l))
-                    os.utime(l, (a.st_atime, a.st_mtime))
 
-        walk(remote_dir.rstrip("/"), Path(local_dir))
-
-
-def run_rsync(argv: list[str], progress: bool, label: str) -> tuple[int, str]:
-    """Run rsync; with progress, show its overall progress (--info=progress2) as a rich bar."""
-    if not progress:
+def run_rsync(argv: list[str], on_progress=None) -> tuple[int, str]:
+    """Run rsync; with on_progress(done_bytes, total_bytes), follow its overall progress
+    (--info=progress2; the total is estimated from its percentage)."""
+    if on_progress is None:
         p = subprocess.run(argv, capture_output=True, text=True)
         return p.returncode, p.stderr
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
     argv = argv[:1] + ["--info=progress2", "--no-inc-recursive"] + argv[1:]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn()) as bar:
-        task = bar.add_task(label, total=100, rate="")
-        buf = b""
-        while True:
-            ch = p.stdout.read(1)
-            if not ch:
-                break
-            if ch in b"\r\n":
-                parts = buf.decode(errors="replace").split()
-                if len(parts) >= 3 and parts[1].endswith("%"):
-                    bar.update(task, completed=float(parts[1].rstrip("%")), rate=parts[2])
-                buf = b""
-            else:
-                buf += ch
+    buf = b""
+    while True:
+        ch = p.stdout.read(1)
+        if not ch:
+            break
+        if ch in b"\r\n":
+            parts = buf.decode(errors="replace").split()
+            if len(parts) >= 2 and parts[1].endswith("%") and parts[0].replace(",", "").isdigit():
+                done, pct = int(parts[0].replace(",", "")), float(parts[1].rstrip("%") or 0)
+                on_progress(done, int(done * 100 / pct) if pct > 0 else 0)
+            buf = b""
+        else:
+            buf += ch
     err = p.stderr.read().decode(errors="replace")
     return p.wait(), err
 

@@ -4,6 +4,7 @@ data and hand progress lines to their connection; only this module writes to the
 
 from __future__ import annotations
 
+import contextlib
 import json as _json
 import math
 import os
@@ -80,6 +81,22 @@ def note(n: Note) -> None:
         line(n.text, "red" if n.text.startswith("✗") else "green")
     else:
         line(f"[specops] {n.text}")
+
+
+@contextlib.contextmanager
+def transfer_progress(label: str):
+    """A progress callback (done_bytes, total_bytes) drawing a bar with the total rate and ETA on a
+    terminal; None on a pipe (nothing drawn)."""
+    if not is_terminal():
+        yield None
+        return
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task(escape(label), total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total or None)
 
 
 def log(chunk: bytes) -> None:
@@ -199,6 +216,9 @@ def preflight_summary(res: dict) -> str:
 
 def fetched(r: dict) -> None:
     m = r.get("metrics") or {}
+    tr = r.get("transfer") or {}
+    if tr.get("streams"):
+        line(f"[specops] transfer: {tr['streams']} stream(s) ({tr.get('why', '')})")
     line(f"fetch {r['run_id']}: {r['files']} file(s), {r['bytes'] / 2**20:.1f} MiB verified (sha256) in {r['dest']}"
          + (f"; {m['records']} metric records" if m else "") + (f", plot {m['plot']}" if m.get("plot") else "")
          + (f"; metrics need {m['missing']['package']}: pip install '{m['missing']['install']}'"

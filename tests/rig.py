@@ -57,7 +57,8 @@ def ensure_user(name: str) -> pwd.struct_passwd:
 
 
 class Rig:
-    def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None):
+    def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
+                 max_startups: str = "100:30:200", max_sessions: int = 100):
         self.root = Path(tempfile.mkdtemp(prefix="specops-rig-"))
         self.root.chmod(0o755)
         self.address, self.netns = address, netns
@@ -115,8 +116,8 @@ UsePAM no
 StrictModes no
 PermitRootLogin prohibit-password
 PermitUserEnvironment yes
-MaxStartups 100:30:200
-MaxSessions 100
+MaxStartups {max_startups}
+MaxSessions {max_sessions}
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
 """)

@@ -77,13 +77,13 @@ def test_fetch_killed_midway_resumes(light_host, tmp_path):
     part = tmp_path / rid / "checkpoints" / "1"
     t0 = time.time()
     while time.time() - t0 < 30:
-        partial = [f for f in part.glob(".big.bin.*")] if part.exists() else []
+        partial = [*part.glob(".big.bin.*"), *part.glob(".specops-part.big.bin")] if part.exists() else []
         if partial and partial[0].stat().st_size > 4 << 20:
             break
         time.sleep(0.1)
-    os.killpg(p.pid, signal.SIGKILL)  # laptop side and its rsync die mid-transfer
+    os.killpg(p.pid, signal.SIGKILL)  # laptop side and its streams die mid-transfer
     p.wait()
-    kept = list(part.glob(".big.bin.*")) + list(part.glob("big.bin"))
+    kept = [*part.glob(".big.bin.*"), *part.glob(".specops-part.big.bin"), *part.glob("big.bin")]
     assert kept and kept[0].stat().st_size < 48 << 20, "nothing partial was left to resume from"
     r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--dest", str(tmp_path))
     assert r.returncode == 0, r.stderr
