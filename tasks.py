@@ -226,13 +226,18 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
 
 
 @task(name="make-verifier", help={**COMMON, "dry_run": DRY_RUN, "path": "where on the host (default "
-                                  "<workdir>/models/tiny-llama)", "layers": "decoder layers (default 6)",
-                                  "hidden": "hidden size (default 256)"})
-def make_verifier(c, host=None, hosts=None, path=None, layers=6, hidden=256, dry_run=False):
-    """Build a tiny random Llama verifier + local tokenizer on the host (no model hub needed)."""
+                                  "<workdir>/models/tiny-<shape>)", "layers": "decoder layers (default: llama 6, kimi 8)",
+                                  "hidden": "hidden size (default 256)", "overwrite": "replace a model already there",
+                                  "shape": "llama (default) or kimi: Kimi-K2.5's config shape (multimodal wrapper, "
+                                           "DeepSeek-V3 MoE text_config, custom code)"})
+def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
+                  dry_run=False):
+    """Build a tiny random verifier + local tokenizer on the host (no model hub needed)."""
+    if shape not in ("llama", "kimi"):
+        raise Exit(f"specops: --shape {shape!r}: choose llama or kimi")
     with session(c, host, hosts, dry_run) as t:
-        res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-llama", layers=int(layers),
-                                       hidden=int(hidden))
+        res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
+                                       hidden=int(hidden), shape=shape, overwrite=overwrite)
         if res is not None:
             views.line(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
                        f"vocab {res['vocab']}, {res['params']} parameters")

@@ -127,10 +127,28 @@ def convert(t: Transport, src: str, dst: str) -> Optional[dict]:
     return res
 
 
-def make_tiny_verifier(t: Transport, path: str, *, layers: int = 6, hidden: int = 256) -> dict:
-    """Build a tiny random Llama + local tokenizer on the host (demo, tests; no model hub); None
-    under --dry-run."""
-    res = run_script(t, "tiny_verifier", [t.expand(path), "--layers", str(layers), "--hidden", str(hidden)])
+def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
+                       shape: str = "llama", overwrite: bool = False) -> Optional[dict]:
+    """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
+    Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
+    sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
+    from . import paths
+
+    path = t.expand(path)
+    if t.exists(path) and t.run(f"ls -A {shlex.quote(path)} | head -c1", changes=False).stdout:
+        if not overwrite:
+            raise SpecopsError(f"make-verifier: {t.host.name}:{path} already holds files: pass --overwrite to replace "
+                               f"them, or another --path (nothing was changed)")
+        if t.dry_run:
+            t.plan(f"would replace the model at {path} (--overwrite)")
+    args = [path, "--shape", shape, "--hidden", str(hidden)] + (["--layers", str(layers)] if layers else [])
+    if shape == "kimi":
+        code = f"{t.workdir}/{paths.STATE}/fixtures/kimi"
+        t.sync_up(str(paths.REPO / "tests" / "fixtures" / "kimi"), code)
+        args += ["--code", code]
+    if overwrite:
+        args.append("--overwrite")
+    res = run_script(t, "tiny_verifier", args, timeout=900)
     if res is None:
         return None
     if not res.get("ok"):

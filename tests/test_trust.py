@@ -65,3 +65,19 @@ def test_an_upload_never_replaces_another(light_host, tmp_path):
         assert t.read_bytes(pa) == b'{"x": 1}\n' and t.read_bytes(pb) == b'{"x": 2}\n'
         assert any("already on" in n.text for n in t.notes)
         assert not t.run(f"ls {t.workdir}/uploads/*.part 2>/dev/null").stdout.strip()
+
+
+def test_make_verifier_never_replaces_a_model_without_overwrite(light_host, tmp_path):
+    """Refused before anything runs, dry run included; with --overwrite the dry run says what it
+    would replace. (The model build itself needs the heavy venv: tests/test_kimi.py covers it.)"""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    with connect(light_host) as t:
+        model = f"{t.workdir}/models/mine"
+        t.check(f"mkdir -p {model} && echo '{{}}' > {model}/config.json", "a model")
+    for extra in ([], ["--dry-run"]):
+        r = inv("make-verifier", "--host", "light", "--hosts", hf, "--path", model, *extra)
+        assert r.returncode == 1 and "already holds files: pass --overwrite" in r.stderr, r.stderr
+    r = inv("make-verifier", "--host", "light", "--hosts", hf, "--path", model, "--overwrite", "--dry-run")
+    assert r.returncode == 0 and f"would replace the model at {model}" in r.stdout, r.stdout + r.stderr
+    with connect(light_host) as t:
+        assert t.read_bytes(f"{model}/config.json") == b"{}\n"
