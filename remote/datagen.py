@@ -245,29 +245,59 @@ def weights_bytes(path):
 
 def hf_placement(verifier, kind, tensor_parallel):
     """Where the hf backend puts the model: CPU on cpu hosts; one GPU when the weights fit GPU 0,
-    else device_map=auto over the first --tensor-parallel GPUs (needs `accelerate`)."""
+    else device_map=auto over the first --tensor-parallel GPUs (needs `accelerate`).
+
+    SPECOPS_GPU_MEMORY_CAP_GIB=N in the environment caps what each GPU may hold at N GiB: every
+    GPU's free memory counts as min(free, N GiB), so weights that would fit one GPU are spread over
+    --tensor-parallel GPUs (the several-GPU path tried on a small model, or room kept on each GPU).
+    The result records the decision: `device` ("cuda:0", or "cuda:0..k" with the per-GPU budget),
+    `max_memory` (bytes per GPU, when split), `free_gib` (per GPU, after the cap), `cap_gib` (when set)."""
     import torch
 
     if kind != "cuda" or not torch.cuda.is_available():
         return {"device": "cpu"}
+    raw = os.environ.get("SPECOPS_GPU_MEMORY_CAP_GIB", "").strip()
+    cap = None
+    if raw:
+        try:
+            cap = float(raw)
+        except ValueError:
+            cap = float("nan")
+        if not cap > 0:
+            raise Refused(f"SPECOPS_GPU_MEMORY_CAP_GIB={raw!r}: give a positive number of GiB (what each GPU "
+                          f"may hold), or unset it")
+    capped = "" if cap is None else f", capped at {cap:g} GiB a GPU by SPECOPS_GPU_MEMORY_CAP_GIB"
+    rec = {} if cap is None else {"cap_gib": cap}
+
+    def free(i):
+        f = torch.cuda.mem_get_info(i)[0]
+        return f if cap is None else min(f, int(cap * 2**30))
+
     size = weights_bytes(verifier)
-    free0 = torch.cuda.mem_get_info(0)[0]
+    free0 = free(0)
     if size * 1.15 <= free0:
-        return {"device": "cuda:0", "device_map": {"": 0}}
+        return {"device": "cuda:0", "device_map": {"": 0}, "free_gib": [round(free0 / 2**30, 2)], **rec}
     use = min(tensor_parallel, torch.cuda.device_count())
     if use <= 1:
-        raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free): set "
+        if tensor_parallel > 1:
+            raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free{capped}) and "
+                          f"--tensor-parallel {tensor_parallel} has only {torch.cuda.device_count()} GPU(s) to "
+                          f"spread it over (CUDA_VISIBLE_DEVICES, or this host's GPUs)")
+        raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free{capped}): set "
                       f"tensor_parallel in hosts.yaml (or --tensor-parallel) to spread it over several GPUs")
     import importlib.util
 
     if importlib.util.find_spec("accelerate") is None:
         raise Refused(f"the verifier's weights ({gib(size)}) need {use} GPUs and device_map=auto needs "
                       f"`accelerate`, which this venv lacks: pip install accelerate (or use --backend vllm)")
-    max_memory = {i: int(torch.cuda.mem_get_info(i)[0] * 0.9) for i in range(use)}
+    frees = [free(i) for i in range(use)]
+    max_memory = {i: int(f * 0.9) for i, f in enumerate(frees)}
     if size * 1.05 > sum(max_memory.values()):
         raise Refused(f"the verifier's weights ({gib(size)}) do not fit {use} GPU(s) "
-                      f"({gib(sum(max_memory.values()))} usable): use --backend vllm")
-    return {"device": f"cuda:0..{use - 1}", "device_map": "auto", "max_memory": max_memory}
+                      f"({gib(sum(max_memory.values()))} usable{capped}): use --backend vllm")
+    each = "/".join(f"{m / 2**30:.1f}" for m in max_memory.values())
+    return {"device": f"cuda:0..{use - 1} (device_map=auto, at most {each} GiB each{capped})",
+            "device_map": "auto", "max_memory": max_memory, "free_gib": [round(f / 2**30, 2) for f in frees], **rec}
 
 
 def decoder_stack(model, n):
@@ -358,6 +388,8 @@ def hf_extract(data, verifier, layer_ids, start, end, kind, *, trust=False, tens
     model, text = load_verifier(verifier, trust, placement)
     n = text.num_hidden_layers
     stack, layers, norm = decoder_stack(model, n)
+    on = [str(next(m.parameters()).device) for m in layers]
+    layers_per_device = {d: on.count(d) for d in dict.fromkeys(on)}
     captured = {}
 
     def first(args, kwargs):
@@ -382,7 +414,8 @@ def hf_extract(data, verifier, layer_ids, start, end, kind, *, trust=False, tens
     out.mkdir(parents=True, exist_ok=True)
     have = hs_files(data)
     print(f"[specops] hf extract: {type(model).__name__} (decoder {type(stack).__name__}, {n} layers, final norm "
-          f"{type(norm).__name__}) on {placement['device']}, trust_remote_code={trust}", flush=True)
+          f"{type(norm).__name__}) on {placement['device']}, trust_remote_code={trust}, layers per device "
+          f"{layers_per_device}", flush=True)
     t0, tokens, done = time.time(), 0, 0
     with torch.inference_mode():
         for i in range(start, end):
@@ -412,7 +445,9 @@ def hf_extract(data, verifier, layer_ids, start, end, kind, *, trust=False, tens
     dt = time.time() - t0
     return {"files": done, "tokens": tokens, "seconds": round(dt, 2),
             "tokens_per_s": round(tokens / dt, 1) if dt > 0 else None, "device": placement["device"],
-            "model_class": type(model).__name__, "decoder_class": type(stack).__name__}
+            "model_class": type(model).__name__, "decoder_class": type(stack).__name__,
+            "layers_per_device": layers_per_device,
+            "placement": {k: v for k, v in placement.items() if k != "device_map"}}
 
 
 def run_cmd(argv, env=None):
