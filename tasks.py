@@ -67,8 +67,8 @@ def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, con
     """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
     over(c, host, hosts, "check", lambda t: _check.preflight(
         t, min_free_gb=float(min_free_gb), deep_steps=deep, config=config, try_all=all, steps=int(steps),
-        timeout=float(timeout)), show=lambda t, r: views.preflight(t.host.name, r), judge=_check.judge,
-        describe=views.preflight_summary, as_json=json)
+        timeout=float(timeout)), judge=_check.judge, describe=views.preflight_summary,
+        show=lambda t, r: views.as_json(r["check"] if r["deep"] is None else r) if json else views.preflight(t.host.name, r))
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN})
