@@ -27,6 +27,7 @@ DRY_RUN = "print the commands and transfers that would change the host; change n
 JSON = "print the result as JSON"
 DATA = "dataset name under <workdir>/data/ or a path on the host (default: default)"
 VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
+OVERWRITE = "replace a dataset prepared from another file or with another --seq-length (never without it)"
 VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
 COMMON = {"host": HOST, "hosts": HOSTS}
 
@@ -172,16 +173,18 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
 @task(name="prepare-data", iterable=["vllm_arg"],
       help={**COMMON, "dry_run": DRY_RUN, "data": "conversations/pre-tokenised .jsonl (a laptop file is uploaded; "
             "otherwise a host path)", "seq_length": "max tokens per row (default 2048)", "dataset": DATA,
-            "verifier": VERIFIER, "detach": "start it and return", "vllm_arg": VLLM_ARG})
+            "verifier": VERIFIER, "detach": "start it and return", "vllm_arg": VLLM_ARG, "overwrite": OVERWRITE})
 def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False,
-                 dry_run=False, vllm_arg=None):
+                 dry_run=False, vllm_arg=None, overwrite=False):
     """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations)."""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
+    if int(seq_length) < 1:
+        raise Exit(f"specops: --seq-length {seq_length}: give the longest row in tokens, 1 or more (e.g. 2048)")
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   prepare=_data.remote_input(t, data), seq_length=int(seq_length),
-                                  **_vllm(vllm_arg))
+                                  overwrite=overwrite, **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
         if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
@@ -196,9 +199,11 @@ def _vllm(vllm_arg):
     "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
     "shard": "i/n: this host's share of the rows", "rows": "a:b: a row range (hf backend)", "dataset": DATA,
     "verifier": VERIFIER, "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
-    "max_model_len": "vLLM --max-model-len (default: the data's sequence length)", "vllm_arg": VLLM_ARG})
+    "max_model_len": "vLLM --max-model-len (default: the data's sequence length)", "vllm_arg": VLLM_ARG,
+    "overwrite": "replace hidden states extracted with other layer ids (never relabelled without it)"})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
-            verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None):
+            verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None,
+            overwrite=False):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
     With a group, each host extracts its share, then every host gets every shard."""
     if backend not in ("vllm", "hf"):
@@ -219,7 +224,8 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
-                                  concurrency=int(concurrency), max_model_len=_int(max_model_len), **_vllm(vllm_arg))
+                                  concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
+                                  **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         if res:
             views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")

@@ -120,6 +120,61 @@ def rows_need_render(src):
     raise Refused(f"{src}: no .json/.jsonl data found")
 
 
+def file_sha256(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_record(data):
+    try:
+        rec = json.loads((Path(data) / RECORD).read_text())
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def check_prepare_source(a, data):
+    """The --prepare file: a non-empty regular file (or a folder of .json/.jsonl); and, where the
+    dataset is already prepared, the same file and sequence length as then, unless --overwrite.
+    Returns (already prepared and to be kept, the file's sha256)."""
+    src = Path(a.prepare)
+    if a.seq_length < 1:
+        raise Refused(f"--seq-length {a.seq_length}: give the longest row in tokens, 1 or more (e.g. 2048)")
+    if src.is_dir():
+        digest = None
+    elif not src.is_file():
+        raise Refused(f"--prepare {a.prepare}: not a regular file (a .jsonl of conversations or input_ids + loss_mask)")
+    elif src.stat().st_size == 0:
+        raise Refused(f"--prepare {a.prepare}: the file is empty: nothing to prepare")
+    else:
+        digest = file_sha256(src)
+    if not list(data.glob("*.arrow")) or a.overwrite:
+        return False, digest
+    was = read_record(data).get("prepared_from") or {}
+    same = was.get("sha256") == digest and digest is not None and was.get("seq_length") == a.seq_length
+    if not same:
+        what = (f"from {was.get('path')} (sha256 {str(was.get('sha256'))[:12]}, seq length {was.get('seq_length')})"
+                if was else "by an earlier prepare-data")
+        raise Refused(f"{data} already holds a dataset prepared {what}: pass --overwrite to replace it (its hidden "
+                      f"states go too), or give another --dataset (nothing was changed)")
+    return True, digest
+
+
+def check_layers_against_files(a, data, layer_ids):
+    """Hidden-state files extracted with other layer ids are never relabelled: refused unless
+    --overwrite (which removes them first)."""
+    rec = read_record(data)
+    if a.overwrite or not rec.get("layer_ids") or rec["layer_ids"] == layer_ids or not hs_files(data):
+        return
+    raise Refused(f"{data} holds hidden states extracted with layer ids {rec['layer_ids']}, not {layer_ids}: pass "
+                  f"--overwrite to extract them again with the new ids, or give another --dataset (nothing was changed)")
+
+
 def free_bytes(path):
     p = Path(path).resolve()
     while not p.exists():
@@ -155,10 +210,11 @@ def plan(a):
     elif a.prepare:
         if not Path(a.prepare).exists():
             raise Refused(f"--prepare {a.prepare}: no such file on this host")
+        out["already_prepared"], out["prepare_sha256"] = check_prepare_source(a, data)
         out["needs_render_server"] = rows_need_render(a.prepare)
-        out["already_prepared"] = bool(list(data.glob("*.arrow")))
     if a.extract:
         out["layer_ids"] = parse_layers(a.layers, n)
+        check_layers_against_files(a, data, out["layer_ids"])
         if a.backend == "vllm" and a.rows:
             raise Refused("--rows is for --backend hf; the vllm backend splits with --shard i/n")
         if (data / "state.json").is_file():
@@ -464,6 +520,13 @@ def execute(a, info):
     data.mkdir(parents=True, exist_ok=True)
     run_dir = Path(a.result).parent if a.result else data
     res = {"steps": []}
+    if a.overwrite:  # asked for: what would be replaced goes first (the dataset, or only the states)
+        if a.prepare and not info.get("already_prepared"):
+            for p in list(data.iterdir()):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        elif a.extract and (data / "hidden_states").is_dir():
+            shutil.rmtree(data / "hidden_states")
+        print(f"[specops] --overwrite: cleared {data} for the new run", flush=True)
     server = None
     url = None
     try:
@@ -475,9 +538,16 @@ def execute(a, info):
             url = f"http://127.0.0.1:{port}"
         if a.prepare:
             if info.get("already_prepared"):
-                print(f"[specops] {data} already holds a prepared dataset: prepare-data skipped", flush=True)
+                print(f"[specops] {data} already holds this file's dataset (same sha256 and seq length): "
+                      f"prepare-data skipped", flush=True)
             else:
                 res["prepare_seconds"] = round(run_cmd(prepare_cmd(a, info, url)), 1)
+                rec = read_record(data)
+                rec["prepared_from"] = {"path": os.path.abspath(a.prepare), "sha256": info.get("prepare_sha256"),
+                                        "seq_length": a.seq_length, "when": time.time()}
+                tmp = data / f".{RECORD}.tmp"
+                tmp.write_text(json.dumps(rec, indent=1))
+                os.replace(tmp, data / RECORD)
             res["steps"].append("prepare")
         if a.extract:
             # now that the dataset exists: rows, budget (refuses if too big); the commands and the
@@ -495,11 +565,13 @@ def execute(a, info):
                                             trust=info["trust_remote_code"], tensor_parallel=a.tensor_parallel)
             res["steps"].append("extract")
             rec_path = data / RECORD
-            rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {}
+            rec = read_record(data)
             rec.update(verifier=os.path.abspath(a.verifier), layer_ids=info["layer_ids"],
                        stored_layers=len(info["layer_ids"]), hidden_size=info["hidden_size"],
                        backend=a.backend, trust_remote_code=info["trust_remote_code"], updated=time.time())
-            rec_path.write_text(json.dumps(rec, indent=1))
+            tmp = data / f".{RECORD}.tmp"
+            tmp.write_text(json.dumps(rec, indent=1))
+            os.replace(tmp, rec_path)  # (whole or not at all)
     finally:
         if server is not None:
             vllm_server.stop(server)
@@ -527,6 +599,8 @@ def main():
     ap.add_argument("--vllm-arg", action="append", default=[],
                     help="one more vLLM server argument, last (repeatable; --vllm-arg=--flag)")
     ap.add_argument("--server-timeout", type=float, default=900)
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace a dataset prepared from another file, or hidden states of other layer ids")
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--prepare-later", action="store_true",
                     help="with --plan: the --prepare file is not there yet (a dry run's upload)")

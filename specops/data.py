@@ -59,7 +59,7 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
                  seq_length: int = 2048, extract: bool = False, backend: str = "vllm",
                  layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
                  concurrency: int = 32, max_model_len: Optional[int] = None,
-                 vllm_args: Optional[list[str]] = None) -> list[str]:
+                 vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> list[str]:
     """remote/datagen.py's arguments. The host's vLLM settings (hosts.yaml tensor_parallel,
     trust_remote_code, vllm_args) come from t.host; `vllm_args` are this run's `--vllm-arg`s,
     passed after the host's (the last one wins in vLLM). --max-model-len defaults on the host
@@ -77,6 +77,8 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
             args += ["--rows", rows]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
+    if overwrite:  # (a dataset prepared from another file, hidden states of other layer ids)
+        args.append("--overwrite")
     return args + t.host.vllm_flags(list(vllm_args or []))
 
 

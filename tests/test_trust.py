@@ -81,3 +81,41 @@ def test_make_verifier_never_replaces_a_model_without_overwrite(light_host, tmp_
     assert r.returncode == 0 and f"would replace the model at {model}" in r.stdout, r.stdout + r.stderr
     with connect(light_host) as t:
         assert t.read_bytes(f"{model}/config.json") == b"{}\n"
+
+
+def _plan(t, args):
+    from specops.remote_exec import run_script
+
+    return run_script(t, "datagen", [*args, "--plan"], changes=False)
+
+
+def test_datagen_refuses_before_any_server(light_host, tmp_path):
+    """Bad prepare-data / extract input is refused by the plan (which starts nothing): an empty or
+    non-regular file, a bad sequence length, a dataset prepared from another file, hidden states of
+    other layer ids (never relabelled); --overwrite lets the replacement through."""
+    with connect(light_host) as t:
+        wd = t.workdir
+        ver, data, rows = f"{wd}/t-ver", f"{wd}/data/t-ds", f"{wd}/t-rows.jsonl"
+        t.check(f"rm -rf {ver} {data} && mkdir -p {ver} {data}/hidden_states && "
+                f"echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32}}' > {ver}/config.json && "
+                f"echo '{{\"input_ids\": [1, 2], \"loss_mask\": [0, 1]}}' > {rows} && : > {wd}/t-empty.jsonl", "fixture")
+        base = ["--data-dir", data, "--verifier", ver, "--kind", "cpu"]
+        for src, seq, why in (("/dev/null", 8, "not a regular file"), (f"{wd}/t-empty.jsonl", 8, "the file is empty"),
+                              (rows, -5, "--seq-length -5")):
+            res = _plan(t, base + ["--prepare", src, "--seq-length", str(seq)])
+            assert res["ok"] is False and why in res["error"], res
+        ok = _plan(t, base + ["--prepare", rows, "--seq-length", "8"])
+        assert ok["ok"] is True and ok["already_prepared"] is False
+        # a dataset already prepared from another file
+        t.check(f": > {data}/data-00000-of-00001.arrow && echo '{{\"prepared_from\": {{\"path\": \"/x/old.jsonl\", "
+                f"\"sha256\": \"abc\", \"seq_length\": 8}}, \"layer_ids\": [1, 3, 4, 6]}}' > {data}/specops-data.json",
+                "an earlier dataset")
+        res = _plan(t, base + ["--prepare", rows, "--seq-length", "8"])
+        assert res["ok"] is False and "already holds a dataset prepared from /x/old.jsonl" in res["error"], res
+        assert "--overwrite" in res["error"]
+        assert _plan(t, base + ["--prepare", rows, "--seq-length", "8", "--overwrite"])["ok"] is True
+        # hidden states of other layer ids are not relabelled
+        t.check(f"echo x > {data}/hidden_states/hs_0.safetensors", "a file")
+        res = _plan(t, base + ["--extract", "--layers", "2,3,5,6"])
+        assert res["ok"] is False and "extracted with layer ids [1, 3, 4, 6], not [2, 3, 5, 6]" in res["error"], res
+        assert t.read_bytes(f"{data}/specops-data.json").count(b"[1, 3, 4, 6]") == 1
