@@ -220,6 +220,8 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                                 dry_run=dry_run, connect=open_host, **_vllm(vllm_arg))
             views.extract_group(res)
             verdict("extract", res["outcomes"])
+        if dry_run:
+            views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
         return
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
