@@ -17,6 +17,7 @@ from specops import inspect as _inspect
 from specops import inventory, views
 from specops import jobs as _jobs
 from specops import pipeline as _pipeline
+from specops import regenerate as _regenerate
 from specops import train as _train
 from specops.errors import SpecopsError
 from specops.cli import errors, hint_args, hosts_file, is_multi, open_host, over, session, targets, task
@@ -251,29 +252,78 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                        f"vocab {res['vocab']}, {res['params']} parameters")
 
 
-@task(help={**COMMON, "dry_run": DRY_RUN, "config": "training config (default configs/eagle3.yaml)",
-            "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
-            "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
-            "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
-            "rdzv_host": "with a group: rendezvous address of the first host as the others reach it "
-                         "(default: its hosts.yaml address)", "rdzv_port": "rendezvous port (default 29500)"})
+HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run's own vLLM server generates "
+                 "them during training, nothing is written to the dataset; auto (default): offline when the files "
+                 "are there or fit the disk budget, else online")
+
+
+@task(iterable=["vllm_arg"], help={
+    **COMMON, "dry_run": DRY_RUN, "config": "training config (default configs/eagle3.yaml)",
+    "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
+    "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
+    "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
+    "rdzv_host": "with a group: rendezvous address of the first host as the others reach it "
+                 "(default: its hosts.yaml address)", "rdzv_port": "rendezvous port (default 29500)",
+    "hidden_states": HIDDEN_STATES,
+    "layers": "online: layer ids the server extracts, e.g. 2,30,58,61 (default: the dataset's extraction record)",
+    "disk_budget": "auto: GiB of hidden states the host's disk may hold (default: the free space at the data dir, "
+                   "less 10%)",
+    "server_gpus": "online, cuda host: the vLLM server's GPUs as CUDA_VISIBLE_DEVICES, e.g. 0-3 (default: the "
+                   "first half)",
+    "train_gpus": "online, cuda host: the trainer's GPUs, e.g. 4-7 (default: the second half)",
+    "vllm_arg": VLLM_ARG})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
-          nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500):
+          nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
+          hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None):
     """Train the draft with `speculators train` as a detached job (survives the SSH session);
-    with a group, one torchrun per host (c10d rendezvous on the first)."""
+    with a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
+    runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop)."""
     kw = dict(config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=_int(nproc), follow=follow,
               overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)})
     if is_multi(c, host):
         from specops.group_train import train_nodes
 
+        if hidden_states == "online" or server_gpus or train_gpus or layers or disk_budget is not None:
+            raise Exit("specops: --hidden-states online trains on one host (its own vLLM server); a group trains "
+                       "on extracted files: `inv extract` for the group first")
+        hs = targets(c, host, hosts)
         with errors():
-            res = train_nodes(targets(c, host, hosts), rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run,
-                              connect=open_host, **kw)
+            res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run, connect=open_host, **kw)
         if res:
             views.trained("", {**res, "nodes": True}, lambda x: f"inv {x} {hint_args(c, host, hosts)}")
+        for h in hs if dry_run else []:
+            views.dry_run_done(h.name)
         return
+    kw.update(hidden_states=hidden_states, layers=layers, server_gpus=server_gpus, train_gpus=train_gpus,
+              disk_budget_gb=None if disk_budget is None else float(disk_budget), vllm_args=list(vllm_arg or []))
     over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
          show=lambda t, r: views.trained(t.host.name, r, t.hint))
+
+
+@task(iterable=["vllm_arg"], help={
+    **COMMON, "dry_run": DRY_RUN, "data": "conversations/prompts .json or .jsonl (a laptop file is uploaded; "
+    "otherwise a host path)", "out": "output name: <workdir>/regenerated/NAME.jsonl on the host "
+    "(default: <data's name>-regen)", "verifier": VERIFIER,
+    "max_tokens": "a response's token cap (default 4096; prompt + response must fit the server's max model len)",
+    "concurrency": "requests in flight (default 32)", "limit": "only the first N prompts",
+    "sampling_params": "JSON merged into every request, e.g. '{\"temperature\": 0.6, \"top_p\": 0.95}'",
+    "max_model_len": "the server's --max-model-len (default: the verifier's)", "detach": "start it and return",
+    "vllm_arg": VLLM_ARG})
+def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max_tokens=4096, concurrency=32,
+               limit=None, sampling_params=None, max_model_len=None, detach=False, dry_run=False, vllm_arg=None):
+    """The verifier's own responses for a dataset's prompts (`speculators regenerate-responses` against a
+    managed vLLM server of the verifier); the output goes through `inv prepare-data --data <it>`."""
+    if not data:
+        raise Exit("specops: regenerate needs --data FILE (.jsonl of conversations or prompts)")
+    with session(c, host, hosts, dry_run) as t:
+        res = _regenerate.regenerate(t, data=data, out=out, verifier=verifier, max_tokens=int(max_tokens),
+                                     concurrency=int(concurrency), limit=_int(limit), sampling_params=sampling_params,
+                                     max_model_len=_int(max_model_len), vllm_args=list(vllm_arg or []),
+                                     detach=detach)
+        if res:
+            views.line(f"regenerate: {res['rows']} row(s) of verifier responses for {res['prompts']} prompt(s) -> "
+                       f"{res['out']}" + (f" ({res['errors']} failed: {res['errors_file']})" if res["errors"] else "")
+                       + f" (run {res['run_id']}); next: `{res['next']}`")
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",
@@ -370,5 +420,5 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
 
 
 ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train, pipeline, demo, dist_check, wheelhouse, evaluate)
+                prepare_data, extract, make_verifier, train, regenerate, pipeline, demo, dist_check, wheelhouse, evaluate)
 ns.configure({"specops": {"host": None, "hosts": None}})

@@ -119,7 +119,7 @@ def main() -> int:
             if sd:
                 print(f"    the command run directly (no SSH):             {C.fmt(C.summary(sd))}")
             print(f"    specops t.run('true') (TCP_NODELAY={nodelay0}):         {C.fmt(C.summary(tt))}")
-            print(f"    diagnostic, socket set TCP_NODELAY=1 by the bench:")
+            print("    diagnostic, socket set TCP_NODELAY=1 by the bench:")
             print(f"      run_script job status, back to back:         {C.fmt(C.summary(sn))}")
             print(f"      t.run('true'):                               {C.fmt(C.summary(tn))}")
 

@@ -328,7 +328,13 @@ def supervise(d, env_file=None):
         except InterruptedError:
             continue
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
+    # the jobs it started (a vLLM server under RUN/server/) end with it, even when it was killed before
+    # stopping them (their supervisors carry this job's tag: end_orphans would only orphan their servers)
+    for sub in sorted(d.iterdir()):
+        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == JobState.RUNNING.value:
+            stop_job(sub, grace=30)
     end_orphans(rec.get("tag"))
+    end_group()
     (d / "exit_code").write_text(f"{rc}\n")
     return 0
 
@@ -346,6 +352,27 @@ def end_orphans(tag, grace=10.0):
     while (left := [p for p in tagged(tag) if p != os.getpid()]) and time.time() - t0 < grace:
         time.sleep(0.2)
     kill_all(left, signal.SIGKILL)
+
+
+def end_group(grace=10.0):
+    """The command has exited: end what is left of this supervisor's process group. vLLM's engine
+    processes rename themselves (setproctitle), which overwrites the environment holding the
+    job's tag: after a SIGKILLed API server only the group still finds them."""
+    me, pg = os.getpid(), os.getpgid(0)
+
+    def left():
+        return [p for p, st, _, g in procs() if g == pg and p != me and st != "Z"]
+
+    found = left()
+    if not found:
+        return
+    print(f"[specops] the command left {len(found)} process(es) in its group (pids {' '.join(map(str, found))}): "
+          f"ending them", flush=True)
+    kill_all(found, signal.SIGTERM)
+    t0 = time.time()
+    while left() and time.time() - t0 < grace:
+        time.sleep(0.2)
+    kill_all(left(), signal.SIGKILL)
 
 
 def main():
@@ -385,11 +412,16 @@ def main():
                   **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})
         else:
             jobs = all_jobs()
+            for rec in jobs:  # a run's own jobs (an online training's vLLM server, RUN/server/): under it
+                d = RUNS / rec["run_id"]
+                rec["subjobs"] = [s for s in (job_state(x) for x in sorted(d.iterdir()) if (x / "job.json").is_file())
+                                  if s] if d.is_dir() else []
             gpu = gpu_memory_by_pid()
             if gpu:
                 for rec in jobs:
-                    if rec["state"] == JobState.RUNNING.value:
-                        rec["gpu_mib"] = sum(gpu.get(p, 0) for p in job_pids(rec))
+                    for r in [rec, *rec["subjobs"]]:
+                        if r["state"] == JobState.RUNNING.value:
+                            r["gpu_mib"] = sum(gpu.get(p, 0) for p in job_pids(r))
             emit({"ok": True, "jobs": jobs})
         return 0
     if a.cmd == "stop":

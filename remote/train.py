@@ -10,6 +10,11 @@ then replaces itself (exec) with the trainer, so `inv stop` signals the trainer 
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python remote/train_cpu.py ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
+Online hidden states (spec "hidden_states": "online", see remote/online.py): no exec; this
+process starts the verifier's vLLM extraction server (RUN/server/), runs the trainer
+(remote/train_online.py: `speculators train` with an interrupt fix; torchrun as above) with
+`--on-missing generate --vllm-endpoint` against it, watches both and stops the server when the
+trainer ends; a re-run (resume) starts a server again.
 Metrics: `--logger tensorboard` is always on (added to the user's own loggers), `--log-dir runs/R/logs`
 and `--run-name R`, so speculators writes runs/R/logs/R/events.out.tfevents.*; specops/metrics.py
 reads them after `inv fetch`. (dist-check has its own launcher: remote/dist_check.py --spec.)
@@ -78,14 +83,20 @@ def shell_lines(argv):
     return " \\\n    ".join(" ".join(x) for x in lines)
 
 
-def command(spec):
+def command(spec, endpoint=None):
+    """The trainer's argv; an online run's asks `endpoint` (the server's /v1) for rows without a file."""
     run = Path(spec["run_dir"])
     f = dict(spec["flags"])
     f["logger"] = loggers(f.get("logger"))
+    if spec.get("hidden_states") == "online":
+        f.update({"on-missing": "generate", "vllm-endpoint": endpoint or "http://127.0.0.1:<port>/v1"})
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],
               "target-layer-ids": spec["target_layer_ids"], "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
     single = (spec.get("nnodes") or 1) == 1 and (spec.get("nproc") or 1) == 1
+    if spec.get("hidden_states") == "online":  # (remote/train_online.py: the interrupt fix, then the CLI)
+        prog = [str(HERE / "train_online.py")] + (["--cpu"] if spec["kind"] == "cpu" else [])
+        return ([sys.executable] if single else launch.torchrun(spec)) + prog + flags(f)
     if spec["kind"] == "cpu" and single:
         return [sys.executable, str(HERE / "train_cpu.py"), *flags(f)]
     if single:  # one GPU: no torchrun (it makes speculators wrap the model in DDP for one process)
@@ -112,9 +123,16 @@ def main():
     rec.setdefault("starts", []).append(time.time())
     resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
     rec_path.write_text(json.dumps(rec, indent=1, default=str))
-    print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}", flush=True)
-    print(f"[specops] $ {shell_lines(argv)}", flush=True)
+    online = spec.get("hidden_states") == "online"
+    print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}"
+          + (" (online hidden states)" if online else ""), flush=True)
+    if not online:  # (an online run prints its command once the server's port is known)
+        print(f"[specops] $ {shell_lines(argv)}", flush=True)
     hostenv.apply(os.getcwd(), spec["kind"])
+    if online:
+        import online as _online
+
+        return _online.run(spec, lambda endpoint: command(spec, endpoint))
     # a normal console width: metrics are read from the TensorBoard event files, not from the log
     env = {**os.environ, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
     os.execve(argv[0], argv, env)

@@ -32,6 +32,8 @@ class Job(BaseModel):
     log_bytes: int = 0
     exit_code: Optional[int] = None
     error: Optional[str] = None
+    #: the jobs this run started itself (an online training's vLLM server, RUN/server/)
+    subjobs: list["Job"] = []
 
     @property
     def ended(self) -> bool:

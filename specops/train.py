@@ -1,4 +1,6 @@
-"""train: `speculators train` on the extracted data, as a detached job (remote/train.py)."""
+"""train: `speculators train` as a detached job (remote/train.py), on hidden states read from the
+dataset's files (offline) or generated for each step by the verifier's vLLM server that the job
+starts beside the trainer (online: remote/online.py); `auto` picks one from the disk budget."""
 
 from __future__ import annotations
 
@@ -14,13 +16,96 @@ from .config import load_config, revision
 from .data import data_dir
 from .errors import SpecopsError
 from .inspect import inspect
+from .remote_exec import run_script
 from .transport import Transport
+
+#: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
+#: training), auto (offline when the files are there or fit the disk budget, else online)
+HIDDEN_STATES = ("offline", "online", "auto")
+#: flags specops sets itself on an online run (the server's address, where its files are read)
+ONLINE_RESERVED = ("vllm-endpoint", "hidden-states-path", "hidden-states-backend")
+#: how long an online run waits for its server, and how long the server may not answer /health
+ONLINE_TIMING = {"server_timeout": 900, "trainer_grace": 120}
+
+
+def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode: str = "auto",
+                       layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
+                       server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
+                       nproc: Optional[int] = None, vllm_args: Optional[list] = None,
+                       run_id: Optional[str] = None) -> dict:
+    """Ask the host (remote/online.py, read-only) which hidden states a run on `data` uses and why:
+    {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
+    rows, files, missing, need_bytes, budget_bytes, layer_ids, server (online: its settings),
+    nproc, notes, server_command}. Refuses (SpecopsError) what cannot start; changes nothing."""
+    if mode not in HIDDEN_STATES:
+        raise SpecopsError(f"--hidden-states {mode!r}: choose offline, online or auto")
+    h = t.host
+    args = ["--data-dir", data, "--kind", h.profile, "--mode", mode]
+    if verifier:
+        args += ["--verifier", t.expand(verifier)]
+    if layers:
+        args += ["--layers", str(layers)]
+    if disk_budget_gb is not None:
+        args += ["--disk-budget", str(int(float(disk_budget_gb) * 2**30))]
+    if h.gpus is not None:
+        args += ["--gpus", str(h.gpus)]
+    if server_gpus:
+        args += ["--server-gpus", str(server_gpus)]
+    if train_gpus:
+        args += ["--train-gpus", str(train_gpus)]
+    if nproc:
+        args += ["--nproc", str(nproc)]
+    if run_id:
+        args += ["--run-id", run_id]
+    args += h.vllm_flags(list(vllm_args or []))
+    res = run_script(t, "online", args, changes=False)
+    if not res.get("ok"):
+        raise SpecopsError(f"train on {h.name} refused: {res.get('error')} (nothing was started)")
+    return res
+
+
+def note_plan(t: Transport, plan: dict) -> None:
+    """The one line that says which hidden states a run uses, and why."""
+    t.note(f"hidden states: {plan['mode']}" + (f" ({plan['asked']} asked)" if plan.get("asked") not in
+                                               (None, "auto", plan["mode"]) else "") + f": {plan['reason']}")
+    for n in plan.get("notes") or []:
+        t.note(n)
 
 
 def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optional[str], verifier: Optional[str],
-              nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None) -> dict:
-    """Check the data (refusing before anything starts) and build the run's train spec."""
+              nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None,
+              hidden_states: str = "offline", layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
+              server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
+              vllm_args: Optional[list] = None) -> dict:
+    """Check the data (refusing before anything starts) and build the run's train spec.
+    hidden_states: offline (the dataset's files, as extracted), online (the job starts the
+    verifier's vLLM server and the trainer asks it for every row without a file) or auto (the
+    host decides from the disk budget; a note says which and why)."""
     h = t.host
+    if hidden_states not in HIDDEN_STATES:
+        raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
+    if hidden_states == "offline" and (server_gpus or train_gpus):
+        raise SpecopsError("--server-gpus/--train-gpus split GPUs between the vLLM server and the trainer of an "
+                           "online run: drop them, or pass --hidden-states online (nothing was started)")
+    if hidden_states != "offline":
+        if extra and extra.get("nnodes", 1) > 1:
+            raise SpecopsError(f"--hidden-states {hidden_states}: online hidden states train on one host; a "
+                               f"group trains offline (`inv extract` first) (nothing was started)")
+        cfg = load_config(config, h.profile, overrides or {})
+        bad = [k for k in ONLINE_RESERVED if k in cfg["flags"]]
+        if bad and hidden_states == "online":
+            raise SpecopsError(f"{cfg['path']}: {', '.join(bad)} are set by specops for an online run (its own "
+                               f"vLLM server): drop them (nothing was started)")
+        plan = hidden_states_plan(t, data=data_dir(t, dataset), verifier=verifier or h.verifier, mode=hidden_states,
+                                  layers=layers, disk_budget_gb=disk_budget_gb, server_gpus=server_gpus,
+                                  train_gpus=train_gpus, nproc=nproc, vllm_args=vllm_args, run_id=rid)
+        note_plan(t, plan)
+        if plan["mode"] == "online":
+            return online_spec(t, plan, cfg, rid)
+        if plan.get("prepared") and plan.get("missing"):
+            raise SpecopsError(
+                f"hidden states: offline ({plan['reason']}): write them first with `{t.hint('extract')}`, or "
+                f"generate them during training with `--hidden-states online` (nothing was started)")
     procs, nodes = nproc or h.gpus or 1, (extra or {}).get("nnodes", 1)
     if h.profile == "cpu" and procs * nodes > 1:
         raise SpecopsError(
@@ -46,10 +131,40 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     return {
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
+        "hidden_states": "offline",
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": cfg["flags"], **({"nodes": extra} if extra else {}),
+                   "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
+    }
+
+
+def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
+    """The train spec of an online run: the trainer's flags, and the server's settings (remote/online.py)."""
+    h = t.host
+    refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
+    flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
+    flags["on-missing"] = "generate"
+    if plan["server"].get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
+        flags.setdefault("trust-remote-code", True)
+    timeout = float(flags.get("request-timeout") or 120)  # (speculators' default)
+    retries = int(flags.get("max-retries") if flags.get("max-retries") is not None else 3)
+    timing = {**ONLINE_TIMING, "hang_seconds": max(60.0, timeout * (retries + 1))}
+    keep = ("asked", "reason", "rows", "files", "missing", "tokens", "missing_tokens", "need_bytes", "budget_bytes",
+            "free_bytes", "file_bytes")
+    return {
+        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": plan["nproc"], "verifier": plan["verifier"],
+        "data": plan["data_dir"], "target_layer_ids": plan["layer_ids"][:-1], "flags": flags,
+        "hidden_states": "online", "online": plan["server"], "online_timing": timing,
+        "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
+                   "config": flags, "hidden_states": {"mode": "online", **{k: plan.get(k) for k in keep},
+                                                      "server": plan["server"],
+                                                      "server_command": plan.get("server_command")},
+                   "data_summary": {"path": plan["data_dir"], "format": "speculators-0.9", "rows": plan["rows"],
+                                    "files": plan["files"], "bytes": plan["file_bytes"], "tokens": plan["tokens"],
+                                    "hidden_size": plan["hidden_size"], "stored_layers": len(plan["layer_ids"]),
+                                    "record": {"layer_ids": plan["layer_ids"], "verifier": plan["verifier"]}}},
     }
 
 
@@ -79,11 +194,20 @@ def refuse_running(t: Transport, rid: str) -> None:
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
           dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
-          overrides: Optional[dict] = None, follow: bool = False) -> Optional[dict]:
+          overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
+          layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
+          train_gpus: Optional[str] = None, vllm_args: Optional[list] = None) -> Optional[dict]:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
-    while it runs), run dir; None under --dry-run."""
+    while it runs), run dir, hidden_states (offline|online); None under --dry-run.
+    hidden_states: offline | online | auto (default); layers: the layer ids an online run's server
+    extracts (default: the dataset's extraction record, else speculators' default); disk_budget_gb:
+    what auto allows the hidden states on the host's disk (default: the free space at the data
+    dir, less 10%); server_gpus / train_gpus: CUDA_VISIBLE_DEVICES of the server and the trainer
+    (default: half and half); vllm_args: more vLLM server arguments (after the host's)."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides)
+    spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
+                     hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
+                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args)
     refuse_running(t, rid)
     fresh = not t.exists(spec["run_dir"], "-d")
     path = put_spec(t, spec)
@@ -96,4 +220,8 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
         raise
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
-    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"]}
+    if t.dry_run and spec.get("hidden_states") == "online":
+        t.plan("the job would start the vLLM server: "
+               + shlex.join(map(str, spec["record"]["hidden_states"].get("server_command") or [])))
+    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"],
+                                   "hidden_states": spec.get("hidden_states", "offline")}

@@ -127,9 +127,13 @@ def age(seconds: float) -> str:
 
 
 def status(host: str, jobs: list) -> None:
+    """One row per run, then one per job it started itself (`RUN/server`: an online run's vLLM server)."""
+    def row(j, name):
+        return [name, j.kind, j.describe, age(j.age_s), j.pid or "", "" if j.gpu_mib is None else j.gpu_mib,
+                j.last_line]
+
     table(f"runs on {host}", ("run id", "kind", "state", "age", "pid", "GPU MiB", "last line"),
-          [[j.run_id, j.kind, j.describe, age(j.age_s), j.pid or "", "" if j.gpu_mib is None else j.gpu_mib,
-            j.last_line] for j in jobs])
+          [r for j in jobs for r in [row(j, j.run_id), *(row(s, f"{j.run_id}/{s.run_id}") for s in j.subjobs)]])
 
 
 def stopped(r) -> str:

@@ -1,0 +1,88 @@
+"""regenerate: the verifier's own responses for a dataset's prompts (remote/regenerate.py runs
+`speculators regenerate-responses` against a managed vLLM server of the verifier), as a
+detached job. The output, <workdir>/regenerated/NAME.jsonl on the host, holds pre-tokenised rows
+(input_ids, loss_mask over the response) that `inv prepare-data --data <that path>` takes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Optional
+
+from . import jobs
+from .contract import check_name
+from .data import remote_input, verifier_path
+from .errors import SpecopsError
+from .remote_exec import run_script
+from .transport import Transport
+
+
+def default_name(data: str) -> str:
+    """The output's name from the input file's: convs.jsonl -> convs-regen."""
+    stem = PurePosixPath(data).name.split(".")[0]
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem).lstrip(".-")[:100]
+    return f"{stem or 'data'}-regen"
+
+
+def out_path(t: Transport, name: str) -> str:
+    """<workdir>/regenerated/NAME.jsonl (NAME: the one name rule)."""
+    return f"{t.workdir}/regenerated/{check_name('output name', name)}.jsonl"
+
+
+def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: Optional[str] = None,
+               max_tokens: int = 4096, concurrency: int = 32, limit: Optional[int] = None,
+               sampling_params: Optional[str] = None, max_model_len: Optional[int] = None,
+               vllm_args: Optional[list] = None, run_id: Optional[str] = None,
+               detach: bool = False) -> Optional[dict]:
+    """Regenerate `data` (a laptop file, uploaded, or a host path) with the host's verifier.
+    out: the output's name (default: <data's stem>-regen); max_tokens: a response's length cap
+    (prompt + response must fit the server's --max-model-len); sampling_params: a JSON object
+    merged into every request (e.g. '{"temperature": 0.6}'); vllm_args: more server arguments.
+    Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached or
+    under --dry-run. Refuses (SpecopsError) before anything starts when the input is unusable."""
+    h = t.host
+    name = out or default_name(data)
+    dest = out_path(t, name)
+    if sampling_params is not None:
+        try:
+            ok = isinstance(json.loads(sampling_params), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SpecopsError(f"--sampling-params {sampling_params!r}: give a JSON object, e.g. "
+                               f"'{{\"temperature\": 0.6}}' (nothing was started)")
+    src = remote_input(t, data)
+    args = ["--data", src, "--out", dest, "--verifier", verifier_path(t, verifier), "--kind", h.profile,
+            "--max-tokens", str(int(max_tokens)), "--concurrency", str(int(concurrency))]
+    if limit:
+        args += ["--limit", str(int(limit))]
+    if sampling_params:
+        args += ["--sampling-params", sampling_params]
+    if max_model_len:
+        args += ["--max-model-len", str(int(max_model_len))]
+    args += h.vllm_flags(list(vllm_args or []))
+    later = ["--data-later"] if t.dry_run and src in t.would_put else []
+    plan = run_script(t, "regenerate", args + ["--plan"] + later, changes=False)
+    if not plan.get("ok"):
+        raise SpecopsError(f"regenerate on {h.name} refused: {plan.get('error')} (nothing was started)")
+    if "prompts" in plan:
+        t.note(f"regenerate: {plan['prompts']} prompt(s) of {src} -> the verifier's responses in {dest}")
+    rid = jobs.validate_run_id(run_id or jobs.new_run_id("regenerate"))
+    result = jobs.run_path(t, rid, "result.json")
+    argv = [t.expand(h.python), "remote/regenerate.py", *args, "--result", result]
+    lock = "regen-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
+    if t.dry_run:
+        for cmd in plan.get("commands", []):
+            t.plan("would start: " + shlex.join(map(str, cmd)))
+    code = jobs.run_attached(t, rid, argv, kind="regenerate", lock=lock, detach=detach)
+    if code is None:
+        return None
+    raw = t.read_bytes(result)
+    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
+    if code != 0 or not res.get("ok"):
+        raise SpecopsError(f"regenerate {rid} on {h.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
+    res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
+    return res

@@ -1,0 +1,263 @@
+"""Online hidden states (issue 13) and verifier-regenerated responses, for real over the loopback
+sshd in the cpu venv: `train --hidden-states online` runs the verifier's vLLM extraction server
+beside the trainer as one job (no hidden-state file written into the dataset, the server gone
+afterwards); `stop` saves checkpoints/interrupted and leaves no process of either; a resumed
+run starts its server again; a server that dies fails the run with one line; `auto` picks
+offline when the files are there and online when they would not fit the disk budget;
+`regenerate` writes one verifier response per prompt.
+
+(The task flags are wired in tasks.py by the lead: these tests call the library, as the tasks
+will, through a real SSH connection.)"""
+
+import importlib
+import json
+import sys
+import time
+
+import pytest
+
+from conftest import LAYERS, REPO, demo_conversations, wait_for
+from specops import inventory, jobs, synth
+from specops import regenerate as regen
+from specops import train
+from specops.connection import connect
+from specops.errors import SpecopsError
+
+FAST = ["--enforce-eager"]  # (vLLM without torch.compile: its CPU server starts in ~30 s, not minutes)
+
+LONG = """train:
+  speculator-type: eagle3
+  draft-vocab-size: 128
+  epochs: 200
+  total-seq-len: 512
+  num-workers: 0
+  on-missing: raise
+  log-freq: 1
+  request-timeout: 30
+  max-retries: 1
+profiles:
+  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
+"""
+
+
+def remote(name):
+    sys.path.insert(0, str(REPO / "remote"))
+    return importlib.import_module(name)
+
+
+# -- the plan's pure parts (no host) ----------------------------------------------------------
+
+class Args:
+    def __init__(self, **kw):
+        self.__dict__.update(dict(kind="cuda", gpus=8, server_gpus=None, train_gpus=None, nproc=None,
+                                  tensor_parallel=8), **kw)
+
+
+def test_gpu_split_half_and_half_explicit_and_shared():
+    online = remote("online")
+    Refused = remote("contract").Refused
+    s = online.gpu_split(Args())
+    assert (s["server_gpus"], s["train_gpus"], s["tensor_parallel"], s["nproc"]) == ("0,1,2,3", "4,5,6,7", 4, 4)
+    s = online.gpu_split(Args(server_gpus="0-5", train_gpus="6,7"))
+    assert (s["server_gpus"], s["train_gpus"], s["tensor_parallel"], s["nproc"]) == ("0,1,2,3,4,5", "6,7", 6, 2)
+    s = online.gpu_split(Args(train_gpus="7"))  # (the server gets the rest)
+    assert s["server_gpus"] == "0,1,2,3,4,5,6" and s["train_gpus"] == "7"
+    s = online.gpu_split(Args(gpus=1, tensor_parallel=1))
+    assert s["shared"] and s["server_gpus"] == s["train_gpus"] == "0" and s["notes"]
+    with pytest.raises(Refused, match="the trainer has 4 GPU"):
+        online.gpu_split(Args(nproc=5))
+    with pytest.raises(Refused, match="the host has 8 GPU"):
+        online.gpu_split(Args(server_gpus="0-3", train_gpus="8-9"))
+    with pytest.raises(Refused, match="CUDA_VISIBLE_DEVICES"):
+        online.parse_gpus("3-1", "--server-gpus")
+    with pytest.raises(Refused, match="a cpu host has no GPUs"):
+        online.gpu_split(Args(kind="cpu", server_gpus="0"))
+    s = online.gpu_split(Args(kind="cpu", gpus=None, tensor_parallel=1))
+    assert s["server_gpus"] is None and s["nproc"] == 1
+
+
+def test_decide_says_which_and_why_with_both_numbers():
+    online = remote("online")
+    facts = {"rows": 100000, "files": 0, "file_bytes": 0, "missing": 100000, "need_bytes": 28 * 2**20 * 100000}
+    mode, why = online.decide("auto", facts, 2**40, "1.10 TiB free at /data, less 10%")
+    assert mode == "online" and "need 2.67 TiB" in why and "over the disk budget of 1.00 TiB" in why, why
+    mode, why = online.decide("auto", {**facts, "need_bytes": 2**30}, 2**40, "x")
+    assert mode == "offline" and "within the disk budget" in why
+    mode, why = online.decide("auto", {**facts, "files": 100000, "missing": 0, "file_bytes": 2**41}, 0, "x")
+    assert mode == "offline" and "all 100000 rows have their hidden-state file (2.00 TiB)" in why
+
+
+# -- over the real sshd, in the cpu venv ---------------------------------------------------------
+
+def hs_count(t, data):
+    return int(t.check(f"ls {data}/hidden_states 2>/dev/null | grep -c '^hs_.*safetensors$' || true",
+                       "count hidden-state files").stdout.strip() or 0)
+
+
+def alive_in_group(t, pgid):
+    return [ln for ln in t.run("ps -eo pgid=,stat=,args=").stdout.splitlines()
+            if ln.split() and ln.split()[0] == str(pgid) and not ln.split()[1].startswith("Z")]
+
+
+def groups_of(t, rid):
+    """(trainer job's pgid, server sub-job's pgid) of a run."""
+    job = json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))
+    srv = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))
+    return job["pgid"], srv["pgid"]
+
+
+@pytest.fixture(scope="module")
+def half(pipeline_run, hosts_file, work):
+    """`pipe` with every other row's hidden-state file removed (the odd rows: generated online)."""
+    src, dst = work / "data" / "pipe", work / "data" / "pipe-half"
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        rows = hs_count(t, src)
+        t.check(f"rm -rf {dst} && cp -r {src} {dst} && cd {dst}/hidden_states && "
+                f"for f in hs_*.safetensors; do i=${{f#hs_}}; i=${{i%.safetensors}}; "
+                f"[ $((i % 2)) -eq 1 ] && rm $f; done; true", "copy the dataset, half of its files")
+        assert hs_count(t, dst) == (rows + 1) // 2
+    return {"path": str(dst), "rows": rows, "missing": rows // 2}
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_auto_picks_offline_when_the_files_are_there_and_online_over_budget(half, hosts_file, work, verifier,
+                                                                               tmp_path):
+    h = inventory.load(str(hosts_file)).get("box")
+    rows, half = half["rows"], half["path"]
+    with connect(h) as t:
+        full = f"{work}/data/pipe"
+        p = train.hidden_states_plan(t, data=full, verifier=verifier, disk_budget_gb=0)
+        assert p["mode"] == "offline" and p["reason"].startswith(f"all {rows} rows have their hidden-state file"), p
+        # the missing half fits the free disk: offline, and `train` asks for `extract` first
+        p = train.hidden_states_plan(t, data=half, verifier=verifier)
+        assert p["mode"] == "offline" and "within the disk budget" in p["reason"] and p["missing"] == rows // 2, p
+        with pytest.raises(SpecopsError, match=r"hidden states: offline .*inv extract .*--hidden-states online"):
+            train.train(t, config="configs/demo.yaml", run_id="t-auto-refused", dataset=half, verifier=verifier)
+        assert not t.exists(jobs.run_path(t, "t-auto-refused"))
+        # over a budget: online; the note says which and why, with both numbers
+        p = train.hidden_states_plan(t, data=half, verifier=verifier, disk_budget_gb=0.0001)
+        assert p["mode"] == "online" and "over the disk budget of 104.9 KiB (--disk-budget)" in p["reason"], p
+        assert p["server"]["layer_ids"] == [1, 3, 4, 6] and p["server"]["max_model_len"] == p["longest"] + 1
+        # rows that claim more tokens than the disk holds (the Kimi case): online on the real free space
+        synth.write_dataset(tmp_path / "huge", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}],
+                            seq_lens=[10**12])
+        t.sync_up(str(tmp_path / "huge"), f"{work}/data/huge-online")
+        p = train.hidden_states_plan(t, data=f"{work}/data/huge-online", verifier=verifier, layers=LAYERS)
+        assert p["mode"] == "online" and "over the disk budget" in p["reason"] and "free at" in p["reason"], p
+        # an online run's layers must match the files already there
+        with pytest.raises(SpecopsError, match=r"hold layers \[1, 3, 4, 6\], this run asks for \[1, 2, 4, 6\]"):
+            train.hidden_states_plan(t, data=half, verifier=verifier, mode="online", layers="1,2,4,6")
+        with pytest.raises(SpecopsError, match="a cpu host has no GPUs"):
+            train.hidden_states_plan(t, data=half, verifier=verifier, mode="online", server_gpus="0")
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_online_stop_then_resume_completes_without_writing_files(half, hosts_file, work, verifier, tmp_path):
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "t-online-" + str(int(time.time()))
+    h = inventory.load(str(hosts_file)).get("box")
+    missing, half = half["missing"], half["path"]
+    with connect(h) as t:
+        before = hs_count(t, half)
+        res = train.train(t, config=str(cfg), run_id=rid, dataset=half, verifier=verifier, hidden_states="online",
+                          vllm_args=FAST)
+        assert res["hidden_states"] == "online" and res["exit_code"] is None
+        assert any(n.text.startswith(f"hidden states: online: the {missing} row(s) without a file") for n in t.notes)
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") >= 2, 300, "two online training steps")
+        spec = json.loads(t.read_bytes(jobs.run_path(t, rid, "train-spec.json")))
+        assert spec["flags"]["on-missing"] == "generate"
+        assert hs_count(t, half) == before  # (generated rows are never written into the dataset)
+        train_pgid, server_pgid = groups_of(t, rid)
+
+        st = jobs.stop(t, rid, grace=120)
+        assert st.state == "stopped" and not st.sigkill, st
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "interrupted", "model.safetensors"), "-f")
+        assert alive_in_group(t, train_pgid) == [] and alive_in_group(t, server_pgid) == []
+        full = t.read_bytes(log).decode(errors="replace")
+        assert full.index("interrupting training to save checkpoint") < full.index("vLLM server stopped")
+        assert not t.exists(f"{work}/.specops/hs-stage/{rid}")
+
+        # the same run again: its server starts again, and this time the run completes
+        res = train.train(t, config="configs/demo.yaml", run_id=rid, dataset=half, verifier=verifier,
+                          hidden_states="online", vllm_args=FAST, overrides={"epochs": 1, "max-steps": 3},
+                          follow=True)
+        assert res["exit_code"] == 0, jobs.tail(t, rid, 30)
+        full = t.read_bytes(log).decode(errors="replace")
+        assert full.count("vLLM server healthy after") == 2
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "0", "model.safetensors"), "-f")
+        _, server_pgid = groups_of(t, rid)
+        assert alive_in_group(t, server_pgid) == []
+        assert jobs.status(t, rid)[0].state == "succeeded"
+        assert hs_count(t, half) == before
+        assert not t.exists(f"{work}/.specops/hs-stage/{rid}")
+        rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        assert rec["hidden_states"]["mode"] == "online" and len(rec["starts"]) == 2
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_a_dying_server_fails_the_run_with_one_line(half, hosts_file, verifier, tmp_path):
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "t-online-dies-" + str(int(time.time()))
+    h = inventory.load(str(hosts_file)).get("box")
+    half = half["path"]
+    with connect(h) as t:
+        train.train(t, config=str(cfg), run_id=rid, dataset=half, verifier=verifier, hidden_states="online",
+                    vllm_args=FAST)
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 300, "an online training step")
+        train_pgid, server_pgid = groups_of(t, rid)
+        server = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))["child_pid"]
+        t0 = time.time()
+        t.check(f"kill -9 {server}", "killing the vLLM server")
+        j = jobs.wait_ended(t, rid, 180)
+        assert j.ended and time.time() - t0 < 150, "the run hung after its server died"
+        assert j.state == "failed", j.describe
+        assert j.error.startswith("VLLMServerError: the vLLM server exited (killed, signal 9) during training"), j.error
+        assert "\n" not in j.error and "log tail:" in j.error
+        assert alive_in_group(t, train_pgid) == [] and alive_in_group(t, server_pgid) == []
+        with pytest.raises(SpecopsError, match="VLLMServerError"):
+            raise jobs.failure(t, rid, "train")
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_regenerate_writes_one_verifier_response_per_prompt(verifier, hosts_file, work, tmp_path):
+    prompts = demo_conversations(tmp_path / "prompts.jsonl", n=6)
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        res = regen.regenerate(t, data=str(prompts), out="t-regen", verifier=verifier, max_tokens=16,
+                               sampling_params='{"temperature": 0}', vllm_args=FAST)
+        assert res["out"] == f"{work}/regenerated/t-regen.jsonl" and res["prompts"] == 6
+        rows = [json.loads(x) for x in t.read_bytes(res["out"]).decode().splitlines()]
+        # one row per prompt: each its verifier's response (a random-weights verifier may answer one prompt
+        # with byte pieces that decode to no text: speculators records that prompt as an error instead)
+        errs = (t.read_bytes(res["errors_file"]) or b"").decode().splitlines()
+        assert len(rows) + len(errs) == 6 and len(rows) >= 4, (rows, errs)
+        assert all("empty assistant generation" in json.loads(e)["metadata"]["error"] for e in errs)
+        assert len({r["primary_id"] for r in rows}) == len(rows)
+        src = [json.loads(x) for x in prompts.read_text().splitlines()]
+        for r in rows:
+            m = r["loss_mask"]
+            k = m.index(1)
+            assert set(m[:k]) == {0} and set(m[k:]) == {1} and 1 <= len(m) - k <= 16
+            assert len(r["input_ids"]) == len(m)
+            assert "<|start_header_id|>assistant<|end_header_id|>" in r["text"]
+            original = src[r["metadata"]["idx"]]["conversations"]
+            assert next(x["content"] for x in original if x["role"] == "user") in r["text"]
+            assert next(x["content"] for x in original if x["role"] == "assistant") not in r["text"]
+        # the output is whole or absent: the same name again is refused before anything starts
+        with pytest.raises(SpecopsError, match="exists: pick another --out name"):
+            regen.regenerate(t, data=str(prompts), out="t-regen", verifier=verifier)
+        assert res["next"].startswith("inv prepare-data --data ") and res["out"] in res["next"]
+
+
+def test_regenerate_default_name():
+    assert regen.default_name("/x/my convs.v2.jsonl") == "my_convs-regen"
+    assert regen.default_name(".hidden.jsonl") == "data-regen"
