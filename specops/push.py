@@ -9,13 +9,11 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 from . import paths
 from .errors import SpecopsError
 
-if TYPE_CHECKING:  # (the connection calls push(); push only uses the connection it is given)
-    from .transport import Transport
+# (no import of the connection's module: the connection calls push(t), and push only uses the
+# connection it is given, so the annotations below name it as a string)
 
 
 def local_manifest() -> dict[str, str]:
