@@ -13,7 +13,7 @@ from . import paths
 from .errors import SpecopsError
 
 # (no import of the connection's module: the connection calls push(t), and push only uses the
-# connection it is given, so the annotations below name it as a string)
+# connection it is given: `t` below is a transport.Transport)
 
 
 def local_manifest() -> dict[str, str]:
@@ -37,12 +37,12 @@ def _source(rel: str) -> Path:
 NOT_WRITABLE = 86
 
 
-def _not_writable(t: "Transport", wd: str) -> SpecopsError:
+def _not_writable(t, wd: str) -> SpecopsError:
     return SpecopsError(f"workdir {wd} on {t.host.name} is not writable by {t.host.user}: "
                         f"fix its permissions or set 'workdir' in hosts.yaml")
 
 
-def push(t: "Transport") -> list[str]:
+def push(t) -> list[str]:
     """Upload changed files; return the relative paths sent (empty: already in sync)."""
     wd = t.expand(t.host.workdir_path)
     q = shlex.quote(wd)
