@@ -33,6 +33,7 @@ from pathlib import Path
 import hostenv
 import launch
 import pins
+import vllm_server
 from contract import Refused
 
 HERE = Path(__file__).resolve().parent
@@ -88,6 +89,8 @@ def command(spec, endpoint=None):
     run = Path(spec["run_dir"])
     f = dict(spec["flags"])
     f["logger"] = loggers(f.get("logger"))
+    if "trust-remote-code" not in f and vllm_server.decide_trust(spec["verifier"], spec.get("trust_remote_code", "auto")):
+        f["trust-remote-code"] = True  # (the trainer loads the verifier's config and tokenizer: its custom code)
     if spec.get("hidden_states") == "online":
         f.update({"on-missing": "generate", "vllm-endpoint": endpoint or "http://127.0.0.1:<port>/v1"})
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],

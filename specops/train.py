@@ -131,13 +131,20 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     return {
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
-        "hidden_states": "offline",
+        "hidden_states": "offline", "trust_remote_code": trust_setting(h),
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": cfg["flags"], **({"nodes": extra} if extra else {}),
                    "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     }
+
+
+def trust_setting(h) -> str:
+    """The host's trust_remote_code as the host scripts take it: auto, true or false (auto: on when
+    the verifier's config.json has `auto_map`; remote/train.py decides it where the model is)."""
+    v = h.trust_remote_code
+    return v if isinstance(v, str) else str(v).lower()
 
 
 def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
