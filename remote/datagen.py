@@ -31,14 +31,12 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import contract
-import hostenv
 import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, HeaderError, hs_files, read_arrow_columns, safetensors_header, verifier_config
@@ -616,32 +614,7 @@ def main():
         emit({"ok": True, **info})
         return 0
 
-    def on_term(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    hostenv.apply(os.getcwd(), a.kind)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
-    t0 = time.time()
-    try:
-        res = {"ok": True, **info, **execute(a, info)}
-        code = 0
-    except Refused as e:
-        res, code = {"ok": False, "error": str(e), "refused": True}, 2
-    except vllm_server.ServerDied as e:  # (its log's tail is in the job's log already)
-        res, code = {"ok": False, "error": str(e)}, 1
-    except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
-        import traceback
-
-        traceback.print_exc()
-        res, code = contract.failure(e), 1
-    res["seconds"] = round(time.time() - t0, 1)
-    if a.result:
-        Path(a.result).write_text(json.dumps(res, indent=1, default=str))
-    print(f"[specops] datagen {'done' if res['ok'] else 'FAILED: ' + res['error']}", flush=True)
-    if not a.result:
-        emit(res)
-    return code
+    return vllm_server.server_job("datagen", a.kind, a.result, lambda: {**info, **execute(a, info)})
 
 
 if __name__ == "__main__":

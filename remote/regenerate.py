@@ -24,14 +24,12 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import contract
-import hostenv
 import vllm_server
 from contract import Refused, emit
 from datafmt import verifier_config
@@ -254,32 +252,8 @@ def main():
         emit({"ok": True, **info})
         return 0
 
-    def on_term(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    hostenv.apply(os.getcwd(), a.kind)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
     run_dir = Path(a.result).parent if a.result else Path(a.out).parent
-    t0 = time.time()
-    try:
-        res, code = {"ok": True, **info, **execute(a, info, run_dir)}, 0
-    except Refused as e:
-        res, code = {"ok": False, "error": str(e), "refused": True}, 2
-    except vllm_server.ServerDied as e:
-        res, code = {"ok": False, "error": str(e)}, 1
-    except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
-        import traceback
-
-        traceback.print_exc()
-        res, code = contract.failure(e), 1
-    res["seconds"] = round(time.time() - t0, 1)
-    if a.result:
-        Path(a.result).write_text(json.dumps(res, indent=1, default=str))
-    print(f"[specops] regenerate {'done' if res['ok'] else 'FAILED: ' + res['error']}", flush=True)
-    if not a.result:
-        emit(res)
-    return code
+    return vllm_server.server_job("regenerate", a.kind, a.result, lambda: {**info, **execute(a, info, run_dir)})
 
 
 if __name__ == "__main__":

@@ -19,13 +19,20 @@ four places (all in speculators.train):
 This wrapper patches exactly those names and then runs the normal CLI,
 so every `speculators train` flag works unchanged:
 
+One torch thread unless OMP_NUM_THREADS says otherwise: the CPU drafts are tiny, and with two threads
+one busy core (a vLLM server's worker, another job) slows every step several times over (a demo run:
+4 min 15 s with two threads beside a loaded core, 45 s with one).
+
 (FlexAttention has no CPU backward: --draft-attn-impl sdpa; the fused Triton loss needs a GPU:
 --loss-implementation eager. torchrun is not used on CPU: LOCAL_RANK switches on distributed mode.)
 """
 
+import os
 import sys
 
 import torch
+
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
 
 import speculators.train.checkpointer as _ckpt
 import speculators.train.trainer as _trainer

@@ -14,14 +14,16 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import contract
 import hostenv
-from contract import Refused
+from contract import Refused, emit
 from job import job_state, start_job, stop_job
 
 REMOTE = Path(__file__).resolve().parent
@@ -186,3 +188,37 @@ def stop(d):
     if d is not None and (Path(d) / "job.json").is_file():
         res = stop_job(d, grace=30)
         print(f"[specops] vLLM server stopped ({res.get('state', res.get('error'))})", flush=True)
+
+
+def server_job(name, kind, result, work):
+    """The body of a job that drives a vLLM server (remote/datagen.py, remote/regenerate.py):
+    host caches, SIGTERM/SIGHUP as SystemExit (so `finally` stops the server), work() -> dict,
+    any failure one result ({"ok": false, "error": ...}; Refused: "refused", exit 2), `seconds`,
+    written whole to `result` when given (a detached job) else emitted. Returns the exit code."""
+    def on_term(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    hostenv.apply(os.getcwd(), kind)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    t0 = time.time()
+    try:
+        res, code = {"ok": True, **work()}, 0
+    except Refused as e:
+        res, code = {"ok": False, "error": str(e), "refused": True}, 2
+    except ServerDied as e:  # (its log's tail is in the job's log already)
+        res, code = {"ok": False, "error": str(e)}, 1
+    except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
+        import traceback
+
+        traceback.print_exc()
+        res, code = contract.failure(e), 1
+    res["seconds"] = round(time.time() - t0, 1)
+    if result:
+        tmp = Path(f"{result}.tmp")
+        tmp.write_text(json.dumps(res, indent=1, default=str))
+        tmp.replace(result)
+    print(f"[specops] {name} {'done' if res['ok'] else 'FAILED: ' + res['error']}", flush=True)
+    if not result:
+        emit(res)
+    return code

@@ -129,6 +129,19 @@ def convert(t: Transport, src: str, dst: str) -> Optional[dict]:
     return res
 
 
+def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
+    """path expanded, once it may take a new model: an empty or missing folder, or (overwrite) one
+    whose files will be replaced (said under --dry-run). Refused in one line otherwise."""
+    path = t.expand(path)
+    if t.exists(path) and t.run(f"ls -A {shlex.quote(path)} | head -c1", changes=False).stdout:
+        if not overwrite:
+            raise SpecopsError(f"{what}: {t.host.name}:{path} already holds files: pass --overwrite to replace "
+                               f"them, or another --path (nothing was changed)")
+        if t.dry_run:
+            t.plan(f"would replace the model at {path} (--overwrite)")
+    return path
+
+
 def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
                        shape: str = "llama", overwrite: bool = False) -> Optional[dict]:
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
@@ -136,13 +149,7 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
     sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
     from . import paths
 
-    path = t.expand(path)
-    if t.exists(path) and t.run(f"ls -A {shlex.quote(path)} | head -c1", changes=False).stdout:
-        if not overwrite:
-            raise SpecopsError(f"make-verifier: {t.host.name}:{path} already holds files: pass --overwrite to replace "
-                               f"them, or another --path (nothing was changed)")
-        if t.dry_run:
-            t.plan(f"would replace the model at {path} (--overwrite)")
+    path = model_slot(t, path, overwrite, "make-verifier")
     args = [path, "--shape", shape, "--hidden", str(hidden)] + (["--layers", str(layers)] if layers else [])
     if shape == "kimi":
         code = f"{t.workdir}/{paths.STATE}/fixtures/kimi"
@@ -155,4 +162,23 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
         return None
     if not res.get("ok"):
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
+    return res
+
+
+def make_learnable_verifier(t: Transport, path: str, *, seconds: float = 90, overwrite: bool = False,
+                            steps: Optional[int] = None) -> Optional[dict]:
+    """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
+    at most `seconds` of training) and publish it at path with its tokenizer and chat template.
+    Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
+    greedy_agreement, language{fingerprint, ...}); None under --dry-run. An existing model is
+    replaced only with overwrite."""
+    path = model_slot(t, path, overwrite, "make-verifier --learnable")
+    args = [path, "--seconds", f"{float(seconds):g}"] + (["--steps", str(int(steps))] if steps else [])
+    if overwrite:
+        args.append("--overwrite")
+    res = run_script(t, "learnable_verifier", args, timeout=float(seconds) + 600)
+    if res is None:
+        return None
+    if not res.get("ok"):
+        raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.get('error')}")
     return res

@@ -1,52 +1,78 @@
 """pipeline: bootstrap, check, prepare, extract, inspect, train, fetch on one host; and the
-demo: the same on the built-in `local` host with a tiny random verifier built on the fly."""
+demo: the same on the built-in `local` host with a tiny verifier that learnt a synthetic
+language (remote/synthlang.py) on the host's CPU, ending with the draft served through vLLM:
+its acceptance beside an untrained draft's and a wrong-layers draft's, measured in the same run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import random
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import bootstrap, check, data, fetch, inspect, metrics, train
+from . import bootstrap, check, data, fetch, inspect, jobs, metrics, paths, train
 from .errors import SpecopsError
 from .transport import Transport
 
-WORDS = ("the a of to and in is it you that was for on are with as his they be at one have this from or had "
-         "by word but what some we can out other were all there when up use your how said each she which do "
-         "their time if will way about many then them write would like so these her long make thing see him "
-         "two has look more day could go come did number sound no most people my over know water than call "
-         "first who may down side been now find any new work part take get place made live where after back "
-         "little only round man year came show every good me give our under name very through just form "
-         "python code function return value list model token draft speculative decoding verifier hidden").split()
+#: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
+DEMO_VERIFIER = "models/learnable-llama"
+DEMO_LAYERS = "1,2,3,4"
+DEMO_CONFIG = "configs/demo.yaml"
+#: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
+ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
+                   "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "seconds")
 
 
-def demo_conversations(path: Path, n: int = 48, seed: int = 123) -> Path:
-    """A small synthetic chat dataset (role/content turns) for the demo and the tests."""
-    rng = random.Random(seed)
+def synthlang():
+    """remote/synthlang.py loaded from this repo (stdlib only; the host imports the same file):
+    the demo's language."""
+    name = "specops_remote_synthlang"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, paths.REMOTE_DIR / "synthlang.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
-    def sent(a, b):
-        s = " ".join(rng.choice(WORDS) for _ in range(rng.randint(a, b)))
-        return s[0].upper() + s[1:] + "."
 
+def demo_conversations(path: Path, n: int = 200, seed: int = 123) -> Path:
+    """The demo's chat dataset (role/content turns), written in the learnable verifier's language
+    (remote/synthlang.py); also what the tests train on."""
     with open(path, "w") as f:
-        for i in range(n):
-            conv = [{"role": "system", "content": "You are a helpful assistant."}] if i % 4 == 0 else []
-            for _ in range(1 if i % 3 else 2):
-                conv.append({"role": "user", "content": sent(4, 15)})
-                conv.append({"role": "assistant", "content": " ".join(sent(5, 20) for _ in range(rng.randint(1, 4)))})
+        for conv in synthlang().conversations(n, seed):
             f.write(json.dumps({"conversations": conv}) + "\n")
     return path
+
+
+def verifier_record(t: Transport, path: str) -> Optional[dict]:
+    """The learnable verifier's specops-verifier.json at path (None: none there, or unreadable)."""
+    raw = t.read_bytes(f"{t.expand(path)}/specops-verifier.json")
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
         backend: str = "vllm", layers: Optional[str] = None, seq_length: int = 2048,
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
-        skip_bootstrap: bool = False, on_inspect=None) -> Optional[dict]:
+        skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
+        hidden_states: str = "offline", regenerate: bool = False,
+        disk_budget_gb: Optional[float] = None) -> Optional[dict]:
     """The whole job; None under --dry-run (the plan is on the connection). on_inspect(result)
-    gets inspect-data's result (the task renders it)."""
+    gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
+    regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
+    prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
+    before), online (prepare only; the training's own server generates the hidden states), auto
+    (prepare, then extract only when the hidden states fit the disk budget, else online)."""
+    from .regenerate import regenerate as regenerate_responses
+
     h = t.host
+    if hidden_states not in train.HIDDEN_STATES:
+        raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
     if not skip_bootstrap:
         bootstrap.bootstrap(t)
     with t.step(f"check {h.name}"):
@@ -54,20 +80,43 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     check.verdict(h.name, res)
     ddir = data.data_dir(t, dataset)
     ver = data.verifier_path(t, verifier)
-    args = data.datagen_args(t, data=ddir, verifier=ver, prepare=data.remote_input(t, data_file),
-                             seq_length=seq_length, extract=True, backend=backend, layers=layers)
+    src = data.remote_input(t, data_file)
+    if regenerate:
+        with t.step("regenerate the responses with the verifier"):
+            rg = regenerate_responses(t, data=src, verifier=ver, vllm_args=vllm_args, max_tokens=seq_length)
+        if rg is None:  # --dry-run
+            t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
+            return None
+        t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
+               f"({rg['errors']} failed) in {rg['out']}", "done")
+        src = rg["out"]
+    args = data.datagen_args(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
+                             extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
     dg = data.run_datagen(t, args, kind="data")
     if dg is None:  # --dry-run
         t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
         return None
-    ex = dg.get("extract", {})
-    t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, {ex.get('tokens_per_s')} tokens/s",
-           "done")
-    ins = inspect.inspect(t, ddir, sample=8, verifier=ver)
-    if on_inspect:
-        on_inspect(ins)
-    inspect.verdict(ins)
-    tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True)
+    mode = hidden_states
+    if mode == "auto":
+        plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
+                                        disk_budget_gb=disk_budget_gb, vllm_args=vllm_args)
+        train.note_plan(t, plan)
+        mode = plan["mode"]
+        if mode == "offline":
+            dg = data.run_datagen(t, data.datagen_args(t, data=ddir, verifier=ver, extract=True, backend=backend,
+                                                       layers=layers, vllm_args=vllm_args), kind="extract")
+    if mode == "offline":
+        ex = dg.get("extract", {})
+        t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
+               f"{ex.get('tokens_per_s')} tokens/s", "done")
+        ins = inspect.inspect(t, ddir, sample=8, verifier=ver)
+        if on_inspect:
+            on_inspect(ins)
+        inspect.verdict(ins)
+    else:
+        t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
+    tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
+                     hidden_states=mode, layers=layers, vllm_args=vllm_args)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
@@ -80,17 +129,150 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     return {"run_id": tr["run_id"], "dest": got["dest"], "metrics": m, "checkpoints": ckpts}
 
 
-def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None) -> Optional[dict]:
+def _put_json(t: Transport, obj: dict, path: str) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(obj, f, indent=1)
+    try:
+        t.put(f.name, path)
+    finally:
+        Path(f.name).unlink()
+
+
+def verifier_layers(t: Transport, verifier: str) -> Optional[int]:
+    """num_hidden_layers of the verifier's config.json (or its text_config); None if unreadable."""
+    try:
+        cfg = json.loads(t.read_bytes(f"{verifier}/config.json") or b"{}")
+    except ValueError:
+        return None
+    return (cfg.get("text_config") or {}).get("num_hidden_layers") or cfg.get("num_hidden_layers")
+
+
+def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] = None) -> str:
+    """A control run `<run_id>.wrong-layers` on the host: the run's trained draft (the checkpoint
+    `evaluate` takes as best) whose config declares other aux layer ids than the hidden states it
+    was trained on, so vLLM feeds it the residual stream of other layers. Default: each id one
+    higher (an off-by-one between the extraction's layer numbering and vLLM's; one lower where the
+    last would pass the verifier's depth). Same train spec: same verifier, same held-out prompts.
+    (The order of the ids does not matter: vLLM collects them in layer order.) Returns the
+    control's run id."""
+    src, cid = jobs.run_path(t, run_id), f"{run_id}.wrong-layers"
+    dst = jobs.run_path(t, cid)
+    q = shlex.quote
+    t.check(f"rm -rf {q(dst)} && mkdir -p {q(dst)}/checkpoints {q(dst)}/logs && cd {q(src)}/checkpoints && "
+            f"c=$(if [ -e checkpoint_best ]; then echo checkpoint_best; else ls | grep -E '^[0-9]+$' | sort -n | "
+            f"tail -1; fi) && test -n \"$c\" && cp -rL \"$c\" {q(dst)}/checkpoints/0 && "
+            f"cp {q(src)}/train-spec.json {q(dst)}/train-spec.json", f"copy {run_id}'s draft for the wrong-layers control")
+    cfg_path = f"{dst}/checkpoints/0/config.json"
+    cfg = json.loads(t.read_bytes(cfg_path) or b"{}")
+    trained = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if not trained:
+        raise SpecopsError(f"{run_id}'s draft config has no eagle_aux_hidden_state_layer_ids: not an EAGLE-3 draft")
+    if layer_ids is None:
+        spec = json.loads(t.read_bytes(f"{dst}/train-spec.json") or b"{}")
+        depth = verifier_layers(t, spec.get("verifier", "")) or max(trained)
+        layer_ids = [i + 1 for i in trained] if max(trained) < depth else [i - 1 for i in trained]
+    cfg["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
+    cfg["specops_control"] = {"kind": "wrong-layers", "trained_layer_ids": trained, "served_layer_ids": list(layer_ids),
+                              "source_run": run_id}
+    _put_json(t, cfg, cfg_path)
+    return cid
+
+
+def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG) -> str:
+    """A control run `<run_id>.untrained`: `speculators train` on the same data, verifier and config,
+    one step at learning rate 0: its checkpoint is the draft training starts from (speculators'
+    own initialisation, the verifier's embeddings and lm_head). Returns the control's run id."""
+    cid = f"{run_id}.untrained"
+    t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
+    train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
+                overrides={"max-steps": 1, "epochs": 1, "lr": 0.0})
+    return cid
+
+
+def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
+    return {"run_id": run_id, **{k: ev.get(k) for k in ACCEPTANCE_KEYS}, **extra}
+
+
+def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
+               controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
+               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None) -> dict:
+    """Serve the run's trained draft with the verifier through vLLM (`evaluate`) and, on the same
+    held-out prompts, the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
+    each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
+    served_layer_ids too). The trained draft's evaluation.json is
+    dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
+    from .evaluate import evaluate  # (evaluate imports data and metrics; kept out of import time)
+
+    kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
+    out = {}
+    with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
+        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, **kw), run_id, kind="trained")
+    t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}", "done")
+    ctl_dest = str(Path(dest) / run_id / "controls")
+    if "untrained" in controls:
+        with t.step("control: the untrained draft (speculators' step 0), served the same way"):
+            cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
+            out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
+                                                  kind="untrained", how="speculators train: 1 step at lr 0")
+        t.note(f"untrained draft: mean acceptance length {out['untrained']['mean_acceptance_length']:.2f}", "done")
+    if "wrong_layers" in controls:
+        with t.step("control: the trained draft fed other layers' hidden states, served the same way"):
+            cid = wrong_layers_draft(t, run_id)
+            cfg = json.loads(t.read_bytes(jobs.run_path(t, cid, "checkpoints", "0", "config.json")) or b"{}")
+            out["wrong_layers"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
+                                                     **cfg.get("specops_control", {}))
+        t.note(f"wrong-layers draft: mean acceptance length {out['wrong_layers']['mean_acceptance_length']:.2f}",
+               "done")
+    return out
+
+
+def ensure_learnable_verifier(t: Transport, path: str, *, seconds: float = 90) -> Optional[dict]:
+    """The learnable verifier at path, trained now if it is missing or speaks another version of
+    the language (its recorded fingerprint differs from this repo's synthlang.py). Its record;
+    None under --dry-run when it would be built."""
+    want = synthlang().describe()["fingerprint"]
+    rec = verifier_record(t, path)
+    if rec and rec.get("language", {}).get("fingerprint") == want:
+        t.note(f"learnable verifier at {path}: language {want}, greedy agreement {rec.get('greedy_agreement')}")
+        return rec
+    with t.step(f"train a tiny Llama verifier on the synthetic language (host CPU, up to {seconds:g} s)"):
+        return data.make_learnable_verifier(t, path, seconds=seconds, overwrite=rec is not None)
+
+
+def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
+         evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"), seconds: float = 90,
+         max_prompts: int = 32, max_tokens: int = 64) -> Optional[dict]:
+    """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
+    with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
+    held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
+    verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
+    "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
+    acceptance()); None under --dry-run. vLLM runs eager here (--enforce-eager: no compile
+    warm-up, a few seconds instead of a minute per server on CPU; the acceptance is the same)."""
     if t.host.profile != "cpu":
         raise SpecopsError(f"the demo runs on a cpu-profile host (`local` by default); {t.host.name} is "
                            f"{t.host.profile}: use `inv pipeline` there")
     bootstrap.bootstrap(t)
-    vpath = f"{t.expand(t.host.workdir_path)}/models/tiny-llama"
-    if not t.exists(f"{vpath}/config.json", "-f"):
-        with t.step("build a tiny random Llama verifier + tokenizer"):
-            data.make_tiny_verifier(t, vpath)
+    vpath = f"{t.workdir}/{DEMO_VERIFIER}"
+    rec = ensure_learnable_verifier(t, vpath, seconds=seconds)
+    if rec is None:  # --dry-run, the verifier planned: what follows reads it
+        t.plan("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
+               "served through vLLM (not shown: they depend on it)")
+        return None
+    # one dataset per verifier build: hidden states of another build are never reused
+    dataset = f"demo-{rec['weights_sha256'][:12]}" if rec and rec.get("weights_sha256") else "demo"
+    eager = ["--enforce-eager"]
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
-        return run(t, data_file=str(convs), dataset="demo", verifier=vpath, backend="vllm", layers="1,3,4,6",
-                   seq_length=512, config="configs/demo.yaml", dest=dest, skip_bootstrap=True,
-                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect)
+        res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm", layers=DEMO_LAYERS,
+                  seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
+                  overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager)
+    if res is None:  # --dry-run
+        return None
+    res["verifier"] = rec
+    if evaluate_drafts:
+        res["num_spec_tokens"] = 3
+        res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
+                                       dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
+                                       max_tokens=max_tokens, vllm_args=eager)
+    return res

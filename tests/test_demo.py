@@ -1,5 +1,7 @@
-"""`inv demo`: the README's main job, on the built-in `local` host (no SSH)."""
+"""`inv demo`: the README's main job, on the built-in `local` host (no SSH): the learnable
+verifier, the pipeline, and the trained draft served by vLLM beside its two controls."""
 
+import json
 import re
 
 import pytest
@@ -12,14 +14,31 @@ pytestmark = [pytest.mark.heavy]
 
 def test_demo_end_to_end(cpu_box, tmp_path):
     """The demo on `local`, with hosts.yaml pointing `local` at the test run's cpu venv (built
-    once per run by the cpu_box fixture) and a fresh workdir: tiny verifier built on the fly,
-    data, vLLM extraction, inspection, a short training run, fetched with checkpoint and plot."""
+    once per run by the cpu_box fixture) and a fresh workdir: learnable verifier trained on the
+    fly, data, vLLM extraction, inspection, training, fetched with checkpoints and plot, then the
+    issue's target on held-out prompts: mean acceptance length >= 2.0 with 3 draft tokens for the
+    trained draft, <= 1.2 for the untrained control, the wrong-layers control clearly worse."""
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp_path / "work")}}}))
-    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), "--steps", "4")
+    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "profile cpu unchanged" in r.stdout
     rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)
     run = tmp_path / "runs" / rid
     assert (run / "metrics.png").is_file() and (run / "metrics.jsonl").stat().st_size > 0
     assert any(p.name.isdigit() for p in (run / "checkpoints").iterdir())
-    assert "profile cpu unchanged" in r.stdout
+    # the acceptance table, as printed (tab-separated on a pipe) and as written
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in r.stdout.splitlines() if "\t" in ln}
+    shown = {k: float(rows[k][1]) for k in ("the trained draft", "untrained (speculators' step 0)",
+                                            "trained, fed other layers")}
+    ev = json.loads((run / "evaluation.json").read_text())
+    ctl = {p.name.rsplit(".", 1)[-1]: json.loads((p / "evaluation.json").read_text())
+           for p in (run / "controls").iterdir()}
+    trained, untrained, wrong = (ev["mean_acceptance_length"], ctl["untrained"]["mean_acceptance_length"],
+                                 ctl["wrong-layers"]["mean_acceptance_length"])
+    assert shown["the trained draft"] == pytest.approx(trained, abs=1e-3)
+    assert shown["untrained (speculators' step 0)"] == pytest.approx(untrained, abs=1e-3)
+    assert ev["num_spec_tokens"] == 3 and ev["prompts"] >= 16
+    assert trained >= 2.0, (trained, untrained, wrong)
+    assert untrained <= 1.2, (trained, untrained, wrong)
+    assert wrong < trained - 0.5, (trained, untrained, wrong)

@@ -261,3 +261,27 @@ def test_regenerate_writes_one_verifier_response_per_prompt(verifier, hosts_file
 def test_regenerate_default_name():
     assert regen.default_name("/x/my convs.v2.jsonl") == "my_convs-regen"
     assert regen.default_name(".hidden.jsonl") == "data-regen"
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_pipeline_regenerate_then_online(verifier, hosts_file, work, tmp_path):
+    """`inv pipeline --regenerate --hidden-states online`: the verifier answers the prompts, those
+    rows are prepared (pre-tokenised: no render server) and trained on online; nothing extracted."""
+    from conftest import inv
+
+    convs = demo_conversations(tmp_path / "pipe-online.jsonl", n=8, seed=5)
+    r = inv("pipeline", "--host", "box", "--hosts", str(hosts_file), "--data", str(convs), "--dataset", "pipe-online",
+            "--verifier", verifier, "--layers", LAYERS, "--seq-length", "256", "--config", "configs/demo.yaml",
+            "--dest", str(tmp_path / "runs"), "--max-steps", "2", "--regenerate", "--hidden-states", "online",
+            "--vllm-arg=--enforce-eager")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
+    assert "regenerated:" in r.stdout and "hidden states online" in r.stdout, r.stdout[-3000:]
+    rid = r.stdout.split("pipeline done: run ", 1)[1].split()[0]
+    assert any(p.name.isdigit() for p in (tmp_path / "runs" / rid / "checkpoints").iterdir())
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        spec = json.loads(t.read_bytes(jobs.run_path(t, rid, "train-spec.json")))
+        assert spec["hidden_states"] == "online"
+        assert not t.run(f"ls {work}/data/pipe-online/hidden_states 2>/dev/null | grep -c safetensors",
+                         changes=False).stdout.strip().strip("0")

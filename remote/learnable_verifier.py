@@ -1,0 +1,252 @@
+"""Build a tiny Llama verifier that has *learnt* something: trained on the host's CPU, within a
+time budget, on the synthetic low-entropy language of remote/synthlang.py, with a local BPE
+tokenizer (every word of the language one token) and the Llama-3 style chat template of
+remote/tiny_verifier.py. Its greedy answers follow the language's rule, so an EAGLE-3 draft
+trained on its hidden states can predict them (a random verifier's draft accepts nothing, which
+is also what a broken pipeline shows).
+
+Launch (what `inv make-verifier --learnable` / `inv demo` send, from the host workdir):
+    <venv>/bin/python3 remote/learnable_verifier.py models/learnable-llama [--seconds 90] [--overwrite]
+        [--steps 400] [--layers 4] [--frozen-layers 2] [--hidden 128] [--heads 2] [--seed 0] [--threads N]
+
+Training runs --steps steps (400: 40-60 s on one core; batches of 8 conversations, AdamW, cosine
+schedule) or stops at --seconds, whichever comes first; one torch thread (--threads 1): with two,
+one busy core (a vLLM server's worker is pinned to one) slows every step tenfold. The first --frozen-layers
+decoder layers keep their random initialisation: they pass the tokens on nearly unchanged (the
+low-level layers), and the layers above learn the language (the high-level ones), so the
+hidden states of low and high layers differ as a real model's do. Trained through all four
+layers, the first one does all the work and layers 1-3 hold nearly the same features (cosine
+0.92-0.97): a draft then works about as well fed the wrong layers as the right ones, and a
+wiring control could not tell them apart.
+
+Writes OUTDIR/{config.json, model.safetensors, generation_config.json, tokenizer.json,
+tokenizer_config.json, chat_template.jinja, specops-verifier.json}; specops-verifier.json (and
+the payload) record the language (synthlang.describe(), with its fingerprint), weights_sha256,
+steps, stopped_by, train_seconds, loss and greedy_agreement, measured before publishing: the
+share of the words it answers greedily, on 16 held-out conversations, that follow the
+language's rule (`synthlang.rule_agreement`). A model below --min-agreement (0.8) is not
+published: the run fails saying so (give it more --seconds).
+
+An existing model at OUTDIR is never replaced without --overwrite; the model is built in a
+temporary directory beside OUTDIR and renamed into place when complete.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import synthlang
+from contract import Refused, emit
+from tiny_verifier import CHAT_TEMPLATE, SPECIALS
+
+KIND = "learnable"
+
+
+def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE on the language (every word of it one token), the tiny verifier's specials
+    and chat template."""
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(synthlang.tokenizer_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|pad|>",
+        mask_token="<|MASK|>", additional_special_tokens=["<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"],
+        model_max_length=2048, padding_side="right")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def single_tokens(tok) -> list:
+    """The words the tokenizer does not encode as one token (with and without a leading space)."""
+    return [w for w in synthlang.WORDS
+            if len(tok.encode(" " + w, add_special_tokens=False)) != 1 or len(tok.encode(w, add_special_tokens=False)) != 1]
+
+
+def encode(tok, messages) -> list:
+    return tok.apply_chat_template(messages, tokenize=True, return_dict=False)
+
+
+def batches(tok, rng, batch_size):
+    """Endless batches of rendered conversations, right-padded: (input_ids, labels, attention_mask)."""
+    pad = tok.pad_token_id
+    while True:
+        seqs = [encode(tok, synthlang.conversation(rng, system=rng.random() < 0.25, turns=1 + (rng.random() < 0.3)))
+                for _ in range(batch_size)]
+        n = max(map(len, seqs))
+        ids = torch.full((batch_size, n), pad, dtype=torch.long)
+        labels = torch.full((batch_size, n), -100, dtype=torch.long)
+        att = torch.zeros((batch_size, n), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s)
+            labels[i, :len(s)] = ids[i, :len(s)]
+            att[i, :len(s)] = 1
+        yield ids, labels, att
+
+
+@torch.no_grad()
+def greedy_agreement(model, tok, convs, n_tokens=24) -> float:
+    """Share of greedily generated words that follow the language's rule from the two words
+    before them (the prompt's last two, then its own), over held-out conversations' first
+    answers (prompt: up to the assistant header)."""
+    model.eval()
+    ok = total = 0
+    for msgs in convs:
+        first = next(i for i, m in enumerate(msgs) if m["role"] == "user")
+        prompt = tok.apply_chat_template(msgs[:first + 1], tokenize=True, add_generation_prompt=True,
+                                         return_dict=False)
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n_tokens, do_sample=False,
+                             pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+        a, n = synthlang.rule_agreement(msgs[first]["content"].split()[-2:] + tok.decode(out).split())
+        ok, total = ok + a, total + n
+    model.train()
+    return ok / max(total, 1)
+
+
+def train(model, tok, args, log):
+    rng = random.Random(args.seed)
+    held_out = synthlang.conversations(16, seed=10_000 + args.seed)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    t0 = time.time()
+    step, losses, stopped = 0, [], "steps"
+    for ids, labels, att in batches(tok, rng, args.batch):
+        frac = max(step / args.steps, (time.time() - t0) / args.seconds)  # (the schedule ends with either)
+        if frac >= 1.0:
+            stopped = "steps" if step >= args.steps else "seconds"
+            break
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        step += 1
+        if step % args.log_every == 0:
+            log(f"step {step}/{args.steps} ({time.time() - t0:.0f} s): loss "
+                f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    return {"steps": step, "stopped_by": stopped, "train_seconds": round(time.time() - t0, 1),
+            "loss": round(sum(losses[-20:]) / max(len(losses[-20:]), 1), 4), "held_out": held_out}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--seconds", type=float, default=90.0, help="training time budget on this host's CPU")
+    ap.add_argument("--steps", type=int, default=400, help="training steps (fewer if --seconds runs out first)")
+    ap.add_argument("--min-agreement", type=float, default=0.8,
+                    help="refuse to publish a model whose greedy agreement is lower")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--kv-heads", type=int, default=1)
+    ap.add_argument("--intermediate", type=int, default=384)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--frozen-layers", type=int, default=2,
+                    help="first decoder layers kept at their random initialisation (not trained)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1: a model this small gains little from more, and with a busy core "
+                         "(a vLLM server's worker) two threads wait on each other: 10x slower; 0: torch's default)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a model already at OUTDIR")
+    args = ap.parse_args()
+    if not 5 <= args.seconds <= 3600:
+        raise Refused(f"--seconds {args.seconds:g}: give 5 to 3600 (the training budget on this host's CPU)")
+    if args.steps < 1:
+        raise Refused(f"--steps {args.steps}: give 1 or more (400 learn the language)")
+    if not 0 <= args.frozen_layers < args.layers:
+        raise Refused(f"--frozen-layers {args.frozen_layers}: give 0 to {args.layers - 1} (some layer must learn)")
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        raise Refused(f"--hidden {args.hidden} / --heads {args.heads} / --kv-heads {args.kv_heads}: "
+                      f"hidden must divide by heads, heads by kv-heads")
+
+    out = Path(args.outdir).expanduser().absolute()
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        if not args.overwrite:
+            raise Refused(f"{out} already holds {'a model' if (out / 'config.json').is_file() else 'files'}: "
+                          f"pass --overwrite to replace it, or choose another path")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    def log(text):
+        print(f"[specops] learnable verifier: {text}", flush=True)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        random.seed(args.seed)
+        torch.manual_seed(args.seed)
+        tok = build_tokenizer(args.vocab)
+        split = single_tokens(tok)
+        if split:
+            raise RuntimeError(f"the tokenizer splits words of the language: {split[:5]} (raise --vocab)")
+        cfg = LlamaConfig(
+            vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=args.intermediate,
+            num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+            head_dim=args.hidden // args.heads, max_position_embeddings=2048, rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            initializer_range=0.02)
+        model = LlamaForCausalLM(cfg)
+        model.config._attn_implementation = "sdpa"
+        for layer in model.model.layers[:args.frozen_layers]:  # (see the module docstring)
+            layer.requires_grad_(False)
+        log(f"{sum(p.numel() for p in model.parameters())} parameters, vocab {len(tok)}, "
+            f"training up to {args.seconds:g} s on {torch.get_num_threads()} thread(s)")
+        res = train(model, tok, args, log)
+        agreement = greedy_agreement(model, tok, res.pop("held_out"))
+        log(f"{res['steps']} steps in {res['train_seconds']} s, loss {res['loss']}, greedy agreement "
+            f"{agreement:.3f} (16 held-out answers)")
+        if agreement < args.min_agreement:
+            raise RuntimeError(f"the verifier did not learn the language in {res['train_seconds']} s "
+                               f"({res['steps']} steps, stopped by --{res['stopped_by']}): greedy agreement "
+                               f"{agreement:.2f} < {args.min_agreement}; give it more --seconds")
+        model = model.to(torch.bfloat16)
+        model.generation_config.do_sample = False
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        weights = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()[:16]
+        record = {"kind": KIND, "language": synthlang.describe(), "greedy_agreement": round(agreement, 4),
+                  "weights_sha256": weights, "frozen_layers": args.frozen_layers,
+                  "layers": args.layers, "hidden": args.hidden, "vocab": len(tok), "dtype": "bfloat16",
+                  "params": sum(p.numel() for p in model.parameters()), "seed": args.seed, **res}
+        (tmp / "specops-verifier.json").write_text(json.dumps(record, indent=1) + "\n")
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    emit({"ok": True, "path": str(out), "shape": "llama", **record})
+    return 0
+
+
+if __name__ == "__main__":
+    import contract
+
+    contract.main(main)

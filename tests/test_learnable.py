@@ -1,0 +1,148 @@
+"""The learnable verifier (issue 15): with a random verifier every draft accepts nothing, which is
+also what a broken pipeline shows. Here a tiny Llama learns the synthetic language of
+remote/synthlang.py on the host's CPU; the pipeline trains an EAGLE-3 draft on its hidden
+states over the real sshd; vLLM (CPU) serves verifier + draft; and the measured acceptance must
+beat the controls measured on the same held-out prompts: the untrained draft (speculators'
+step 0) and the trained draft fed other layers' hidden states than it was trained on (an
+off-by-one between extraction and serving). The heavy work runs once (session fixture)."""
+
+import json
+import random
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+LAYERS = "1,2,3,4"
+
+
+def synthlang():
+    from specops.pipeline import synthlang as load
+
+    return load()
+
+
+# -- the language (stdlib, no host) ---------------------------------------------------------------
+
+
+def test_language_is_seeded_second_order_and_low_entropy():
+    lang = synthlang()
+    assert lang.describe() == lang.describe() and len(lang.describe()["fingerprint"]) == 16
+    pairs = list(zip(lang.LOOP, lang.LOOP[1:] + lang.LOOP[:1]))
+    assert len(set(pairs)) == len(pairs) == lang.LOOP_LEN  # `a b` never comes twice in LOOP
+    assert set(lang.LOOP) == set(lang.WORDS)
+    # the current word alone does not tell the next one (the word before it does)
+    assert min(len(set(v)) for v in lang.PLACES.values()) >= 2
+    a, b = lang.LOOP[0], lang.LOOP[1]
+    assert lang.rule_agreement([a, b] + lang.oracle_continuation(a, b, 50)) == (50, 50)
+    # sampled conversations follow the rule about P_NEXT of the time, and are seeded
+    assert lang.conversations(5, seed=3) == lang.conversations(5, seed=3) != lang.conversations(5, seed=4)
+    words = [w for c in lang.conversations(200, seed=1) for m in c if m["role"] == "assistant"
+             for w in m["content"].split()]
+    ok, n = lang.rule_agreement(words)
+    assert abs(ok / n - lang.P_NEXT) < 0.05 and all(w in lang.WORDS for w in words)
+    rng = random.Random(0)
+    conv = lang.conversation(rng, system=True, turns=2)
+    assert [m["role"] for m in conv] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_demo_conversations_are_the_language(tmp_path):
+    from specops.pipeline import demo_conversations
+
+    rows = [json.loads(x) for x in demo_conversations(tmp_path / "c.jsonl", n=12).read_text().splitlines()]
+    assert len(rows) == 12 and all(r["conversations"][-1]["role"] == "assistant" for r in rows)
+    words = rows[0]["conversations"][-1]["content"].split()
+    assert set(words) <= set(synthlang().WORDS)
+
+
+# -- on the host: verifier, pipeline, acceptance (heavy) -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def learnable(cpu_box, hosts_file, work, tmp_path_factory):
+    """Once per test run, on `box` over the real sshd: the learnable verifier, the pipeline on
+    160 conversations of its language (prepare + extract through one vLLM server, inspect, train
+    with configs/demo.yaml, fetch), and the acceptance of the trained draft and both controls on
+    the run's validation split (16 prompts, 48 tokens each; vLLM eager)."""
+    from specops import data, inventory, pipeline
+    from specops.connection import connect
+
+    h = inventory.load(str(hosts_file)).get("box")
+    tmp = tmp_path_factory.mktemp("learnable")
+    vpath, dest = f"{work}/models/learnable-llama", tmp / "runs"
+    convs = pipeline.demo_conversations(tmp / "convs.jsonl", n=160, seed=7)
+    eager = ["--enforce-eager"]
+    with connect(h) as t:
+        rec = data.make_learnable_verifier(t, vpath, seconds=300)  # (its 400 steps end it first)
+        res = pipeline.run(t, data_file=str(convs), dataset="learn", verifier=vpath, layers=LAYERS, seq_length=512,
+                           config="configs/demo.yaml", dest=str(dest), skip_bootstrap=True, vllm_args=eager)
+        acc = pipeline.acceptance(t, res["run_id"], dataset=f"{work}/data/learn", verifier=vpath, dest=str(dest),
+                                  controls=("untrained", "wrong_layers"), max_prompts=16, max_tokens=48,
+                                  vllm_args=eager)
+    return {"verifier": rec, "path": vpath, "run_id": res["run_id"], "dest": dest, "acceptance": acc, "host": h}
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_learnable_verifier_learnt_the_language(learnable):
+    rec = learnable["verifier"]
+    assert rec["ok"] and rec["kind"] == "learnable" and rec["greedy_agreement"] >= 0.8, rec
+    assert rec["language"]["fingerprint"] == synthlang().describe()["fingerprint"]
+    assert 0 < rec["steps"] <= 400 and rec["stopped_by"] in ("steps", "seconds") and rec["layers"] == 4
+    assert rec["frozen_layers"] == 2 and len(rec["weights_sha256"]) == 16
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_box):
+    from specops import data, pipeline
+    from specops.connection import connect
+    from specops.errors import SpecopsError
+    from specops.remote_exec import decode_payload
+
+    with connect(learnable["host"]) as t:
+        with pytest.raises(SpecopsError, match="already holds files: pass --overwrite"):
+            data.make_learnable_verifier(t, learnable["path"])
+        assert pipeline.verifier_record(t, learnable["path"])["weights_sha256"] == \
+            learnable["verifier"]["weights_sha256"]
+    # the script itself refuses too (and bad input): one framed line, exit 2, nothing written
+    py = f"{cpu_box['venv']}/bin/python3"
+    for args, want in (([learnable["path"]], "pass --overwrite"), (["/tmp/specops-never", "--seconds", "1"],
+                                                                     "--seconds 1: give 5 to 3600")):
+        p = subprocess.run([py, "remote/learnable_verifier.py", *args], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+        got = decode_payload(p.stdout)
+        assert p.returncode == 2 and got["ok"] is False and want in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_trained_draft_beats_the_untrained_control(learnable):
+    acc = learnable["acceptance"]
+    tr, un = acc["trained"], acc["untrained"]
+    for a in (tr, un):
+        assert a["counters"]["drafts"] > 0 and a["counters"]["draft_tokens"] == 3 * a["counters"]["drafts"]
+        assert len(a["acceptance_by_position"]) == 3
+    assert tr["prompts"] == un["prompts"] == 16  # the same held-out prompts (the run's validation split)
+    assert tr["mean_acceptance_length"] >= 2.0, acc
+    assert un["mean_acceptance_length"] <= 1.2, acc
+    assert tr["mean_acceptance_length"] - un["mean_acceptance_length"] >= 0.8, acc
+    assert tr["acceptance_by_position"][0] >= un["acceptance_by_position"][0] + 0.4, acc
+    ev = json.loads((learnable["dest"] / learnable["run_id"] / "evaluation.json").read_text())
+    assert ev["mean_acceptance_length"] == tr["mean_acceptance_length"]
+    assert (learnable["dest"] / learnable["run_id"] / "controls" / un["run_id"] / "evaluation.json").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_draft_fed_other_layers_is_clearly_worse(learnable):
+    """The negative control that proves the wiring: the same trained weights, served with each
+    aux layer id one higher than the hidden states it was trained on (an off-by-one between
+    extraction and serving), lose about half of their accepted tokens on the same prompts."""
+    acc = learnable["acceptance"]
+    tr, wrong = acc["trained"], acc["wrong_layers"]
+    assert wrong["prompts"] == tr["prompts"]
+    assert wrong["mean_acceptance_length"] <= tr["mean_acceptance_length"] - 0.8, acc
+    assert wrong["served_layer_ids"] == [i + 1 for i in wrong["trained_layer_ids"]] == [2, 3, 4]
+    assert all(w < t for w, t in zip(wrong["acceptance_by_position"], tr["acceptance_by_position"])), acc
