@@ -37,9 +37,7 @@ import json
 import math
 import os
 import random
-import shutil
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -49,7 +47,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import synthlang
 from contract import Refused, emit
-from tiny_verifier import CHAT_TEMPLATE, SPECIALS
+from tiny_verifier import CHAT_TEMPLATE, SPECIALS, publishing, refuse_existing
 
 KIND = "learnable"
 
@@ -180,22 +178,14 @@ def main():
         raise Refused(f"--hidden {args.hidden} / --heads {args.heads} / --kv-heads {args.kv_heads}: "
                       f"hidden must divide by heads, heads by kv-heads")
 
-    out = Path(args.outdir).expanduser().absolute()
-    if out.is_file() or (out.is_dir() and any(out.iterdir())):
-        if not args.overwrite:
-            raise Refused(f"{out} already holds {'a model' if (out / 'config.json').is_file() else 'files'}: "
-                          f"pass --overwrite to replace it, or choose another path")
+    refuse_existing(args.outdir, args.overwrite)  # (before the time is spent)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     def log(text):
         print(f"[specops] learnable verifier: {text}", flush=True)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with publishing(args.outdir, args.overwrite) as (out, tmp):
         random.seed(args.seed)
         torch.manual_seed(args.seed)
         tok = build_tokenizer(args.vocab)
@@ -233,15 +223,6 @@ def main():
                   "layers": args.layers, "hidden": args.hidden, "vocab": len(tok), "dtype": "bfloat16",
                   "params": sum(p.numel() for p in model.parameters()), "seed": args.seed, **res}
         (tmp / "specops-verifier.json").write_text(json.dumps(record, indent=1) + "\n")
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     emit({"ok": True, "path": str(out), "shape": "llama", **record})
     return 0
 

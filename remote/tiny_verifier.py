@@ -23,6 +23,7 @@ temporary directory beside OUTDIR and renamed into place when complete.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -251,6 +252,39 @@ def build_kimi(args, tok, outdir):
             "model_class": type(back).__name__}
 
 
+
+def refuse_existing(outdir, overwrite):
+    """OUTDIR as an absolute Path, refused if it holds files and overwrite is off."""
+    out = Path(outdir).expanduser().absolute()
+    if (out.is_file() or (out.is_dir() and any(out.iterdir()))) and not overwrite:
+        raise Refused(f"{out} already holds {'a model' if (out / 'config.json').is_file() else 'files'}: "
+                      f"pass --overwrite to replace it, or choose another path")
+    return out
+
+
+@contextlib.contextmanager
+def publishing(outdir, overwrite):
+    """Yields (out, tmp): build the model in tmp (beside OUTDIR); when the block ends without an
+    error tmp replaces OUTDIR whole, else it is removed and OUTDIR is untouched. An OUTDIR that
+    holds files is refused unless overwrite."""
+    out = refuse_existing(outdir, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield out, tmp
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
@@ -273,28 +307,10 @@ def main():
     if args.layers is None:
         args.layers = 8 if args.shape == "kimi" else 6
 
-    out = Path(args.outdir).expanduser().absolute()
-    if out.is_file() or (out.is_dir() and any(out.iterdir())):
-        if not args.overwrite:
-            raise Refused(f"{out} already holds {'a model' if (out / 'config.json').is_file() else 'files'}: "
-                          f"pass --overwrite to replace it, or choose another path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with publishing(args.outdir, args.overwrite) as (out, tmp):
         torch.manual_seed(args.seed)
         tok = build_tokenizer(args.vocab)
         res = (build_kimi if args.shape == "kimi" else build_llama)(args, tok, str(tmp))
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     emit({"ok": True, "path": str(out), **res})
     return 0
 
