@@ -124,19 +124,24 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
 
 @task(help={**COMMON, "run_id": "run to fetch (default: the newest)", "dest": "local folder for runs (default runs/)",
             "bwlimit": "rsync bandwidth limit, KiB/s (0: none)",
-            "streams": "SSH streams at once (default: from the measured link: 1 on a LAN, up to 8 on a slow one)"})
-def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams=None):
+            "streams": "SSH streams at once (default: from the measured link: 1 on a LAN, up to 8 on a slow one)",
+            "checkpoint": "only this checkpoint (a name such as 2, or best-served: the one `inv evaluate "
+                          "--checkpoints all --pick` recorded) with the run's logs and records"})
+def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams=None, checkpoint=None):
     """Pull a run back: several streams on a slow link, resumable, every file checked against the host's sha256."""
     multi = is_multi(c, host)
     if multi and not run_id:
         raise Exit("specops: fetch from a group needs --run-id")
+    if multi and checkpoint:
+        raise Exit("specops: fetch --checkpoint takes one host (the one the run was evaluated on), not a group")
 
     def one(t):
         with views.transfer_progress(f"fetch {run_id or 'newest run'} from {t.host.name}") as bar:
             return _fetch.fetch(t, run_id, dest, bwlimit=int(bwlimit), node=multi, streams=_int(streams),
-                                on_progress=None if multi else bar)
+                                on_progress=None if multi else bar, checkpoint=checkpoint)
 
-    over(c, host, hosts, f"fetch {run_id}", one, show=lambda t, r: views.fetched(r), describe=views.fetched_summary)
+    over(c, host, hosts, f"fetch {run_id}", one, describe=views.fetched_summary,
+         show=lambda t, r: views.fetched_checkpoint(r) if checkpoint else views.fetched(r))
 
 
 @task(name="inspect-data", help={**COMMON, "json": JSON, "path": "data directory on the host (default: <workdir>/data/default)",
@@ -235,16 +240,29 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
 
 
 @task(name="make-verifier", help={**COMMON, "dry_run": DRY_RUN, "path": "where on the host (default "
-                                  "<workdir>/models/tiny-<shape>)", "layers": "decoder layers (default: llama 6, kimi 8)",
+                                  "<workdir>/models/tiny-<shape>; --learnable: <workdir>/models/learnable-llama)",
+                                  "layers": "decoder layers (default: llama 6, kimi 8)",
                                   "hidden": "hidden size (default 256)", "overwrite": "replace a model already there",
                                   "shape": "llama (default) or kimi: Kimi-K2.5's config shape (multimodal wrapper, "
-                                           "DeepSeek-V3 MoE text_config, custom code)"})
+                                           "DeepSeek-V3 MoE text_config, custom code)",
+                                  "learnable": "a tiny Llama that learnt the demo's synthetic language on the host's "
+                                               "CPU (its drafts can be accepted; a random verifier's never are)",
+                                  "seconds": "--learnable: training time cap (default 90)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
-                  dry_run=False):
-    """Build a tiny random verifier + local tokenizer on the host (no model hub needed)."""
+                  learnable=False, seconds=90.0, dry_run=False):
+    """Build a tiny verifier + local tokenizer on the host (no model hub needed): random, or
+    --learnable (trained on the synthetic language of remote/synthlang.py: what the demo uses)."""
     if shape not in ("llama", "kimi"):
         raise Exit(f"specops: --shape {shape!r}: choose llama or kimi")
+    if learnable and (shape != "llama" or layers or int(hidden) != 256):
+        raise Exit("specops: --learnable builds its own shape (4 layers, hidden 128): drop --shape/--layers/--hidden")
     with session(c, host, hosts, dry_run) as t:
+        if learnable:
+            res = _data.make_learnable_verifier(t, path or f"{t.workdir}/{_pipeline.DEMO_VERIFIER}",
+                                                seconds=float(seconds), overwrite=overwrite)
+            if res is not None:
+                views.line(views.learnable_verifier(res))
+            return
         res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
                                        hidden=int(hidden), shape=shape, overwrite=overwrite)
         if res is not None:
@@ -326,50 +344,77 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
                        + f" (run {res['run_id']}); next: `{res['next']}`")
 
 
-@task(help={**COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",
-            "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
-            "seq_length": "max tokens per row (default 2048)", "config": "training config",
-            "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps"})
+@task(iterable=["vllm_arg"], help={
+    **COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",
+    "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
+    "seq_length": "max tokens per row (default 2048)", "config": "training config",
+    "dest": "local folder for runs (default runs/)", "max_steps": "override: stop training after N steps",
+    "regenerate": "first have the verifier answer the prompts (`inv regenerate`): train on its own responses",
+    "hidden_states": "offline (default: extracted files), online (the training's own vLLM server, nothing stored) "
+                     "or auto (offline when the files fit the disk budget)",
+    "disk_budget": "auto: GiB of hidden states the host's disk may hold (default: the free space, less 10%)",
+    "vllm_arg": VLLM_ARG})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
-             seq_length=2048, config=None, dest="runs", max_steps=None, dry_run=False):
-    """bootstrap, check, prepare-data, extract, inspect-data, train, fetch: the whole job on one host."""
+             seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
+             disk_budget=None, dry_run=False, vllm_arg=None):
+    """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host."""
     if not data:
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
     with session(c, host, hosts, dry_run) as t:
         _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
                       seq_length=int(seq_length), config=config, dest=dest, on_inspect=views.inspect,
-                      overrides={"max-steps": int(max_steps)} if max_steps else None)
+                      overrides={"max-steps": int(max_steps)} if max_steps else None, regenerate=regenerate,
+                      hidden_states=hidden_states, vllm_args=list(vllm_arg or []),
+                      disk_budget_gb=None if disk_budget is None else float(disk_budget))
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)",
-            "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, dry_run=False):
-    """The whole pipeline on `local` with a tiny random verifier built on the fly, on CPU."""
+            "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps",
+            "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; "
+                        "--no-evaluate skips it)"})
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, dry_run=False):
+    """The whole pipeline on `local`, on CPU: a tiny verifier that learnt a synthetic language, its
+    draft trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts."""
     with session(c, host, hosts, dry_run) as t:
-        _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect)
+        res = _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect, evaluate_drafts=evaluate)
+        if res and res.get("acceptance"):
+            views.demo_acceptance(res)
 
 
 @task(iterable=["vllm_arg"], help={**COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
             "checkpoint": "best (default) or an epoch number",
+            "checkpoints": "several checkpoints served in turn: all, or names such as 0,2 (instead of --checkpoint)",
+            "pick": "with --checkpoints: record the best by served mean acceptance length in the run's record "
+                    "(`inv fetch --checkpoint best-served` brings it)",
             "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation split)",
             "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
             "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)",
             "dry_run": DRY_RUN})
-def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", prompts=None, num_spec_tokens=3,
-             max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False, vllm_arg=None):
+def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
+             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False, vllm_arg=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
     if not run_id:
         raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
+    if checkpoints is not None and checkpoint != "best":
+        raise Exit(f"specops: evaluate takes --checkpoint {checkpoint} (one) or --checkpoints {checkpoints} "
+                   f"(several), not both")
+    if pick and checkpoints is None:
+        raise Exit("specops: --pick chooses among checkpoints: add --checkpoints all (or names such as 0,2)")
+    kw = dict(prompts=prompts, num_spec_tokens=int(num_spec_tokens), max_prompts=int(max_prompts),
+              max_tokens=int(max_tokens), dest=dest, **_vllm(vllm_arg))
 
     def show(t, ev):
         views.evaluation(run_id, ev, _evaluate.CAUSES)
         views.line(f"evaluation written to {dest}/{run_id}/evaluation.json (on the host: runs/{run_id}/)"
                    + (f"; plot {ev['plot']}" if ev.get("plot") else ""))
 
-    over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate(
-        t, run_id, checkpoint=checkpoint, prompts=prompts, num_spec_tokens=int(num_spec_tokens),
-        max_prompts=int(max_prompts), max_tokens=int(max_tokens), dest=dest, **_vllm(vllm_arg)), show=show, as_json=json,
-        dry_run=dry_run, group=False)
+    if checkpoints is not None:
+        over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate_checkpoints(t, run_id, checkpoints, pick=pick, **kw),
+             show=lambda t, r: views.evaluation_checkpoints(run_id, r, dest, _evaluate.CAUSES, t.hint), as_json=json,
+             dry_run=dry_run, group=False)
+        return
+    over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate(t, run_id, checkpoint=checkpoint, **kw), show=show,
+         as_json=json, dry_run=dry_run, group=False)
 
 
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,

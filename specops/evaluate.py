@@ -1,14 +1,22 @@
-"""evaluate: serve the verifier + a run's draft through vLLM; acceptance beside training accuracy."""
+"""evaluate: serve the verifier + a run's draft through vLLM; acceptance beside training accuracy.
+
+evaluate() serves one checkpoint; evaluate_checkpoints() serves several in turn (evaluate() for
+each), compares their mean acceptance length and, with pick=True, records the best in the run's
+record on the host (runs/R/run.json, field best_served), which `inv fetch --checkpoint
+best-served` reads.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-from . import jobs, metrics
+from . import fetch, jobs, metrics
 from .data import remote_input
 from .errors import SpecopsError
 from .remote_exec import run_script
@@ -29,15 +37,22 @@ def gap_flags(ev: dict, train_acc: dict) -> list[str]:
     return flags
 
 
-def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
-             num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
-             vllm_args: Optional[list] = None) -> Optional[dict]:
+def _spec(t: Transport, run_id: str) -> dict:
     jobs.validate_run_id(run_id)
     spec_raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
     if not spec_raw:
         raise SpecopsError(f"evaluate: no training run {run_id!r} on {t.host.name} (no train-spec.json): "
                            f"`{t.hint('status')}` lists the runs")
-    spec = json.loads(spec_raw)
+    return json.loads(spec_raw)
+
+
+def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
+             num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
+             vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
+             write: bool = True) -> Optional[dict]:
+    """One checkpoint served; its evaluation (None under --dry-run). The host keeps it as
+    runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png."""
+    spec = _spec(t, run_id)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
             "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens)]
@@ -53,7 +68,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
             for cmd in plan.get("commands", []):
                 t.plan("would start: " + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
-    result = jobs.run_path(t, run_id, "evaluation.json")
+    result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
     if code is None:  # --dry-run
@@ -70,8 +85,9 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     ev["flags"] = gap_flags(ev, ev["training_accuracy"])
     if ev["flags"]:
         ev["likely_causes"] = CAUSES
-    (local / "evaluation.json").write_text(json.dumps(ev, indent=1))
-    ev["plot"] = plot(ev, local / "acceptance.png")
+    if write:
+        (local / "evaluation.json").write_text(json.dumps(ev, indent=1))
+        ev["plot"] = plot(ev, local / "acceptance.png")
     return ev
 
 
@@ -95,6 +111,163 @@ def plot(ev: dict, path: Path) -> Optional[str]:
     ax.set_xticks(xs)
     ax.legend()
     ax.set_title(f"mean acceptance length {ev.get('mean_acceptance_length', 0):.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def select(have: list[str], which: str, run_id: str, host: str) -> list[str]:
+    """`--checkpoints all` or `0,2,...` against the run's checkpoints (in the order given, once each)."""
+    listed = ", ".join(have) or "none"
+    if not have:
+        raise SpecopsError(f"evaluate: run {run_id} on {host} has no checkpoint yet (none under checkpoints/): "
+                           f"train it first")
+    if which.strip() == "all":
+        return list(have)
+    want = list(dict.fromkeys(x.strip() for x in which.split(",") if x.strip()))
+    if not want:
+        raise SpecopsError(f"evaluate --checkpoints {which!r}: give all or names such as 0,2 (have: {listed})")
+    unknown = [x for x in want if x not in have]
+    if unknown:
+        raise SpecopsError(f"evaluate --checkpoints: no checkpoint {', '.join(map(repr, unknown))} in run {run_id} on "
+                           f"{host} (have: {listed})")
+    return want
+
+
+def val_accuracy(t: Transport, run_id: str, name: str) -> Optional[dict]:
+    """The checkpoint's own validation accuracies (speculators' checkpoints/N/val_metrics.json):
+    {"full": [per position], "cond": [...]}, or None when it has none."""
+    raw = t.read_bytes(jobs.run_path(t, run_id, "checkpoints", name, "val_metrics.json"))
+    try:
+        vm = json.loads(raw) if raw else None
+    except ValueError:
+        vm = None
+    if not isinstance(vm, dict):
+        return None
+    out: dict = {}
+    for kind in ("full", "cond"):
+        pos = sorted(int(k[len(kind) + 5:-6]) for k in vm
+                     if k.startswith(f"{kind}_acc_") and k.endswith("_epoch") and k[len(kind) + 5:-6].isdigit())
+        out[kind] = [vm[f"{kind}_acc_{k}_epoch"] for k in pos]
+    return out if out["full"] or out["cond"] else None
+
+
+ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position", "counters",
+              "draft_acceptance_rate", "prompts", "generated_tokens", "seconds")
+
+
+def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
+                         prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
+                         max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None) -> Optional[dict]:
+    """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts. The
+    result is the best one's evaluation (by mean acceptance length; the first of equals) with
+    "best_checkpoint" and "checkpoints" (one entry per checkpoint: its acceptance, its own
+    validation accuracy, flags), written to dest/R/evaluation.json, and acceptance.png (mean
+    acceptance length per checkpoint). pick=True records the best in the run's record on the host
+    ("picked"). None under --dry-run."""
+    _spec(t, run_id)  # (an unknown run: the same line as evaluate's)
+    names = select(fetch.run_checkpoints(t, run_id), checkpoints, run_id, t.host.name)
+    evs: list[tuple[str, dict]] = []
+    for i, name in enumerate(names, 1):
+        t.note(f"evaluate {run_id}: checkpoint {name} ({i} of {len(names)})")
+        try:
+            ev = evaluate(t, run_id, checkpoint=name, prompts=prompts, num_spec_tokens=num_spec_tokens,
+                          max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_args=vllm_args,
+                          result_name=f"evaluation/checkpoint-{name}.json", write=False)
+        except SpecopsError as e:
+            raise SpecopsError(f"checkpoint {name}: {e}", detail=e.detail) from None
+        if ev is not None:
+            evs.append((name, ev))
+    if t.dry_run:
+        if pick:
+            t.plan(f"would record the best of checkpoints {', '.join(names)} as `{fetch.PICK}` in "
+                   f"{jobs.run_path(t, run_id, fetch.RUN_RECORD)}")
+        return None
+    entries = []
+    for name, ev in evs:
+        val = val_accuracy(t, run_id, name)
+        flags = gap_flags(ev, {"cond": dict(enumerate(val["cond"]))}) if val else ev.get("flags", [])
+        entries.append({"checkpoint": name, "path": ev.get("checkpoint"), **{k: ev.get(k) for k in ENTRY_KEYS},
+                        "val_accuracy": val, "flags": flags})
+    best = max(range(len(evs)), key=lambda i: evs[i][1].get("mean_acceptance_length") or 0.0)
+    name, ev = evs[best]
+    res = {**ev, "best_checkpoint": name, "checkpoints": entries}
+    if pick:
+        res["picked"] = record_pick(t, run_id, {
+            "checkpoint": name, "mean_acceptance_length": ev.get("mean_acceptance_length"),
+            "acceptance_by_position": ev.get("acceptance_by_position"), "num_spec_tokens": ev.get("num_spec_tokens"),
+            "prompts": ev.get("prompts"), "prompt_source": ev.get("prompt_source"), "evaluated": names,
+            "at": time.time()})
+    local = Path(dest) / run_id
+    (local / "evaluation.json").write_text(json.dumps(res, indent=1))
+    res["plot"] = plot_checkpoints(res, local / "acceptance.png")
+    return res
+
+
+def record_pick(t: Transport, run_id: str, pick: dict) -> dict:
+    """Set the run's record's best_served field on the host: the record is read, then written
+    whole (a temporary file beside it, renamed over it). Returns the pick with where it went."""
+    path = jobs.run_path(t, run_id, fetch.RUN_RECORD)
+    raw = t.read_bytes(path)
+    try:
+        rec = json.loads(raw) if raw else {}
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict):
+        raise SpecopsError(f"evaluate --pick: {path} on {t.host.name} is not a JSON object: the pick was not "
+                           f"recorded (fix or move that file, then run --pick again)")
+    rec[fetch.PICK] = pick
+    fd, tmp = tempfile.mkstemp(prefix="specops-pick-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(rec, f, indent=1, default=str)
+        part = f"{path}.{os.getpid()}.tmp"
+        t.put(tmp, part)
+        t.check(f"mv -f {shlex.quote(part)} {shlex.quote(path)}", "recording the served pick")
+    finally:
+        os.unlink(tmp)
+    return {**pick, "record": path}
+
+
+def plot_checkpoints(res: dict, path: Path) -> Optional[str]:
+    """acceptance.png of several checkpoints: mean acceptance length per checkpoint (the best one
+    marked), beside the acceptance per draft position of each."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    entries = res.get("checkpoints") or []
+    names = [e["checkpoint"] for e in entries]
+    k = res.get("num_spec_tokens") or 0
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = list(range(len(entries)))
+    mal = [e.get("mean_acceptance_length") or 0.0 for e in entries]
+    a1.plot(xs, mal, "o-", label="served: mean acceptance length")
+    if res.get("best_checkpoint") in names:
+        b = names.index(res["best_checkpoint"])
+        a1.plot([b], [mal[b]], "*", markersize=16, label=f"best: checkpoint {names[b]}")
+    a1.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    a1.set_xticks(xs)
+    a1.set_xticklabels(names)
+    a1.set_xlabel("checkpoint")
+    a1.set_ylabel("mean acceptance length")
+    a1.set_ylim(0.9, max(k + 1, max(mal, default=1.0)) + 0.1)
+    a1.legend()
+    for e in entries:
+        acc = e.get("acceptance_by_position") or []
+        a2.plot(range(len(acc)), acc, "o-", label=f"checkpoint {e['checkpoint']}")
+    a2.set_xlabel("draft position")
+    a2.set_ylabel("accepted / drafts")
+    a2.set_ylim(0, 1)
+    a2.set_xticks(list(range(k)))
+    if entries:
+        a2.legend()
+    fig.suptitle(f"{Path(path).parent.name}: acceptance per checkpoint ({res.get('prompts')} prompts, "
+                 f"{k} draft tokens)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

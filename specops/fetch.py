@@ -8,6 +8,12 @@ size+mtime+ctime) and every local file is checked against it (a file that arrive
 hashed on arrival: its digest seeds the local cache, so it is not read again); a mismatch (say,
 a checkpoint still being written) is fetched again, up to ``tries`` times. The `local` host
 copies with rsync, then verifies the same way.
+
+``checkpoint=NAME`` (or ``best-served``: the one `inv evaluate --checkpoints ... --pick` recorded
+in the run's record, runs/R/run.json) brings that checkpoint and everything of the run that is
+not a checkpoint (logs, records, evaluations): the other checkpoint directories and their
+aliases (checkpoint_best, epochN_end: symlinks) stay on the host; the files it brings are
+verified the same way.
 """
 
 from __future__ import annotations
@@ -98,18 +104,25 @@ def check_writable(dest: Path) -> None:
                            f"choose another --dest or fix its permissions") from None
 
 
+def _kept(remote: dict, only: Optional[set]) -> dict:
+    """The manifest's entries a partial fetch brings (all of them without `only`)."""
+    return remote if only is None else {rel: f for rel, f in remote.items() if rel in only}
+
+
 def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwlimit: int = 0,
               progress: bool = False, streams: Optional[int] = None,
-              on_progress: Optional[Callable[[int, int], None]] = None) -> dict:
+              on_progress: Optional[Callable[[int, int], None]] = None, only: Optional[set] = None) -> dict:
     """Transfer, then verify every file against the host's sha256 manifest. The host hashes while
     the streams run (its cache makes an unchanged file free); an unchanged re-fetch compares the
     two cached manifests and sends nothing. on_progress(done_bytes, total_bytes) follows the
-    transfer (from worker threads); without one, progress=True draws a bar."""
+    transfer (from worker threads); without one, progress=True draws a bar. `only`: the relative
+    paths to bring (and verify); the rest of remote_dir stays on the host."""
     check_writable(dest)
     if not hasattr(t, "ssh_command"):  # the local host
         t.ensure_pushed()
         had_files = any(p.is_file() for p in dest.rglob("*") if not p.name.startswith(".specops"))
-        return _fetch_copy(t, remote_dir, dest, tries=tries, bwlimit=bwlimit, progress=progress, had_files=had_files)
+        return _fetch_copy(t, remote_dir, dest, tries=tries, bwlimit=bwlimit, progress=progress, had_files=had_files,
+                           only=only)
     had_files = any(p.is_file() for p in dest.rglob("*") if not p.name.startswith(".specops"))
     # a first fetch measures the link first: its probe (a connection of its own) runs while the
     # push check and the listing go on
@@ -120,13 +133,13 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
         t.ensure_pushed()  # (before the manifest thread, which shares this connection)
         remote: Optional[dict] = None
         if had_files:  # an unchanged re-fetch: two cached manifests, nothing sent, no stream opened
-            remote = remote_manifest(t, remote_dir)
+            remote = _kept(remote_manifest(t, remote_dir), only)
             if not diff(remote, local_manifest(dest)):
                 return _done(dest, remote, 0)
             link = transfer.LinkCheck(t, streams)
         for attempt in range(1, tries + 1):
             # listing first (this connection), then the host hashes while the streams run
-            dl = transfer.Download(t, remote_dir, dest, only=set(bad) if attempt > 1 else None, force=attempt > 1,
+            dl = transfer.Download(t, remote_dir, dest, only=set(bad) if attempt > 1 else only, force=attempt > 1,
                                    streams=streams, bwlimit=bwlimit, what="fetch", link=link)
             pending = pool.submit(remote_manifest, t, remote_dir) if remote is None else None
             with _bar(t, progress and on_progress is None and attempt == 1, dest.name) as sink:
@@ -135,10 +148,10 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
             seed_local_cache(dest, rep["hashed"])
             local = local_manifest(dest)
             if pending is not None:
-                remote = pending.result()
+                remote = _kept(pending.result(), only)
             bad = diff(remote, local)
             if bad:  # the host may have changed files since it hashed them: hash again, then judge
-                remote = remote_manifest(t, remote_dir)
+                remote = _kept(remote_manifest(t, remote_dir), only)
                 bad = diff(remote, local)
             if not bad:
                 return _done(dest, remote, attempt, rep)
@@ -163,23 +176,44 @@ def _bar(t: Transport, show: bool, label: str):
     return _progress_sink(True, f"{t.host.name}: {label}")
 
 
+def _copy_only(t: Transport, remote_dir: str, dest: Path, rels: set, force: bool) -> None:
+    """The local host, a partial fetch: copy these files (those whose size or mtime differ, or all
+    of them when forced)."""
+    root = Path(t.expand(remote_dir))
+    for rel in sorted(rels):
+        src, dst = root / rel, dest / rel
+        try:
+            a = src.stat()
+        except OSError:
+            continue  # (gone since the listing: the manifest no longer has it either)
+        if not force and dst.is_file():
+            b = dst.stat()
+            if (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns):
+                continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        t.get(str(src), str(dst))
+
+
 def _fetch_copy(t: Transport, remote_dir: str, dest: Path, *, tries: int, bwlimit: int, progress: bool,
-                had_files: bool) -> dict:
-    """The local host: a copy (rsync), verified the same way."""
+                had_files: bool, only: Optional[set] = None) -> dict:
+    """The local host: a copy (rsync; with `only`, of those files), verified the same way."""
     pool = ThreadPoolExecutor(1)
     try:
         pending = pool.submit(remote_manifest, t, remote_dir)
-        if had_files and not diff(pending.result(), local_manifest(dest)):
-            return _done(dest, pending.result(), 0)
+        if had_files and not diff(_kept(pending.result(), only), local_manifest(dest)):
+            return _done(dest, _kept(pending.result(), only), 0)
         bad: list[str] = []
         for attempt in range(1, tries + 1):
-            t.sync_down(remote_dir, str(dest), partial=True, progress=progress and attempt == 1,
-                        checksum=attempt > 1, bwlimit=bwlimit)
+            if only is not None:
+                _copy_only(t, remote_dir, dest, set(bad) if attempt > 1 else only, force=attempt > 1)
+            else:
+                t.sync_down(remote_dir, str(dest), partial=True, progress=progress and attempt == 1,
+                            checksum=attempt > 1, bwlimit=bwlimit)
             local = local_manifest(dest)
-            remote = pending.result()
+            remote = _kept(pending.result(), only)
             bad = diff(remote, local)
             if bad:
-                remote = remote_manifest(t, remote_dir)
+                remote = _kept(remote_manifest(t, remote_dir), only)
                 bad = diff(remote, local)
             if not bad:
                 return _done(dest, remote, attempt)
@@ -204,41 +238,120 @@ def _done(dest: Path, remote: dict, attempts: int, rep: Optional[dict] = None) -
 
 def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: int = 0, node: bool = False,
           progress: bool = False, streams: Optional[int] = None,
-          on_progress: Optional[Callable[[int, int], None]] = None) -> dict:
+          on_progress: Optional[Callable[[int, int], None]] = None, checkpoint: Optional[str] = None) -> dict:
     """`inv fetch`: a run (default: the newest) into dest/<run id>/ (a group's node: into
     dest/<run id>/nodes/<host>/), verified; then metrics.jsonl/png from it (not for a node).
     streams=N forces the number of streams (default: from the measured link);
-    on_progress(done_bytes, total_bytes) follows the transfer."""
+    on_progress(done_bytes, total_bytes) follows the transfer. checkpoint=NAME or `best-served`:
+    that checkpoint only, with the rest of the run (see select_checkpoint)."""
     from . import jobs, metrics
 
     rid = run_id or jobs.get(t, None).run_id
     into = Path(dest) / rid / "nodes" / t.host.name if node else None
+    sel = select_checkpoint(t, rid, checkpoint) if checkpoint else None
     res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node, streams=streams,
-                    on_progress=on_progress)
-    return {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
+                    on_progress=on_progress, only=sel["only"] if sel else None)
+    out = {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
+    if sel:
+        out.update({k: v for k, v in sel.items() if k != "only"})
+    return out
+
+
+#: the run's record on the host (remote/train.py writes it and keeps its other fields on a resume)
+RUN_RECORD = "run.json"
+#: its field for the checkpoint `inv evaluate --checkpoints ... --pick` chose by served acceptance
+PICK = "best_served"
+BEST_SERVED = "best-served"
+
+
+def _unknown(t: Transport, run_id: str) -> SpecopsError:
+    return SpecopsError(f"fetch: unknown run id {run_id!r} on {t.host.name} (no {run_path(t, run_id)}): "
+                        f"`{t.hint('status')}` lists the runs")
+
+
+def checkpoint_names(listing: dict, under: str = "checkpoints/") -> list[str]:
+    """The checkpoint directories in a listing (transfer.remote_listing): real directories under
+    `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks to
+    them); numbers ascending, then the other names."""
+    names = {rel[len(under):].split("/")[0] for rel, e in listing.items()
+             if e.kind == "f" and rel.startswith(under) and rel[len(under):].count("/") == 1
+             and rel.endswith("/config.json")}
+    return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+
+
+def run_checkpoints(t: Transport, run_id: str) -> list[str]:
+    """The run's checkpoints on the host (checkpoint_names); empty when it has none."""
+    return checkpoint_names(transfer.remote_listing(t, run_path(t, run_id, "checkpoints"), missing_ok=True), under="")
+
+
+def read_pick(t: Transport, run_id: str) -> Optional[dict]:
+    """The served pick recorded in the run's record on the host, or None."""
+    raw = t.read_bytes(run_path(t, run_id, RUN_RECORD))
+    try:
+        rec = json.loads(raw) if raw else {}
+    except ValueError:
+        rec = {}
+    pick = rec.get(PICK) if isinstance(rec, dict) else None
+    return pick if isinstance(pick, dict) and isinstance(pick.get("checkpoint"), str) else None
+
+
+def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
+    """What `fetch --checkpoint WHICH` brings: {"checkpoint": name, "picked": the served pick or
+    None, "left": the other checkpoints, "only": relative paths}: the checkpoint's directory and
+    every file of the run outside checkpoints/ plus the plain files directly in it (run.yaml, ...).
+    WHICH is a checkpoint's name or `best-served`. One line when it cannot be."""
+    validate_run_id(run_id)
+    try:
+        listing = transfer.remote_listing(t, run_path(t, run_id))
+    except transfer.NoDirectory:
+        raise _unknown(t, run_id) from None
+    have = checkpoint_names(listing)
+    listed = ", ".join(have) or "none"
+    pick = None
+    if which == BEST_SERVED:
+        pick = read_pick(t, run_id)
+        if pick is None:
+            raise SpecopsError(f"fetch --checkpoint best-served: run {run_id} on {t.host.name} has no served pick "
+                               f"recorded: run `{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` first")
+        name = pick["checkpoint"]
+        if name not in have:
+            raise SpecopsError(f"fetch --checkpoint best-served: the pick of run {run_id}, checkpoint {name!r}, is no "
+                               f"longer on {t.host.name} (have: {listed}): run `"
+                               f"{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` again")
+    else:
+        name = which
+        if name not in have:
+            raise SpecopsError(f"fetch: no checkpoint {name!r} in run {run_id} on {t.host.name} (have: {listed}); "
+                               f"`--checkpoint best-served` brings the one `inv evaluate --checkpoints all --pick` chose")
+
+    def wanted(rel: str, kind: str) -> bool:
+        parts = rel.split("/")
+        if parts[0] != "checkpoints" or len(parts) == 1:
+            return True
+        if len(parts) == 2:  # run.yaml, train_command.txt; not the aliases (symlinks to checkpoint dirs)
+            return kind == "f"
+        return parts[1] == name
+
+    only = {rel for rel, e in listing.items() if e.kind in ("f", "l") and wanted(rel, e.kind)}
+    return {"checkpoint": name, "picked": pick, "left": [n for n in have if n != name], "only": only}
 
 
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,
               into: Optional[Path] = None, progress: bool = False, streams: Optional[int] = None,
-              on_progress: Optional[Callable[[int, int], None]] = None) -> dict:
+              on_progress: Optional[Callable[[int, int], None]] = None, only: Optional[set] = None) -> dict:
     validate_run_id(run_id)
     remote = run_path(t, run_id)
-
-    def unknown() -> SpecopsError:
-        return SpecopsError(f"fetch: unknown run id {run_id!r} on {t.host.name} (no {remote}): "
-                            f"`{t.hint('status')}` lists the runs")
-
     if not hasattr(t, "ssh_command") and not t.exists(remote, "-d"):
-        raise unknown()
+        raise _unknown(t, run_id)
     target = into or Path(dest) / run_id
     existed = target.exists()
     try:  # (over SSH the listing or the manifest says when the run is not there: one round trip less)
         return fetch_dir(t, remote, target, tries=tries, bwlimit=bwlimit, progress=progress,
-                         streams=streams, on_progress=on_progress)
+                         streams=streams, on_progress=on_progress, only=only)
     except transfer.NoDirectory:
         if not existed:
             try:
                 target.rmdir()  # (made empty by the writability check)
             except OSError:
                 pass
-        raise unknown() from None
+        raise _unknown(t, run_id) from None

@@ -261,3 +261,74 @@ def trained(host: str, res: dict, hint) -> None:
 
 def dry_run_done(host: str) -> None:
     line(f"DRY-RUN {host}: nothing was changed")
+
+
+def learnable_verifier(res: dict) -> str:
+    lang = res.get("language") or {}
+    return (f"learnable verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, vocab {res['vocab']}, "
+            f"{res['params']} parameters; {res['steps']} steps in {res.get('train_seconds', 0):.0f} s, greedy agreement "
+            f"with the language {res['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
+
+
+def demo_acceptance(res: dict) -> None:
+    """The demo's last word: the trained draft served by vLLM beside its controls, same prompts."""
+    acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
+
+    def f(x):
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+    what = {"trained": "the trained draft", "untrained": "untrained (speculators' step 0)",
+            "wrong_layers": "trained, fed other layers"}
+    rows = []
+    for key in ("trained", "untrained", "wrong_layers"):
+        a = acc.get(key)
+        if a:
+            pos = a.get("acceptance_by_position") or []
+            rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else ""
+                                                                          for i in range(k)], a["run_id"]])
+    table(f"drafts served by vLLM with the verifier ({acc['trained'].get('prompts')} held-out prompts, {k} draft tokens)",
+          ("draft", "mean acceptance length", *[f"accepted @{i}" for i in range(k)], "run"), rows)
+    m = acc["trained"].get("mean_acceptance_length") or 0.0
+    line(f"mean acceptance length {m:.2f}: each verifier step emits {m:.2f} tokens on average (1.00: no draft token "
+         f"accepted; at most {k + 1}). The controls show the figure comes from training on the right hidden states.")
+
+
+def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint: Callable[[str], str]) -> None:
+    """`inv evaluate --checkpoints`: one row per checkpoint served, the best, the pick."""
+    k = res.get("num_spec_tokens") or 0
+
+    def f(x):
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+    rows = []
+    for e in res.get("checkpoints", []):
+        acc, val = e.get("acceptance_by_position") or [], e.get("val_accuracy") or {}
+        full = val.get("full") or []
+        rows.append([e["checkpoint"] + (" *" if e["checkpoint"] == res.get("best_checkpoint") else ""),
+                     f(e.get("mean_acceptance_length")), *[f(acc[i]) if i < len(acc) else "" for i in range(k)],
+                     " ".join(f(x) for x in full), f"{(e.get('counters') or {}).get('drafts', 0):.0f}",
+                     "; ".join(e.get("flags") or [])])
+    table(f"acceptance of {run_id} per checkpoint, served by vLLM ({res.get('prompts')} prompts, {k} speculative tokens)",
+          ("checkpoint", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
+           "train val full_acc by position", "drafts", "flags"), rows)
+    m = res.get("mean_acceptance_length") or float("nan")
+    line(f"best served: checkpoint {res.get('best_checkpoint')} (mean acceptance length {m:.3f}; 1.000 = no draft "
+         f"token accepted, at most {k + 1})")
+    p = res.get("picked")
+    if p:
+        line(f"picked checkpoint {p['checkpoint']}: recorded as best_served in {p['record']} "
+             f"(`{hint(f'fetch --run-id {run_id} --checkpoint best-served')}` brings it)")
+    line(f"evaluation written to {dest}/{run_id}/evaluation.json (each checkpoint's on the host: "
+         f"runs/{run_id}/evaluation/)" + (f"; plot {res['plot']}" if res.get("plot") else ""))
+    if any(e.get("flags") for e in res.get("checkpoints", [])):
+        line(f"check: {causes}", "yellow")
+
+
+def fetched_checkpoint(r: dict) -> None:
+    """`inv fetch --checkpoint`: the usual line, then which checkpoint came and which stayed."""
+    fetched(r)
+    p = r.get("picked")
+    line(f"checkpoint {r['checkpoint']}" + (f" (best served: mean acceptance length "
+                                            f"{p.get('mean_acceptance_length') or float('nan'):.3f} over "
+                                            f"{p.get('prompts')} prompts)" if p else "")
+         + f" in {r['dest']}/checkpoints/{r['checkpoint']}; left on the host: {', '.join(r.get('left') or []) or 'none'}")

@@ -71,3 +71,79 @@ def test_gap_is_flagged():
     ev = {"conditional_acceptance_by_position": [0.05, 0.0, 0.0]}
     flags = gap_flags(ev, {"cond": {0: 0.7, 1: 0.5, 2: 0.01}})
     assert len(flags) == 2 and flags[0].startswith("position 0: served acceptance 0.05 vs training cond_acc 0.70")
+
+
+def test_evaluate_each_checkpoint_pick_then_fetch_best_served(pipeline_run, hosts_file, tmp_path):
+    """--checkpoints all serves each checkpoint in turn (one entry each in evaluation.json, the best
+    one's figures on top, acceptance.png); --pick writes the argmax into the run's record on the
+    host, whole; fetch --checkpoint best-served brings that checkpoint and not the other. The
+    refusals (both flags, an unknown checkpoint, no pick yet) are one line, before any server."""
+    from specops import inventory, jobs
+    from specops.connection import connect
+
+    src = pipeline_run["run_id"]
+    rid = src + "-ckpts"  # a copy of the run (its records, logs, two checkpoints): the pick stays off the shared run
+    box = ["--host", "box", "--hosts", str(hosts_file)]
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        a, b = jobs.run_path(t, src), jobs.run_path(t, rid)
+        t.check(f"rm -rf {b} && mkdir -p {b}/checkpoints && cp -a {a}/train-spec.json {a}/run.json {a}/logs {b}/",
+                "copy the run")
+        have = sorted((x for x in t.run(f"ls {a}/checkpoints").stdout.split() if x.isdigit()), key=int)
+        assert have, "the pipeline run saved no checkpoint"
+        names = have[:2] if len(have) > 1 else [have[0], "99"]  # (one checkpoint only: a copy of it, named 99)
+        for n, frm in zip(names, have[:2] if len(have) > 1 else [have[0], have[0]]):
+            t.check(f"cp -a {a}/checkpoints/{frm} {b}/checkpoints/{n}", "copy a checkpoint")
+        record_before = json.loads(t.read_bytes(f"{b}/run.json"))
+
+    def one_line_refusal(r, want):
+        assert r.returncode != 0 and want in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+    one_line_refusal(inv("evaluate", *box, "--run-id", rid, "--checkpoint", names[0], "--checkpoints", "all"),
+                     "not both")
+    one_line_refusal(inv("evaluate", *box, "--run-id", rid, "--checkpoints", f"{names[0]},77"), "no checkpoint '77'")
+    one_line_refusal(inv("evaluate", *box, "--run-id", rid, "--pick"), "--pick chooses among checkpoints")
+    one_line_refusal(inv("fetch", *box, "--run-id", rid, "--checkpoint", "best-served", "--dest", str(tmp_path)),
+                     f"has no served pick recorded: run `inv evaluate --run-id {rid} --checkpoints all --pick")
+    r = inv("evaluate", *box, "--run-id", rid, "--checkpoints", "all", "--pick", "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    starts = [ln for ln in r.stdout.splitlines() if "would start:" in ln and "vllm.entrypoints" in ln]
+    assert len(starts) == 2 and all(f"checkpoints/{n}" in s for n, s in zip(names, starts)), starts
+    assert "would record the best" in r.stdout and "nothing was changed" in r.stdout
+
+    r = inv("evaluate", *box, "--run-id", rid, "--checkpoints", "all", "--pick", "--max-prompts", "4",
+            "--max-tokens", "16", "--vllm-arg=--enforce-eager", "--dest", str(tmp_path / "eval"))  # (eager: no
+    # torch.compile warm-up, about 40 s less per server on 2 cores)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    ev = json.loads((tmp_path / "eval" / rid / "evaluation.json").read_text())
+    entries = ev["checkpoints"]
+    assert [e["checkpoint"] for e in entries] == names
+    for e in entries:
+        assert e["counters"]["drafts"] > 0 and len(e["acceptance_by_position"]) == 3
+        assert 1.0 <= e["mean_acceptance_length"] <= 4.0 and e["prompts"] == 4
+        assert e["val_accuracy"] is None or len(e["val_accuracy"]["full"]) == 3
+    best = max(entries, key=lambda e: e["mean_acceptance_length"])  # (the first of equals, as evaluate picks)
+    assert ev["best_checkpoint"] == best["checkpoint"]
+    assert ev["mean_acceptance_length"] == best["mean_acceptance_length"] and ev["counters"] == best["counters"]
+    assert (tmp_path / "eval" / rid / "acceptance.png").stat().st_size > 1000
+    assert f"acceptance of {rid} per checkpoint" in r.stdout
+    assert f"picked checkpoint {best['checkpoint']}: recorded as best_served" in r.stdout
+
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        record = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        leftovers = t.run(f"ls -a {jobs.run_path(t, rid)}").stdout.split()
+        served = t.run(f"ls {jobs.run_path(t, rid, 'evaluation')}").stdout.split()
+    pick = record.pop("best_served")
+    assert record == record_before  # the rest of the record kept
+    assert pick["checkpoint"] == best["checkpoint"] and pick["mean_acceptance_length"] == best["mean_acceptance_length"]
+    assert pick["num_spec_tokens"] == 3 and pick["prompts"] == 4 and pick["evaluated"] == names
+    assert not [x for x in leftovers if x.endswith(".tmp")], leftovers  # written whole: no temp file left
+    assert {f"checkpoint-{n}.json" for n in names} <= set(served)
+
+    r = inv("fetch", *box, "--run-id", rid, "--checkpoint", "best-served", "--dest", str(tmp_path / "got"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    got = tmp_path / "got" / rid
+    assert sorted(p.name for p in (got / "checkpoints").iterdir() if p.is_dir()) == [best["checkpoint"]]
+    assert (got / "checkpoints" / best["checkpoint"] / "model.safetensors").is_file()
+    assert (got / "run.json").is_file() and (got / "train-spec.json").is_file() and any((got / "logs").rglob("*"))
+    assert f"checkpoint {best['checkpoint']} (best served" in r.stdout and "verified (sha256)" in r.stdout

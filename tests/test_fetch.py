@@ -1,7 +1,9 @@
 """fetch over the real sshd: incremental, resumable after a kill, verified by sha256."""
 
 import hashlib
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -106,3 +108,106 @@ def test_fetch_unknown_run_and_unwritable_dest(light_host, tmp_path):
             ro.mkdir(mode=0o500)
             with pytest.raises(SpecopsError, match="not writable"):
                 fetch.fetch_run(t, rid, str(ro / "runs"))
+
+
+def make_checkpointed_run(t, run_id, pick=None):
+    """A run with checkpoints 1 and 2 (and speculators' aliases, symlinks to them), its logs and
+    its record (run.json, with a served pick when given)."""
+    d = jobs.run_path(t, run_id)
+    cmd = f"mkdir -p {d}/checkpoints {d}/logs/{run_id} && cd {d} && echo log > output.log && echo ev > logs/{run_id}/ev"
+    for n in ("1", "2"):
+        cmd += (f" && mkdir -p checkpoints/{n} && echo '{{}}' > checkpoints/{n}/config.json"
+                f" && head -c 200000 /dev/urandom > checkpoints/{n}/model.safetensors")
+    cmd += (" && echo cfg > checkpoints/run.yaml && ln -s 2 checkpoints/checkpoint_best"
+            " && ln -s 1 checkpoints/epoch0_end && ln -s 2 checkpoints/epoch1_end")
+    t.check(cmd, "make run")
+    rec = {"run_id": run_id, "config": {"lr": 0.001}}
+    if pick:
+        rec["best_served"] = pick
+    t.check(f"printf %s {shlex.quote(json.dumps(rec))} > {d}/run.json", "run record")
+    return d
+
+
+def local_files(root):
+    return sorted(p.relative_to(root).as_posix() for p in Path(root).rglob("*")
+                  if (p.is_file() or p.is_symlink()) and not p.name.startswith(".specops"))
+
+
+def test_fetch_one_checkpoint_best_served_or_named(light_host, tmp_path):
+    """--checkpoint best-served brings the pick recorded in run.json (and the run's logs and
+    records), not the other checkpoint nor the aliases; each file verified against the host's
+    sha256; a plain name brings that one."""
+    rid = jobs.new_run_id("t") + "-pick"
+    with connect(light_host) as t:
+        d = make_checkpointed_run(t, rid, pick={"checkpoint": "1", "mean_acceptance_length": 1.5, "prompts": 4})
+        res = fetch.fetch(t, rid, str(tmp_path), checkpoint="best-served")
+        local = tmp_path / rid
+        assert res["checkpoint"] == "1" and res["left"] == ["2"] and res["picked"]["mean_acceptance_length"] == 1.5
+        brought = ["checkpoints/1/config.json", "checkpoints/1/model.safetensors", "checkpoints/run.yaml",
+                   f"logs/{rid}/ev", "output.log", "run.json"]
+        assert sorted(json.loads((local / "fetch-manifest.json").read_text())) == brought  # each verified
+        assert [x for x in local_files(local) if x.startswith("checkpoints/")] == brought[:3]
+        assert set(brought) <= set(local_files(local))
+        remote_sha = t.run(f"sha256sum {d}/checkpoints/1/model.safetensors").stdout.split()[0]
+        assert sha(local / "checkpoints/1/model.safetensors") == remote_sha
+        res = fetch.fetch(t, rid, str(tmp_path), checkpoint="2")  # a plain name, beside the first
+        assert res["checkpoint"] == "2" and res["picked"] is None
+        assert sorted(p.name for p in (local / "checkpoints").iterdir()) == ["1", "2", "run.yaml"]
+        assert sha(local / "checkpoints/2/model.safetensors") == t.run(
+            f"sha256sum {d}/checkpoints/2/model.safetensors").stdout.split()[0]
+
+
+def test_fetch_checkpoint_on_the_local_transport(tmp_path):
+    """The local host copies only the chosen checkpoint too, verified the same way."""
+    from specops import inventory
+
+    h = inventory.Host(name="here", transport="local", profile="cpu", venv=sys.prefix, workdir=str(tmp_path / "work"))
+    rid = "t-local-pick"
+    with connect(h) as t:
+        make_checkpointed_run(t, rid, pick={"checkpoint": "2"})
+        res = fetch.fetch(t, rid, str(tmp_path / "runs"), checkpoint="best-served")
+        assert res["checkpoint"] == "2" and res["attempts"] == 1
+        assert sorted(p.name for p in (tmp_path / "runs" / rid / "checkpoints").iterdir()) == ["2", "run.yaml"]
+        assert fetch.fetch(t, rid, str(tmp_path / "runs"), checkpoint="best-served")["attempts"] == 0  # unchanged
+
+
+def test_fetch_checkpoint_refusals_are_one_line(light_host, tmp_path):
+    rid = jobs.new_run_id("t") + "-nopick"
+    with connect(light_host) as t:
+        make_checkpointed_run(t, rid)
+    hosts = str(Path(light_host.key).parent / "hosts-light.yaml")
+    no_pick = f"has no served pick recorded: run `inv evaluate --run-id {rid} --checkpoints all --pick"
+    for which, want in (("best-served", no_pick),
+                        ("7", "no checkpoint '7' in run"), ("../..", "no checkpoint '../..' in run"),
+                        ("checkpoint_best", "(have: 1, 2)")):
+        r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--checkpoint", which,
+                "--dest", str(tmp_path))
+        assert r.returncode != 0 and want in r.stderr, (which, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / rid).exists()
+    r = inv("fetch", "--host", "light,light", "--hosts", hosts, "--run-id", rid, "--checkpoint", "1")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "not a group" in r.stderr, r.stderr
+
+
+def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
+    """evaluate's record_pick merges best_served into the run's record on the host (the other
+    fields kept, no temp file left) and fetch reads it; a record that is not a JSON object is
+    refused in one line; a pick whose checkpoint is gone is refused too."""
+    from specops.evaluate import record_pick
+
+    rid = jobs.new_run_id("t") + "-record"
+    with connect(light_host) as t:
+        d = make_checkpointed_run(t, rid)
+        assert fetch.read_pick(t, rid) is None
+        out = record_pick(t, rid, {"checkpoint": "5", "mean_acceptance_length": 1.25})
+        assert out["record"] == f"{d}/run.json"
+        rec = json.loads(t.read_bytes(f"{d}/run.json"))
+        assert rec["config"] == {"lr": 0.001} and rec["best_served"]["checkpoint"] == "5"
+        assert not [x for x in t.run(f"ls -a {d}").stdout.split() if x.endswith(".tmp")]
+        with pytest.raises(SpecopsError, match=r"the pick of run .*, checkpoint '5', is no longer on light \(have: 1, 2\)"):
+            fetch.fetch(t, rid, str(tmp_path), checkpoint="best-served")
+        record_pick(t, rid, {"checkpoint": "2"})
+        assert fetch.read_pick(t, rid)["checkpoint"] == "2" and fetch.read_pick(t, rid).get("mean_acceptance_length") is None
+        t.check(f"echo '[1, 2]' > {d}/run.json", "a record that is not an object")
+        with pytest.raises(SpecopsError, match="is not a JSON object: the pick was not recorded"):
+            record_pick(t, rid, {"checkpoint": "2"})

@@ -9,6 +9,7 @@ off-by-one between extraction and serving). The heavy work runs once (session fi
 import json
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -114,6 +115,22 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
                            timeout=300)
         got = decode_payload(p.stdout)
         assert p.returncode == 2 and got["ok"] is False and want in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
+    # a verifier that did not learn the language is never published (5 steps: far below 0.8)
+    p = subprocess.run([py, "remote/learnable_verifier.py", "/tmp/specops-never", "--seconds", "5", "--steps", "5"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    got = decode_payload(p.stdout)
+    assert p.returncode == 1 and "did not learn the language" in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
+    assert not Path("/tmp/specops-never").exists()
+
+
+def test_learnable_takes_no_shape_flags():
+    from conftest import inv
+
+    for extra in (["--shape", "kimi"], ["--layers", "2"], ["--hidden", "64"]):
+        r = inv("make-verifier", "--learnable", *extra)
+        assert r.returncode == 1 and r.stdout == "" and \
+            r.stderr.strip() == "specops: --learnable builds its own shape (4 layers, hidden 128): drop " \
+                                "--shape/--layers/--hidden", r.stderr
 
 
 @pytest.mark.integration
@@ -146,3 +163,37 @@ def test_draft_fed_other_layers_is_clearly_worse(learnable):
     assert wrong["mean_acceptance_length"] <= tr["mean_acceptance_length"] - 0.8, acc
     assert wrong["served_layer_ids"] == [i + 1 for i in wrong["trained_layer_ids"]] == [2, 3, 4]
     assert all(w < t for w, t in zip(wrong["acceptance_by_position"], tr["acceptance_by_position"])), acc
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_pick_by_served_acceptance_and_fetch_only_it(learnable, tmp_path):
+    """`evaluate --checkpoints all --pick` on a run whose checkpoints really differ: checkpoint 0 is
+    the untrained control's draft, checkpoint 1 the trained one (same train spec). The pick is the
+    one vLLM accepts more of, and `fetch --checkpoint best-served` brings only that one."""
+    import shlex
+
+    from specops import evaluate, fetch, jobs
+    from specops.connection import connect
+
+    acc, rid = learnable["acceptance"], learnable["run_id"]
+    pid = f"{rid}.pick"
+    q = shlex.quote
+    with connect(learnable["host"]) as t:
+        src, dst, un = jobs.run_path(t, rid), jobs.run_path(t, pid), jobs.run_path(t, acc["untrained"]["run_id"])
+        last = max((n for n in fetch.run_checkpoints(t, rid) if n.isdigit()), key=int)
+        t.check(f"rm -rf {q(dst)} && mkdir -p {q(dst)}/checkpoints {q(dst)}/logs && cp -rL {q(un)}/checkpoints/0 {q(dst)}/checkpoints/0 "
+                f"&& cp -rL {q(src)}/checkpoints/{last} {q(dst)}/checkpoints/1 && cp {q(src)}/train-spec.json {q(dst)}/ "
+                f"&& echo '{{\"run_id\": \"{pid}\"}}' > {q(dst)}/run.json", "a run with two different checkpoints")
+        res = evaluate.evaluate_checkpoints(t, pid, "all", pick=True, max_prompts=8, max_tokens=32,
+                                            dest=str(tmp_path / "runs"), vllm_args=["--enforce-eager"])
+        by = {e["checkpoint"]: e["mean_acceptance_length"] for e in res["checkpoints"]}
+        assert set(by) == {"0", "1"} and by["1"] >= by["0"] + 0.8, by
+        assert res["best_checkpoint"] == "1" and res["picked"]["checkpoint"] == "1"
+        assert (tmp_path / "runs" / pid / "acceptance.png").is_file()
+        rec = json.loads(t.read_bytes(jobs.run_path(t, pid, "run.json")))
+        assert rec["run_id"] == pid and rec["best_served"]["checkpoint"] == "1"
+        got = fetch.fetch(t, pid, str(tmp_path / "fetched"), checkpoint="best-served")
+    ck = tmp_path / "fetched" / pid / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["1"], got
+    assert (ck / "1" / "config.json").is_file()
