@@ -5,6 +5,7 @@ its acceptance beside an untrained draft's and a wrong-layers draft's, measured 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import shlex
@@ -68,6 +69,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
     (prepare, then extract only when the hidden states fit the disk budget, else online)."""
+    from .regenerate import default_name as default_regen_name
+    from .regenerate import out_path as regen_out_path
     from .regenerate import regenerate as regenerate_responses
 
     h = t.host
@@ -82,14 +85,24 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     ver = data.verifier_path(t, verifier)
     src = data.remote_input(t, data_file)
     if regenerate:
-        with t.step("regenerate the responses with the verifier"):
-            rg = regenerate_responses(t, data=src, verifier=ver, vllm_args=vllm_args, max_tokens=seq_length)
-        if rg is None:  # --dry-run
-            t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
-            return None
-        t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
-               f"({rg['errors']} failed) in {rg['out']}", "done")
-        src = rg["out"]
+        # one output per (input, verifier, length): a re-run takes the rows an earlier one wrote whole
+        key = hashlib.sha256(f"{src}\n{ver}\n{seq_length}".encode()).hexdigest()[:10]
+        name = f"{default_regen_name(src)[:-len('-regen')]}-{key}-regen"
+        done = regen_out_path(t, name)
+        if t.exists(done, "-f"):
+            t.note(f"✓ regenerated rows of an earlier run reused: {done} (same input, verifier and --seq-length; "
+                   f"delete it to regenerate)", "done")
+            src = done
+        else:
+            with t.step("regenerate the responses with the verifier"):
+                rg = regenerate_responses(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
+                                          max_tokens=seq_length)
+            if rg is None:  # --dry-run
+                t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
+                return None
+            t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
+                   f"({rg['errors']} failed) in {rg['out']}", "done")
+            src = rg["out"]
     args = data.datagen_args(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
                              extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
     dg = data.run_datagen(t, args, kind="data")

@@ -279,6 +279,11 @@ def test_pipeline_regenerate_then_online(verifier, hosts_file, work, tmp_path):
     assert "regenerated:" in r.stdout and "hidden states online" in r.stdout, r.stdout[-3000:]
     rid = r.stdout.split("pipeline done: run ", 1)[1].split()[0]
     assert any(p.name.isdigit() for p in (tmp_path / "runs" / rid / "checkpoints").iterdir())
+    # the same pipeline again takes the regenerated rows it wrote (a dry run shows it: nothing else changes)
+    again = inv("pipeline", "--host", "box", "--hosts", str(hosts_file), "--data", str(convs), "--dataset",
+                "pipe-online", "--verifier", verifier, "--seq-length", "256", "--regenerate", "--hidden-states",
+                "online", "--dry-run")
+    assert again.returncode == 0 and "regenerated rows of an earlier run reused" in again.stdout, again.stdout[-3000:]
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         spec = json.loads(t.read_bytes(jobs.run_path(t, rid, "train-spec.json")))
