@@ -339,40 +339,40 @@ def supervise(d, env_file=None):
     return 0
 
 
+def reap(left, what, where="", grace=10.0):
+    """End the processes left() finds (this process never among them): one line ("WHAT left N
+    process(es)WHERE (pids ...)"), SIGTERM, SIGKILL to those still there after grace seconds.
+    Returns the pids found first."""
+    found = left()
+    if not found:
+        return []
+    print(f"[specops] {what} left {len(found)} process(es){where} (pids {' '.join(map(str, found))}): ending them",
+          flush=True)
+    kill_all(found, signal.SIGTERM)
+    t0 = time.time()
+    while left() and time.time() - t0 < grace:
+        time.sleep(0.2)
+    kill_all(left(), signal.SIGKILL)
+    return found
+
+
+def group_left(pgid):
+    """A left() for reap: the live processes of process group pgid, other than this one."""
+    me = os.getpid()
+    return lambda: [p for p, st, _, g in procs() if g == pgid and p != me and st != "Z"]
+
+
 def end_orphans(tag, grace=10.0):
     """The command has exited: end what it left running (e.g. ranks whose torchrun was killed,
-    in sessions of their own): SIGTERM, then SIGKILL after grace seconds."""
-    left = [p for p in tagged(tag) if p != os.getpid()]
-    if not left:
-        return
-    print(f"[specops] the command left {len(left)} process(es) running (pids {' '.join(map(str, left))}): "
-          f"ending them", flush=True)
-    kill_all(left, signal.SIGTERM)
-    t0 = time.time()
-    while (left := [p for p in tagged(tag) if p != os.getpid()]) and time.time() - t0 < grace:
-        time.sleep(0.2)
-    kill_all(left, signal.SIGKILL)
+    in sessions of their own)."""
+    reap(lambda: [p for p in tagged(tag) if p != os.getpid()], "the command", " running", grace)
 
 
 def end_group(grace=10.0):
     """The command has exited: end what is left of this supervisor's process group. vLLM's engine
     processes rename themselves (setproctitle), which overwrites the environment holding the
     job's tag: after a SIGKILLed API server only the group still finds them."""
-    me, pg = os.getpid(), os.getpgid(0)
-
-    def left():
-        return [p for p, st, _, g in procs() if g == pg and p != me and st != "Z"]
-
-    found = left()
-    if not found:
-        return
-    print(f"[specops] the command left {len(found)} process(es) in its group (pids {' '.join(map(str, found))}): "
-          f"ending them", flush=True)
-    kill_all(found, signal.SIGTERM)
-    t0 = time.time()
-    while left() and time.time() - t0 < grace:
-        time.sleep(0.2)
-    kill_all(left(), signal.SIGKILL)
+    reap(group_left(os.getpgid(0)), "the command", " in its group", grace)
 
 
 def main():

@@ -26,6 +26,34 @@ def valid_entry(c):
             and isinstance(c.get("sha256"), str) and bool(SHA256.match(c["sha256"])))
 
 
+KEY = ("size", "mtime_ns", "ctime_ns")
+
+
+def entry(st, digest=None):
+    """A cache entry's key fields from os.stat (ctime moves on every write and cannot be set back,
+    unlike mtime: part of the key)."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "sha256": digest}
+
+
+def read_cache(path):
+    """A hash cache as a dict; a missing or corrupt one is empty (it only costs hashing again)."""
+    try:
+        cache = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def write_cache(path, cache):
+    """Write the cache whole (temp + rename); a read-only folder keeps its old one."""
+    try:
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def sha256(path, bufsize=4 << 20):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -43,12 +71,7 @@ def manifest(root, cache_name=CACHE, workers=4):
 
     root = Path(root)
     cache_path = root / cache_name
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError, RecursionError):
-        cache = {}
-    if not isinstance(cache, dict):  # a corrupt cache only costs hashing again
-        cache = {}
+    cache = read_cache(cache_path)
     out, todo = {}, []
     for dirpath, dirnames, files in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".rsync")]
@@ -58,24 +81,31 @@ def manifest(root, cache_name=CACHE, workers=4):
             if rel == cache_name or name.startswith(".specops-") or not p.is_file():
                 continue
             st = p.stat()
-            c = cache.get(rel)
-            # ctime moves on every write and cannot be set back (unlike mtime): part of the key.
-            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if valid_entry(c) and (c["size"], c["mtime_ns"], c["ctime_ns"]) == key:
+            c, e = cache.get(rel), entry(st)
+            if valid_entry(c) and all(c[k] == e[k] for k in KEY):
                 out[rel] = c
             else:
-                out[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+                out[rel] = e
                 todo.append((rel, p))
     with ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib releases the GIL
         for (rel, _), digest in zip(todo, pool.map(lambda rp: sha256(rp[1]), todo)):
             out[rel]["sha256"] = digest
-    try:
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out))
-        os.replace(tmp, cache_path)
-    except OSError:
-        pass
+    write_cache(cache_path, out)
     return out
+
+
+def seed(root, hashed, cache_name=CACHE):
+    """Record digests computed elsewhere (on arrival of a fetched file) in root's cache, keyed
+    like manifest()'s entries by the files' size, mtime and ctime now: a later change to a file
+    makes it hashed again."""
+    root = Path(root)
+    cache = read_cache(root / cache_name)
+    for rel, digest in hashed.items():
+        try:
+            cache[rel] = entry((root / rel).stat(), digest)
+        except OSError:
+            continue
+    write_cache(root / cache_name, cache)
 
 
 def main():

@@ -48,7 +48,8 @@ import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
 from datagen import HEADROOM, free_bytes, parse_layers, readable
-from job import children, is_torchrun, job_state, kill_all, pid_alive, procs, read_json
+from job import children, group_left, is_torchrun, job_state, pid_alive, read_json
+from job import reap as job_reap
 
 MODES = ("auto", "online", "offline")
 PORT = "<port>"
@@ -296,19 +297,7 @@ def reap(server_dir, grace=10.0):
     if not pgid:
         return []
 
-    def left():
-        return [p for p, st, _, pg in procs() if pg == pgid and st != "Z" and p != os.getpid()]
-
-    found = left()
-    if found:
-        print(f"[specops] the vLLM server left {len(found)} process(es) of its group {pgid} (pids "
-              f"{' '.join(map(str, found))}): ending them", flush=True)
-        kill_all(found, signal.SIGTERM)
-        t0 = time.time()
-        while left() and time.time() - t0 < grace:
-            time.sleep(0.2)
-        kill_all(left(), signal.SIGKILL)
-    return found
+    return job_reap(group_left(pgid), "the vLLM server", f" of its group {pgid}", grace)
 
 
 def stop_server(server_dir):

@@ -9,9 +9,7 @@ best-served` reads.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -218,15 +216,7 @@ def record_pick(t: Transport, run_id: str, pick: dict) -> dict:
         raise SpecopsError(f"evaluate --pick: {path} on {t.host.name} is not a JSON object: the pick was not "
                            f"recorded (fix or move that file, then run --pick again)")
     rec[fetch.PICK] = pick
-    fd, tmp = tempfile.mkstemp(prefix="specops-pick-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(rec, f, indent=1, default=str)
-        part = f"{path}.{os.getpid()}.tmp"
-        t.put(tmp, part)
-        t.check(f"mv -f {shlex.quote(part)} {shlex.quote(path)}", "recording the served pick")
-    finally:
-        os.unlink(tmp)
+    t.put_text(json.dumps(rec, indent=1, default=str), path, label="(run record with the pick)", whole=True)
     return {**pick, "record": path}
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -53,29 +52,9 @@ def local_manifest(root: Path) -> dict:
 
 
 def seed_local_cache(root: Path, hashed: dict[str, str]) -> None:
-    """Record digests computed on arrival in the local manifest's cache (keyed like its entries,
-    by size, mtime and ctime now: a later change to a file makes it hashed again)."""
-    if not hashed:
-        return
-    path = root / LOCAL_CACHE
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        cache = {}
-    if not isinstance(cache, dict):
-        cache = {}
-    for rel, digest in hashed.items():
-        try:
-            st = (root / rel).stat()
-        except OSError:
-            continue
-        cache[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "sha256": digest}
-    try:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    """Record digests computed on arrival in the local manifest's cache (remote/manifest.py's seed)."""
+    if hashed:
+        _manifest_module().seed(root, hashed, cache_name=LOCAL_CACHE)
 
 
 def remote_manifest(t: Transport, remote_dir: str) -> dict:

@@ -128,12 +128,17 @@ class Host(BaseModel):
             return "this machine"
         return f"{self.user}@{self.address}:{self.port}"
 
+    @property
+    def trust_flag(self) -> str:
+        """trust_remote_code as the host scripts take it: auto, true or false (auto is decided on
+        the host, where the model's config.json is: on when it has `auto_map`)."""
+        trust = self.trust_remote_code
+        return trust if isinstance(trust, str) else str(trust).lower()
+
     def vllm_flags(self, extra: Optional[list[str]] = None) -> list[str]:
         """The arguments of remote/datagen.py and remote/evaluate.py that carry this host's vLLM
         settings, then a run's own `--vllm-arg`s (last: they win)."""
-        trust = self.trust_remote_code
-        out = ["--tensor-parallel", str(self.tensor_parallel),
-               "--trust-remote-code", trust if isinstance(trust, str) else str(trust).lower()]
+        out = ["--tensor-parallel", str(self.tensor_parallel), "--trust-remote-code", self.trust_flag]
         for a in [*self.vllm_args, *(extra or [])]:
             out.append(f"--vllm-arg={a}")  # (one token: a value starting with '-' stays a value)
         return out

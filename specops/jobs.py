@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
@@ -40,13 +39,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
         remote_env = run_path(t, run_id) + ".env"  # (the values never appear in a command)
         t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
                 "preparing the env file")
-        with tempfile.NamedTemporaryFile("w", delete=False) as f:
-            f.write("".join(f"{k}={v}\n" for k, v in env.items()))
-        try:
-            os.chmod(f.name, 0o600)
-            t.put(f.name, remote_env)
-        finally:
-            os.unlink(f.name)
+        t.put_text("".join(f"{k}={v}\n" for k, v in env.items()), remote_env, label="(env)", private=True)
         args += ["--env-file", remote_env]
     res = run_script(t, "job", [*args, "--", *argv], model=Started)
     if res is not None and not res.ok:

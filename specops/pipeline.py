@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import bootstrap, check, data, fetch, inspect, jobs, metrics, paths, train
+from . import regenerate as regen
 from .errors import SpecopsError
 from .transport import Transport
 
@@ -69,10 +70,6 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
     (prepare, then extract only when the hidden states fit the disk budget, else online)."""
-    from .regenerate import default_name as default_regen_name
-    from .regenerate import out_path as regen_out_path
-    from .regenerate import regenerate as regenerate_responses
-
     h = t.host
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
@@ -87,15 +84,15 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     if regenerate:
         # one output per (input, verifier, length): a re-run takes the rows an earlier one wrote whole
         key = hashlib.sha256(f"{src}\n{ver}\n{seq_length}".encode()).hexdigest()[:10]
-        name = f"{default_regen_name(src)[:-len('-regen')]}-{key}-regen"
-        done = regen_out_path(t, name)
+        name = f"{regen.default_name(src)}-{key}"
+        done = regen.out_path(t, name)
         if t.exists(done, "-f"):
             t.note(f"✓ regenerated rows of an earlier run reused: {done} (same input, verifier and --seq-length; "
                    f"delete it to regenerate)", "done")
             src = done
         else:
             with t.step("regenerate the responses with the verifier"):
-                rg = regenerate_responses(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
+                rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
                                           max_tokens=seq_length)
             if rg is None:  # --dry-run
                 t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
@@ -142,15 +139,6 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     return {"run_id": tr["run_id"], "dest": got["dest"], "metrics": m, "checkpoints": ckpts}
 
 
-def _put_json(t: Transport, obj: dict, path: str) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(obj, f, indent=1)
-    try:
-        t.put(f.name, path)
-    finally:
-        Path(f.name).unlink()
-
-
 def verifier_layers(t: Transport, verifier: str) -> Optional[int]:
     """num_hidden_layers of the verifier's config.json (or its text_config); None if unreadable."""
     try:
@@ -187,7 +175,7 @@ def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] =
     cfg["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
     cfg["specops_control"] = {"kind": "wrong-layers", "trained_layer_ids": trained, "served_layer_ids": list(layer_ids),
                               "source_run": run_id}
-    _put_json(t, cfg, cfg_path)
+    t.put_text(json.dumps(cfg, indent=1), cfg_path, label="(draft config)")
     return cid
 
 
@@ -214,7 +202,9 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
     served_layer_ids too). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
-    from .evaluate import evaluate  # (evaluate imports data and metrics; kept out of import time)
+    from .evaluate import (
+        evaluate,  # (evaluate imports data and metrics; kept out of import time)
+    )
 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}

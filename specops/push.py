@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import shlex
-import tempfile
 from pathlib import Path
 
 from . import paths
@@ -70,10 +69,5 @@ def push(t) -> list[str]:
         t.check(" && ".join(cmds), "preparing remote/ on the host")
     for rel in changed:
         t.put(str(_source(rel)), f"{wd}/{rel}")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(mine, f, indent=1, sort_keys=True)
-    try:
-        t.put(f.name if not t.dry_run else "(manifest)", f"{wd}/{paths.MANIFEST}")
-    finally:
-        os.unlink(f.name)
+    t.put_text(json.dumps(mine, indent=1, sort_keys=True), f"{wd}/{paths.MANIFEST}", label="(manifest)")
     return changed + [f"-{rel}" for rel in stale]

@@ -74,13 +74,8 @@ def peer_sync(hosts: list[Host], dataset: Optional[str]) -> dict:
         try:
             wd = t.expand(src.workdir_path)
             khf = f"{wd}/.specops/peers_known_hosts"
-            with tempfile.NamedTemporaryFile("w", delete=False) as f:
-                f.write(kh)
-            try:
-                t.check(f"mkdir -p {shlex.quote(wd)}/.specops", "mkdir")
-                t.put(f.name, khf)
-            finally:
-                os.unlink(f.name)
+            t.check(f"mkdir -p {shlex.quote(wd)}/.specops", "mkdir")
+            t.put_text(kh, khf, label="(known_hosts lines)")
             src_dir = f"{data.data_dir(t, dataset)}/hidden_states/"
             for dst in hosts:
                 if dst.name == src.name:

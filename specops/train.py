@@ -5,9 +5,7 @@ starts beside the trainer (online: remote/online.py); `auto` picks one from the 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 from typing import Optional
 
 from . import jobs
@@ -131,20 +129,13 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     return {
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
-        "hidden_states": "offline", "trust_remote_code": trust_setting(h),
+        "hidden_states": "offline", "trust_remote_code": h.trust_flag,
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": cfg["flags"], **({"nodes": extra} if extra else {}),
                    "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     }
-
-
-def trust_setting(h) -> str:
-    """The host's trust_remote_code as the host scripts take it: auto, true or false (auto: on when
-    the verifier's config.json has `auto_map`; remote/train.py decides it where the model is)."""
-    v = h.trust_remote_code
-    return v if isinstance(v, str) else str(v).lower()
 
 
 def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
@@ -178,12 +169,7 @@ def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
 def put_spec(t: Transport, spec: dict, name: str = "train-spec.json") -> str:
     run_dir = spec["run_dir"]
     t.check(f"mkdir -p {shlex.quote(run_dir)}", "mkdir run dir")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f, indent=1)
-    try:
-        t.put(f.name, f"{run_dir}/{name}")
-    finally:
-        os.unlink(f.name)
+    t.put_text(json.dumps(spec, indent=1), f"{run_dir}/{name}", label="(train spec)")
     return f"{run_dir}/{name}"
 
 

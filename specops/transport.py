@@ -17,7 +17,9 @@ Policy (what to run) lives elsewhere. The connection owns the concerns every ope
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
@@ -125,6 +127,27 @@ class Transport:
             self.would_put = self.would_put | {remote}
             return
         self._put(local, remote)
+
+    def put_text(self, text: str, remote: str, *, label: str = "(text)", private: bool = False,
+                 whole: bool = False) -> None:
+        """Write text to a host file (through a local temporary file). private: mode 0600 (the
+        remote file must already exist with that mode, or be created under a umask); whole: sent
+        beside it, then renamed over it, so a reader never sees it half-written. Under --dry-run
+        the plan names it `label`."""
+        if self.dry_run:
+            self.put(label, remote)
+            return
+        with tempfile.NamedTemporaryFile("w", delete=False) as f:
+            f.write(text)
+        try:
+            if private:
+                os.chmod(f.name, 0o600)
+            part = f"{remote}.{os.getpid()}.part" if whole else remote
+            self._put(f.name, part)
+            if whole:
+                self.check(f"mv -f {shlex.quote(part)} {shlex.quote(remote)}", f"replacing {remote}")
+        finally:
+            os.unlink(f.name)
 
     def sync_up(self, local_dir: str, remote_dir: str, *, delete: bool = False) -> None:
         """Make remote_dir hold local_dir's files (bulk, incremental)."""

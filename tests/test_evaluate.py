@@ -137,7 +137,7 @@ def test_evaluate_each_checkpoint_pick_then_fetch_best_served(pipeline_run, host
     assert record == record_before  # the rest of the record kept
     assert pick["checkpoint"] == best["checkpoint"] and pick["mean_acceptance_length"] == best["mean_acceptance_length"]
     assert pick["num_spec_tokens"] == 3 and pick["prompts"] == 4 and pick["evaluated"] == names
-    assert not [x for x in leftovers if x.endswith(".tmp")], leftovers  # written whole: no temp file left
+    assert not [x for x in leftovers if x.endswith((".tmp", ".part"))], leftovers  # written whole: no temp file left
     assert {f"checkpoint-{n}.json" for n in names} <= set(served)
 
     r = inv("fetch", *box, "--run-id", rid, "--checkpoint", "best-served", "--dest", str(tmp_path / "got"))

@@ -203,7 +203,7 @@ def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
         assert out["record"] == f"{d}/run.json"
         rec = json.loads(t.read_bytes(f"{d}/run.json"))
         assert rec["config"] == {"lr": 0.001} and rec["best_served"]["checkpoint"] == "5"
-        assert not [x for x in t.run(f"ls -a {d}").stdout.split() if x.endswith(".tmp")]
+        assert not [x for x in t.run(f"ls -a {d}").stdout.split() if x.endswith((".tmp", ".part"))]
         with pytest.raises(SpecopsError, match=r"the pick of run .*, checkpoint '5', is no longer on light \(have: 1, 2\)"):
             fetch.fetch(t, rid, str(tmp_path), checkpoint="best-served")
         record_pick(t, rid, {"checkpoint": "2"})

@@ -288,5 +288,5 @@ def test_pipeline_regenerate_then_online(verifier, hosts_file, work, tmp_path):
     with connect(h) as t:
         spec = json.loads(t.read_bytes(jobs.run_path(t, rid, "train-spec.json")))
         assert spec["hidden_states"] == "online"
-        assert not t.run(f"ls {work}/data/pipe-online/hidden_states 2>/dev/null | grep -c safetensors",
-                         changes=False).stdout.strip().strip("0")
+        left = t.run(f"find {work}/data/pipe-online -name '*.safetensors' 2>/dev/null | wc -l", changes=False)
+        assert left.stdout.strip() == "0", left.stdout
