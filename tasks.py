@@ -58,19 +58,35 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
                             f"profile {o.install.get('action')}")
 
 
-@task(help={**COMMON, "json": JSON, "min_free_gb": "free disk the workdir must have (GiB, default 5)",
+@task(iterable=["vllm_arg"],
+      help={**COMMON, "json": JSON, "min_free_gb": "free disk the workdir must have (GiB, default 5)",
             "deep": "also train real steps on a tiny fixture with the config's settings, then fallbacks; "
                     "the verdict stays on the host for `inv train`",
             "config": "with --deep: training config (default configs/eagle3.yaml)",
             "all": "with --deep: try every fallback too", "steps": "with --deep: training steps per attempt (default 2)",
-            "timeout": "with --deep: seconds per attempt (default 300)"})
+            "timeout": "with --deep: seconds per attempt (default 300)",
+            "serve": "also have vLLM serve the verifier with an untrained EAGLE-3 draft of the config for one short "
+                     "request (the draft-serves preflight `inv train` runs; a pass is cached on the host)",
+            "verifier": "with --serve: " + VERIFIER, "layers": "with --serve: the extraction's layer ids, e.g. "
+                        "2,30,58,61 (default: --dataset's record, else speculators' default)",
+            "dataset": "with --serve: the dataset whose vocabulary (token_freq.pt) and layer ids the draft takes "
+                       "(default: none: a uniform vocabulary)", "vllm_arg": "with --serve: " + VLLM_ARG})
 def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
-          timeout=300.0):
-    """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps)."""
+          timeout=300.0, serve=False, verifier=None, layers=None, dataset=None, vllm_arg=None):
+    """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps;
+    --serve: vLLM serves the verifier with an untrained draft of the config)."""
     over(c, host, hosts, "check", lambda t: _check.preflight(
         t, min_free_gb=float(min_free_gb), deep_steps=deep, config=config, try_all=all, steps=int(steps),
-        timeout=float(timeout)), judge=_check.judge, describe=views.preflight_summary,
-        show=lambda t, r: views.as_json(r["check"] if r["deep"] is None else r) if json else views.preflight(t.host.name, r))
+        timeout=float(timeout), serve_draft=serve, verifier=verifier, layers=layers, dataset=dataset,
+        vllm_args=list(vllm_arg or [])), judge=_check.judge, describe=views.preflight_summary,
+        show=lambda t, r: (views.as_json(r["check"] if r["deep"] is None and r["serve"] is None else r) if json
+                           else _show_preflight(t.host.name, r)))
+
+
+def _show_preflight(name, r):
+    views.preflight(name, r)
+    if r.get("serve") and r["serve"].get("ok"):
+        views.line(_check.serve_line(r["serve"]))
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN})
@@ -289,15 +305,21 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
     "server_gpus": "online, cuda host: the vLLM server's GPUs as CUDA_VISIBLE_DEVICES, e.g. 0-3 (default: the "
                    "first half)",
     "train_gpus": "online, cuda host: the trainer's GPUs, e.g. 4-7 (default: the second half)",
-    "vllm_arg": VLLM_ARG})
+    "vllm_arg": VLLM_ARG,
+    "serve_check": "before the job starts, vLLM serves the verifier with an untrained draft of the run's config "
+                   "for one short request, and a draft it cannot serve is refused with vLLM's root cause "
+                   "(default on, cached on the host per verifier, draft config and vLLM version; a group: the "
+                   "first node); --no-serve-check skips it"})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
-          hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None):
+          hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
+          serve_check=True):
     """Train the draft with `speculators train` as a detached job (survives the SSH session);
     with a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
-    runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop)."""
+    runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop). First,
+    vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it)."""
     kw = dict(config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=_int(nproc), follow=follow,
-              overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)})
+              overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)}, serve_check=serve_check)
     if is_multi(c, host):
         from specops.group_train import train_nodes
 
@@ -371,12 +393,15 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
 @task(help={**COMMON, "dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)",
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps",
             "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; "
-                        "--no-evaluate skips it)"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, dry_run=False):
+                        "--no-evaluate skips it)",
+            "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the "
+                       "verifier served without it (default 1,16; none skips it; on a CPU it is below 1)"})
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", dry_run=False):
     """The whole pipeline on `local`, on CPU: a tiny verifier that learnt a synthetic language, its
     draft trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts."""
     with session(c, host, hosts, dry_run) as t:
-        res = _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect, evaluate_drafts=evaluate)
+        res = _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect, evaluate_drafts=evaluate,
+                             speedup=speedup)
         if res and res.get("acceptance"):
             views.demo_acceptance(res)
 
@@ -389,9 +414,14 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, dr
             "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation split)",
             "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
             "max_tokens": "tokens generated per prompt (default 64)", "dest": "local folder for runs (default runs/)",
+            "speedup": "concurrency levels at which output tokens/s is timed with the draft and on the same verifier "
+                       "served without it (same prompts and settings; CUDA graphs unless --enforce-eager): default "
+                       "1,16 for one checkpoint, none with --checkpoints (give levels to time each checkpoint); "
+                       "none skips it",
             "dry_run": DRY_RUN})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
-             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", json=False, dry_run=False, vllm_arg=None):
+             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, dry_run=False,
+             vllm_arg=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
     if not run_id:
         raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
@@ -401,7 +431,8 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
     if pick and checkpoints is None:
         raise Exit("specops: --pick chooses among checkpoints: add --checkpoints all (or names such as 0,2)")
     kw = dict(prompts=prompts, num_spec_tokens=int(num_spec_tokens), max_prompts=int(max_prompts),
-              max_tokens=int(max_tokens), dest=dest, **_vllm(vllm_arg))
+              max_tokens=int(max_tokens), dest=dest, **_vllm(vllm_arg),
+              speedup=speedup if speedup is not None else ("none" if checkpoints is not None else "1,16"))
 
     def show(t, ev):
         views.evaluation(run_id, ev, _evaluate.CAUSES)

@@ -8,7 +8,8 @@ loaded by the laptop (specops/contract.py), so both sides share one set of rules
 - ``Refused``: bad input, one line saying what, where and how to fix it;
 - ``JobState``: the states of a detached job, and which of them are terminal;
 - ``check_name``: the one rule for every name that becomes a path (run ids, dataset names,
-  host names).
+  host names);
+- ``concurrency_levels``: evaluate's `--speedup` list (concurrent requests per measurement).
 """
 
 import enum
@@ -88,6 +89,27 @@ def check_name(kind, value):
         raise Refused(f"invalid {kind} {value!r}: {why}; use 1-{NAME_MAX} letters, digits, '.', '_' or '-' "
                       f"(not starting with '.' or '-')")
     return value
+
+
+SPEEDUP_OFF = ("none", "off", "no", "0")
+CONCURRENCY_MAX = 1024
+
+
+def concurrency_levels(text):
+    """evaluate's `--speedup`: "1,16" -> [1, 16] (in the order given, once each); "none" (or
+    off/no/0) -> [] (no speedup measured); anything else Refused, in one line."""
+    text = str(text).strip().lower()
+    if text in SPEEDUP_OFF:
+        return []
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= CONCURRENCY_MAX:
+            raise Refused(f"--speedup {text!r}: give concurrent request counts (1-{CONCURRENCY_MAX}) such as 1,16, "
+                          f"or none")
+        if int(part) not in out:
+            out.append(int(part))
+    return out
 
 
 def child_path(parent, name, kind="name"):

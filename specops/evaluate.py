@@ -1,6 +1,8 @@
 """evaluate: serve the verifier + a run's draft through vLLM; acceptance beside training accuracy.
 
-evaluate() serves one checkpoint; evaluate_checkpoints() serves several in turn (evaluate() for
+evaluate() serves one checkpoint and, with speedup levels (default 1,16), also times it against
+the same verifier served without the draft (output tokens/s at each concurrency: `speedup`);
+evaluate_checkpoints() serves several in turn (evaluate() for
 each), compares their mean acceptance length and, with pick=True, records the best in the run's
 record on the host (runs/R/run.json, field best_served), which `inv fetch --checkpoint
 best-served` reads.
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import fetch, jobs, metrics
+from .contract import concurrency_levels
 from .data import remote_input
 from .errors import SpecopsError
 from .remote_exec import run_script
@@ -47,13 +50,17 @@ def _spec(t: Transport, run_id: str) -> dict:
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
              vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
-             write: bool = True) -> Optional[dict]:
+             write: bool = True, speedup: str = "1,16") -> Optional[dict]:
     """One checkpoint served; its evaluation (None under --dry-run). The host keeps it as
-    runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png."""
+    runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
+    speedup: concurrency levels ("1,16"; "none": not measured) at which the same prompts are
+    timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`)."""
+    levels = concurrency_levels(speedup)
     spec = _spec(t, run_id)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
-            "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens)]
+            "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens),
+            "--speedup", ",".join(map(str, levels)) or "none"]
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_args or []))
@@ -62,9 +69,10 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
         plan = run_script(t, "evaluate", args + ["--plan"], changes=False)
         if not plan.get("ok"):
             raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.get('error')}")
-        if t.dry_run:  # the exact server command, to review -tp before GPU hours
-            for cmd in plan.get("commands", []):
-                t.plan("would start: " + shlex.join(map(str, cmd)))
+        if t.dry_run:  # the exact server commands, to review -tp before GPU hours
+            for i, cmd in enumerate(plan.get("commands", [])):
+                t.plan(("would start: " if i == 0 else "then, for the speedup, the verifier without the draft: "
+                        "would start: ") + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
@@ -152,18 +160,22 @@ def val_accuracy(t: Transport, run_id: str, name: str) -> Optional[dict]:
 
 
 ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position", "counters",
-              "draft_acceptance_rate", "prompts", "generated_tokens", "seconds")
+              "draft_acceptance_rate", "prompts", "generated_tokens", "speedup", "speedup_at_1", "seconds")
 
 
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
                          prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
-                         max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None) -> Optional[dict]:
-    """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts. The
+                         max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None,
+                         speedup: str = "none") -> Optional[dict]:
+    """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts
+    (speedup: as evaluate's, for each checkpoint; default none: a baseline server per checkpoint
+    would double the cost, and the baseline is the same every time). The
     result is the best one's evaluation (by mean acceptance length; the first of equals) with
     "best_checkpoint" and "checkpoints" (one entry per checkpoint: its acceptance, its own
     validation accuracy, flags), written to dest/R/evaluation.json, and acceptance.png (mean
     acceptance length per checkpoint). pick=True records the best in the run's record on the host
     ("picked"). None under --dry-run."""
+    concurrency_levels(speedup)  # (bad levels: one line, before any server)
     _spec(t, run_id)  # (an unknown run: the same line as evaluate's)
     names = select(fetch.run_checkpoints(t, run_id), checkpoints, run_id, t.host.name)
     evs: list[tuple[str, dict]] = []
@@ -172,7 +184,7 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
         try:
             ev = evaluate(t, run_id, checkpoint=name, prompts=prompts, num_spec_tokens=num_spec_tokens,
                           max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_args=vllm_args,
-                          result_name=f"evaluation/checkpoint-{name}.json", write=False)
+                          result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup)
         except SpecopsError as e:
             raise SpecopsError(f"checkpoint {name}: {e}", detail=e.detail) from None
         if ev is not None:

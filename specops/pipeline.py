@@ -16,6 +16,7 @@ from typing import Optional
 
 from . import bootstrap, check, data, fetch, inspect, jobs, metrics, paths, train
 from . import regenerate as regen
+from .contract import concurrency_levels
 from .errors import SpecopsError
 from .transport import Transport
 
@@ -25,7 +26,8 @@ DEMO_LAYERS = "1,2,3,4"
 DEMO_CONFIG = "configs/demo.yaml"
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
 ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
-                   "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "seconds")
+                   "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
+                   "seconds")
 
 
 def synthlang():
@@ -63,13 +65,14 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
         skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
         hidden_states: str = "offline", regenerate: bool = False,
-        disk_budget_gb: Optional[float] = None) -> Optional[dict]:
+        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> Optional[dict]:
     """The whole job; None under --dry-run (the plan is on the connection). on_inspect(result)
     gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
-    (prepare, then extract only when the hidden states fit the disk budget, else online)."""
+    (prepare, then extract only when the hidden states fit the disk budget, else online).
+    serve_check: the training's draft-serves preflight (train.train)."""
     h = t.host
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
@@ -126,7 +129,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     else:
         t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
     tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
-                     hidden_states=mode, layers=layers, vllm_args=vllm_args)
+                     hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
@@ -186,7 +189,7 @@ def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, c
     cid = f"{run_id}.untrained"
     t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
     train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
-                overrides={"max-steps": 1, "epochs": 1, "lr": 0.0})
+                overrides={"max-steps": 1, "epochs": 1, "lr": 0.0}, serve_check=False)  # (evaluate serves it next)
     return cid
 
 
@@ -196,8 +199,10 @@ def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
 
 def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
-               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None) -> dict:
-    """Serve the run's trained draft with the verifier through vLLM (`evaluate`) and, on the same
+               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
+               speedup: str = "1,16") -> dict:
+    """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
+    the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the same
     held-out prompts, the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
     served_layer_ids too). The trained draft's evaluation.json is
@@ -209,8 +214,12 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
-        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, **kw), run_id, kind="trained")
-    t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}", "done")
+        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, **kw), run_id,
+                                            kind="trained")
+    t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
+           + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
+              if out["trained"].get("speedup_at_1") is not None else ""), "done")
+    kw["speedup"] = "none"
     ctl_dest = str(Path(dest) / run_id / "controls")
     if "untrained" in controls:
         with t.step("control: the untrained draft (speculators' step 0), served the same way"):
@@ -244,14 +253,16 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: float = 90) -
 
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
          evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"), seconds: float = 90,
-         max_prompts: int = 32, max_tokens: int = 64) -> Optional[dict]:
+         max_prompts: int = 32, max_tokens: int = 64, speedup: str = "1,16") -> Optional[dict]:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
-    acceptance()); None under --dry-run. vLLM runs eager here (--enforce-eager: no compile
-    warm-up, a few seconds instead of a minute per server on CPU; the acceptance is the same)."""
+    acceptance(); the trained draft's with its `speedup` at the `speedup` levels, below 1 on a CPU);
+    None under --dry-run. vLLM runs eager here (--enforce-eager: no compile warm-up, a few seconds
+    instead of a minute per server on CPU; the acceptance is the same)."""
+    concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
     if t.host.profile != "cpu":
         raise SpecopsError(f"the demo runs on a cpu-profile host (`local` by default); {t.host.name} is "
                            f"{t.host.profile}: use `inv pipeline` there")
@@ -269,7 +280,8 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
         res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm", layers=DEMO_LAYERS,
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
-                  overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager)
+                  overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
+                  serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
     if res is None:  # --dry-run
         return None
     res["verifier"] = rec
@@ -277,5 +289,5 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         res["num_spec_tokens"] = 3
         res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
-                                       max_tokens=max_tokens, vllm_args=eager)
+                                       max_tokens=max_tokens, vllm_args=eager, speedup=speedup)
     return res

@@ -205,6 +205,26 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
         line(f"! large gap at {fl}", "red")
     if ev.get("flags"):
         line(f"check: {causes}", "yellow")
+    if ev.get("speedup"):
+        speedup(ev["speedup"])
+
+
+def speedup(sp: dict) -> None:
+    """evaluation.json's `speedup`: output tokens/s with the draft and without it, per concurrency."""
+    def f(x, d=2):
+        return "" if x is None else f"{x:.{d}f}"
+
+    by = sp.get("by_concurrency") or {}
+    table(f"speedup: output tokens/s of the verifier with the draft over without it ({sp.get('requests')} requests "
+          f"of {sp.get('max_tokens')} tokens per level; {sp.get('settings')})",
+          ("concurrent requests", "with draft tokens/s", "without draft tokens/s", "speedup"),
+          [[c, f(v.get("draft_tokens_per_s"), 1), f(v.get("baseline_tokens_per_s"), 1),
+            f(v.get("ratio")) + ("x" if v.get("ratio") is not None else "")] for c, v in by.items()])
+    if sp.get("note"):
+        line(f"note: {sp['note']}", "yellow")
+    elif not sp.get("cuda_graphs"):
+        line("note: vLLM ran eager (CUDA graphs off): both throughputs are below what a served model reaches",
+             "yellow")
 
 
 def preflight(name: str, res: dict) -> None:
@@ -279,18 +299,31 @@ def demo_acceptance(res: dict) -> None:
 
     what = {"trained": "the trained draft", "untrained": "untrained (speculators' step 0)",
             "wrong_layers": "trained, fed other layers"}
+    sp = acc["trained"].get("speedup") or {}
+    levels = list((sp.get("by_concurrency") or {}))
     rows = []
     for key in ("trained", "untrained", "wrong_layers"):
         a = acc.get(key)
         if a:
             pos = a.get("acceptance_by_position") or []
+            by = (a.get("speedup") or {}).get("by_concurrency") or {}
             rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else ""
-                                                                          for i in range(k)], a["run_id"]])
+                                                                          for i in range(k)],
+                         *[f(by.get(c, {}).get("ratio")) for c in levels], a["run_id"]])
     table(f"drafts served by vLLM with the verifier ({acc['trained'].get('prompts')} held-out prompts, {k} draft tokens)",
-          ("draft", "mean acceptance length", *[f"accepted @{i}" for i in range(k)], "run"), rows)
+          ("draft", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
+           *[f"speedup @{c} concurrent" for c in levels], "run"), rows)
     m = acc["trained"].get("mean_acceptance_length") or 0.0
     line(f"mean acceptance length {m:.2f}: each verifier step emits {m:.2f} tokens on average (1.00: no draft token "
          f"accepted; at most {k + 1}). The controls show the figure comes from training on the right hidden states.")
+    if levels:
+        by = sp["by_concurrency"]
+        line("speedup of the trained draft (output tokens/s with it / without it, same prompts, "
+             f"{sp.get('max_tokens')} tokens each; {sp.get('settings')}): "
+             + ", ".join(f"{f(by[c].get('ratio'))}x at {c} concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
+                         f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels))
+        if sp.get("note"):
+            line(f"note: {sp['note']}", "yellow")
 
 
 def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint: Callable[[str], str]) -> None:
@@ -300,6 +333,7 @@ def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint:
     def f(x):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
+    timed = any(e.get("speedup") for e in res.get("checkpoints", []))
     rows = []
     for e in res.get("checkpoints", []):
         acc, val = e.get("acceptance_by_position") or [], e.get("val_accuracy") or {}
@@ -307,13 +341,15 @@ def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint:
         rows.append([e["checkpoint"] + (" *" if e["checkpoint"] == res.get("best_checkpoint") else ""),
                      f(e.get("mean_acceptance_length")), *[f(acc[i]) if i < len(acc) else "" for i in range(k)],
                      " ".join(f(x) for x in full), f"{(e.get('counters') or {}).get('drafts', 0):.0f}",
-                     "; ".join(e.get("flags") or [])])
+                     *([f(e.get("speedup_at_1"))] if timed else []), "; ".join(e.get("flags") or [])])
     table(f"acceptance of {run_id} per checkpoint, served by vLLM ({res.get('prompts')} prompts, {k} speculative tokens)",
           ("checkpoint", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
-           "train val full_acc by position", "drafts", "flags"), rows)
+           "train val full_acc by position", "drafts", *(["speedup @1"] if timed else []), "flags"), rows)
     m = res.get("mean_acceptance_length") or float("nan")
     line(f"best served: checkpoint {res.get('best_checkpoint')} (mean acceptance length {m:.3f}; 1.000 = no draft "
          f"token accepted, at most {k + 1})")
+    if res.get("speedup"):
+        speedup(res["speedup"])
     p = res.get("picked")
     if p:
         line(f"picked checkpoint {p['checkpoint']}: recorded as best_served in {p['record']} "

@@ -26,6 +26,17 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert set(ev["training_accuracy"]["full"]) == {"0", "1", "2"}  # JSON keys
     assert (tmp_path / rid / "acceptance.png").stat().st_size > 1000
     assert "mean acceptance length" in r.stdout
+    # the speedup (default 1,16): the same draft server timed, then the verifier alone, same prompts
+    sp = ev["speedup"]
+    assert set(sp["by_concurrency"]) == {"1", "16"} and sp["max_tokens"] == 16 and sp["requests"] == 16
+    for c, v in sp["by_concurrency"].items():
+        assert v["draft_tokens_per_s"] > 0 and v["baseline_tokens_per_s"] > 0, sp
+        assert v["ratio"] == pytest.approx(v["draft_tokens_per_s"] / v["baseline_tokens_per_s"], rel=1e-2), sp
+        assert v["draft_completion_tokens"] == v["baseline_completion_tokens"] == 16 * 16, sp  # ignore_eos
+    assert ev["speedup_at_1"] == sp["by_concurrency"]["1"]["ratio"]
+    assert sp["settings"].startswith("cpu: ") and sp["cuda_graphs"] is False and "below 1" in sp["note"]
+    assert "speedup: output tokens/s of the verifier with the draft over without it" in r.stdout
+    print(f"speedup on CPU: {json.dumps(sp['by_concurrency'])}")
 
 
 def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp_path):
@@ -35,9 +46,19 @@ def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
             "--vllm-arg=--enforce-eager", "--dest", str(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    cmd = next(ln for ln in r.stdout.splitlines() if "would start:" in ln and "vllm.entrypoints" in ln)
+    starts = [ln for ln in r.stdout.splitlines() if "would start:" in ln and "vllm.entrypoints" in ln]
+    assert len(starts) == 2, starts  # the server with the draft, then the speedup's baseline without it
+    cmd, base = starts
     assert "--tensor-parallel-size 1" in cmd and "eagle3" in cmd and cmd.rstrip().endswith("--enforce-eager"), cmd
+    assert "the verifier without the draft" in base and "--speculative" not in base, base
+    assert base.split("would start: ")[1] == cmd.split("would start: ")[1].replace(
+        cmd[cmd.index(" --speculative_config"):cmd.index(" --enforce-eager")], ""), (cmd, base)
     assert "nothing was changed" in r.stdout and not (tmp_path / rid).exists()
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run", "--speedup", "none")
+    assert r.returncode == 0 and len([ln for ln in r.stdout.splitlines() if "would start:" in ln]) == 1, r.stdout
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run", "--speedup", "1,x")
+    assert r.returncode == 1 and r.stderr.strip() == "specops: --speedup '1,x': give concurrent request counts " \
+                                                      "(1-1024) such as 1,16, or none", r.stderr
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
             "--vllm-arg=--port=1")
     assert r.returncode == 1 and "specops sets --port itself" in r.stderr, r.stderr
@@ -63,6 +84,37 @@ def test_metrics_parsing_and_acceptance_math():
     assert [round(x, 4) for x in res["acceptance_by_position"]] == [0.0065, 0.0033, 0.0033]
     assert res["conditional_acceptance_by_position"][1] == 0.5
     assert round(res["mean_acceptance_length"], 3) == 1.013
+
+
+def test_speedup_levels_and_record():
+    import evaluate as ev_mod
+
+    from specops.contract import concurrency_levels
+    from specops.errors import SpecopsError
+
+    assert concurrency_levels("1,16") == [1, 16] and concurrency_levels(" 16, 1,16 ") == [16, 1]
+    assert concurrency_levels("none") == concurrency_levels("off") == concurrency_levels("0") == []
+    for bad in ("", "1,", "a", "-1", "0,4", "2000", "1.5"):
+        with pytest.raises(SpecopsError, match="give concurrent request counts"):
+            concurrency_levels(bad)
+    prompts = [{"prompt": [1, 2]}, {"prompt": [3]}, {"prompt": "x"}]
+    assert ev_mod.speedup_requests(prompts, [1, 4]) == [[1, 2], [3], "x", [1, 2]]
+    draft = {1: {"requests": 4, "completion_tokens": 64, "seconds": 2.0, "tokens_per_s": 32.0},
+             4: {"requests": 4, "completion_tokens": 64, "seconds": 0.5, "tokens_per_s": 128.0}}
+    base = {1: {"requests": 4, "completion_tokens": 64, "seconds": 1.0, "tokens_per_s": 64.0},
+            4: {"requests": 4, "completion_tokens": 64, "seconds": 0.4, "tokens_per_s": 160.0}}
+    argv = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    sp = ev_mod.speedup(draft, base, kind="cuda", argv=argv, max_tokens=16, prompts=3, requests=4)
+    assert sp["by_concurrency"]["1"] == {"draft_tokens_per_s": 32.0, "baseline_tokens_per_s": 64.0, "ratio": 0.5,
+                                         "draft_completion_tokens": 64, "baseline_completion_tokens": 64,
+                                         "draft_seconds": 2.0, "baseline_seconds": 1.0}
+    assert sp["by_concurrency"]["4"]["ratio"] == 0.8 and list(sp["by_concurrency"]) == ["1", "4"]
+    assert sp["cuda_graphs"] is True and sp["settings"].startswith("cuda: CUDA graphs") and "note" not in sp
+    eager = ev_mod.speedup(draft, base, kind="cuda", argv=argv + ["--enforce_eager"], max_tokens=16, prompts=3,
+                           requests=4)
+    assert eager["cuda_graphs"] is False and "eager" in eager["settings"]
+    cpu = ev_mod.speedup(draft, base, kind="cpu", argv=argv, max_tokens=16, prompts=3, requests=4)
+    assert cpu["cuda_graphs"] is False and "below 1 is expected" in cpu["note"]
 
 
 def test_gap_is_flagged():

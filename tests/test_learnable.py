@@ -149,6 +149,9 @@ def test_trained_draft_beats_the_untrained_control(learnable):
     ev = json.loads((learnable["dest"] / learnable["run_id"] / "evaluation.json").read_text())
     assert ev["mean_acceptance_length"] == tr["mean_acceptance_length"]
     assert (learnable["dest"] / learnable["run_id"] / "controls" / un["run_id"] / "evaluation.json").is_file()
+    by = tr["speedup"]["by_concurrency"]  # (timed for the trained draft only)
+    assert set(by) == {"1", "16"} and all(v["ratio"] > 0 and v["baseline_tokens_per_s"] > 0 for v in by.values())
+    assert tr["speedup_at_1"] == by["1"]["ratio"] and un["speedup"] is None
 
 
 @pytest.mark.integration
