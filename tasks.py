@@ -263,19 +263,24 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                                            "DeepSeek-V3 MoE text_config, custom code)",
                                   "learnable": "a tiny Llama that learnt the demo's synthetic language on the host's "
                                                "CPU (its drafts can be accepted; a random verifier's never are)",
-                                  "seconds": "--learnable: training time cap (default 90)"})
+                                  "seconds": "--learnable: training time cap (default 90; --size 1b: 300)",
+                                  "size": "--learnable: tiny (default, CPU) or 1b (about a billion parameters, "
+                                          "trained on the host's GPU: a verifier whose drafts show a speedup)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
-                  learnable=False, seconds=90.0, dry_run=False):
+                  learnable=False, seconds=None, size="tiny", dry_run=False):
     """Build a tiny verifier + local tokenizer on the host (no model hub needed): random, or
     --learnable (trained on the synthetic language of remote/synthlang.py: what the demo uses)."""
     if shape not in ("llama", "kimi"):
         raise Exit(f"specops: --shape {shape!r}: choose llama or kimi")
+    if size != "tiny" and not learnable:
+        raise Exit(f"specops: --size {size} sizes the learnable verifier: add --learnable")
     if learnable and (shape != "llama" or layers or int(hidden) != 256):
         raise Exit("specops: --learnable builds its own shape (4 layers, hidden 128): drop --shape/--layers/--hidden")
     with session(c, host, hosts, dry_run) as t:
         if learnable:
             res = _data.make_learnable_verifier(t, path or f"{t.workdir}/{_pipeline.DEMO_VERIFIER}",
-                                                seconds=float(seconds), overwrite=overwrite)
+                                                seconds=None if seconds is None else float(seconds),
+                                                overwrite=overwrite, size=size)
             if res is not None:
                 views.line(views.learnable_verifier(res))
             return

@@ -37,6 +37,12 @@ PIN = pins.PIN
 STAMP = Path(sys.prefix) / ".specops-stamp.json"
 
 
+def notes(text, key):
+    """A profile's `#@ KEY: NAME -- why` lines -> {normalized NAME: why} (keep, omit)."""
+    return {norm(m.group(1)): (m.group(2) or "").strip()
+            for m in re.finditer(rf"^#@ {key}: (\S+)(?: -- (.*))?$", text, re.M)}
+
+
 def parse(text):
     """-> (mode, [(requirement, index or None)])"""
     mode = "resolve"
@@ -101,8 +107,27 @@ def wheelhouse_manifest(wheelhouse):
     return man
 
 
-def top_up(a, mode, reqs, log):
-    """--existing: install what is missing, never touching what is there."""
+HAS_REQ = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9_.\-]+)")
+REQUIRES = re.compile(r"^(\S+) \S+ requires ([A-Za-z0-9_.\-]+), which is not installed")
+
+
+def accepted(line, keep, omit):
+    """Is this `pip check` line one the profile declares (a kept package's other version, an
+    omitted package missing)? -> the reason, or None."""
+    m = HAS_REQ.match(line)
+    if m and norm(m.group(2)) in keep:
+        return f"kept: {keep[norm(m.group(2))]}" if keep[norm(m.group(2))] else "kept at the venv's version"
+    m = REQUIRES.match(line)
+    if m and norm(m.group(2)) in omit:
+        return f"omitted: {omit[norm(m.group(2))]}" if omit[norm(m.group(2))] else "omitted by the profile"
+    return None
+
+
+def top_up(a, mode, reqs, log, keep=None, omit=None):
+    """--existing: install what is missing, never touching what is there. keep/omit: the
+    profile's `#@ keep:` / `#@ omit:` lines ({name: why}): the pip check lines they explain are
+    accepted and reported as overrides, no other."""
+    keep, omit = keep or {}, omit or {}
     man = wheelhouse_manifest(a.wheelhouse) if a.wheelhouse else {}
     before = installed()
     dropped = {norm(PIN.match(d["requirement"]).group(1) if PIN.match(d["requirement"]) else d["package"]): d
@@ -128,6 +153,8 @@ def top_up(a, mode, reqs, log):
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("".join(f"{n}=={v}\n" for n, v in sorted(before.items())))
         args = ["--no-index", "--find-links", a.wheelhouse] if a.wheelhouse else []
+        if mode == "exact":  # the profile is the whole set: nothing resolved on the host
+            args.append("--no-deps")
         try:
             rc = pip(args + ["-c", f.name, *todo], log)
         finally:
@@ -138,6 +165,8 @@ def top_up(a, mode, reqs, log):
     missing = [r for r in todo if norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) not in after]
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     problems = [l for l in check.stdout.splitlines() if l.strip()] if check.returncode else []
+    overrides = [{"line": l, "why": accepted(l, keep, omit)} for l in problems if accepted(l, keep, omit)]
+    problems = [l for l in problems if not accepted(l, keep, omit)]
     broken = [l for l in problems if norm(l.split()[0]) in added]  # what the top-up brought must be whole
     if mode == "exact":  # an exact profile is the whole environment: what it leaves out stays out
         names = {norm(re.match(r"^([A-Za-z0-9_.\-]+)", r).group(1)) for r, _ in reqs}
@@ -145,7 +174,7 @@ def top_up(a, mode, reqs, log):
                                             and norm(re.search(r" requires (\S+),", l).group(1)) not in names)]
     ok = rc == 0 and not changed and not missing and not broken
     if ok:
-        env = Path(".specops") / f"env-{Path(a.profile).stem}.txt"
+        env = Path(a.env_file or Path(".specops") / f"env-{Path(a.profile).stem}.txt")
         env.parent.mkdir(parents=True, exist_ok=True)
         lines = [f"# specops: the environment of {sys.prefix} for profile {Path(a.profile).stem} "
                  f"(an existing venv, topped up {time.strftime('%Y-%m-%d %H:%M:%S')})", "#@ mode: existing"]
@@ -162,6 +191,7 @@ def top_up(a, mode, reqs, log):
     return {"ok": ok, "action": ("installed" if added else "unchanged") if ok else "failed", "mode": "existing",
             "pip_exit": rc, "added": added, "kept": kept, "absent": absent, "changed": changed,
             "missing": missing, "broken": broken, "pip_check": [l for l in problems if l not in broken][:20],
+            "overrides": overrides,
             "mismatches": [], "log": log, "tail": tail(log)}
 
 
@@ -174,6 +204,8 @@ def main():
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--existing", action="store_true", help="top up an existing venv; never change what is there")
     ap.add_argument("--list-installed", action="store_true")
+    ap.add_argument("--env-file", default=None,
+                    help="--existing: where the environment inv check verifies goes (default .specops/env-<profile>.txt)")
     a = ap.parse_args()
     if a.list_installed:
         # glibc and machine: the host's wheel platform (`inv wheelhouse --host`: manylinux_2_<minor>_<machine>)
@@ -190,7 +222,8 @@ def main():
         os.makedirs(os.path.dirname(log), exist_ok=True)
         Path(log).write_text(f"# specops top-up of {a.profile} ({a.sha256}) into the existing {sys.prefix}\n")
         try:
-            res = top_up(a, mode, reqs, log)
+            text = Path(a.profile).read_text()
+            res = top_up(a, mode, reqs, log, keep=notes(text, "keep"), omit=notes(text, "omit"))
         except SystemExit as e:
             emit({"ok": False, "action": "failed", "error": str(e), "mismatches": [], "tail": []})
             return 1

@@ -8,6 +8,12 @@ is also what a broken pipeline shows).
 Launch (what `inv make-verifier --learnable` / `inv demo` send, from the host workdir):
     <venv>/bin/python3 remote/learnable_verifier.py models/learnable-llama [--seconds 90] [--overwrite]
         [--steps 400] [--layers 4] [--frozen-layers 2] [--hidden 128] [--heads 2] [--seed 0] [--threads N]
+        [--size tiny|1b] [--device auto|cpu|cuda]
+
+--size 1b (a GPU host): about a billion parameters (16 layers, hidden 2048, 16 heads, 8 KV heads,
+intermediate 8192; lr 3e-4, batches of 32, 300 steps), trained on the GPU in bf16 autocast, so that
+a vLLM server's decoding is bound by memory as a real verifier's is and a draft's speedup shows.
+Explicit flags override the preset's values.
 
 Training runs --steps steps (400: 40-60 s on one core; batches of 8 conversations, AdamW, cosine
 schedule) or stops at --seconds, whichever comes first; one torch thread (--threads 1): with two,
@@ -107,7 +113,8 @@ def greedy_agreement(model, tok, convs, n_tokens=24) -> float:
         first = next(i for i, m in enumerate(msgs) if m["role"] == "user")
         prompt = tok.apply_chat_template(msgs[:first + 1], tokenize=True, add_generation_prompt=True,
                                          return_dict=False)
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n_tokens, do_sample=False,
+        dev = next(model.parameters()).device
+        out = model.generate(torch.tensor([prompt], device=dev), max_new_tokens=n_tokens, do_sample=False,
                              pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
         a, n = synthlang.rule_agreement(msgs[first]["content"].split()[-2:] + tok.decode(out).split())
         ok, total = ok + a, total + n
@@ -115,7 +122,17 @@ def greedy_agreement(model, tok, convs, n_tokens=24) -> float:
     return ok / max(total, 1)
 
 
+TINY = {"layers": 4, "hidden": 128, "heads": 2, "kv_heads": 1, "intermediate": 384, "lr": 5e-3, "batch": 8,
+        "steps": 400, "warmup": 20, "frozen_layers": 2, "seconds": 90.0}
+SIZES = {  # --size presets; an explicit flag wins over its preset value
+    "tiny": TINY,
+    "1b": {**TINY, "layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 8, "intermediate": 8192, "lr": 3e-4,
+           "batch": 32, "steps": 300, "warmup": 30, "seconds": 300.0},
+}
+
+
 def train(model, tok, args, log):
+    dev = next(model.parameters()).device
     rng = random.Random(args.seed)
     held_out = synthlang.conversations(16, seed=10_000 + args.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -129,7 +146,8 @@ def train(model, tok, args, log):
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            loss = model(input_ids=ids.to(dev), attention_mask=att.to(dev), labels=labels.to(dev)).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -146,28 +164,38 @@ def train(model, tok, args, log):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
-    ap.add_argument("--seconds", type=float, default=90.0, help="training time budget on this host's CPU")
-    ap.add_argument("--steps", type=int, default=400, help="training steps (fewer if --seconds runs out first)")
+    ap.add_argument("--seconds", type=float, default=None, help="training time budget on this host's CPU")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (fewer if --seconds runs out first)")
     ap.add_argument("--min-agreement", type=float, default=0.8,
                     help="refuse to publish a model whose greedy agreement is lower")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=2)
-    ap.add_argument("--kv-heads", type=int, default=1)
-    ap.add_argument("--intermediate", type=int, default=384)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--hidden", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--kv-heads", type=int, default=None)
+    ap.add_argument("--intermediate", type=int, default=None)
     ap.add_argument("--vocab", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=5e-3)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--frozen-layers", type=int, default=2,
+    ap.add_argument("--frozen-layers", type=int, default=None,
                     help="first decoder layers kept at their random initialisation (not trained)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: a model this small gains little from more, and with a busy core "
                          "(a vLLM server's worker) two threads wait on each other: 10x slower; 0: torch's default)")
     ap.add_argument("--overwrite", action="store_true", help="replace a model already at OUTDIR")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny",
+                    help="preset dimensions (1b: about a billion parameters, for a GPU host)")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                    help="where it trains (auto: the GPU when there is one)")
     args = ap.parse_args()
+    for k, v in SIZES[args.size].items():  # (flags left out take the preset's value)
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise Refused("--device cuda: torch sees no GPU on this host (torch.cuda.is_available() is False)")
     if not 5 <= args.seconds <= 3600:
         raise Refused(f"--seconds {args.seconds:g}: give 5 to 3600 (the training budget on this host's CPU)")
     if args.steps < 1:
@@ -179,7 +207,7 @@ def main():
                       f"hidden must divide by heads, heads by kv-heads")
 
     refuse_existing(args.outdir, args.overwrite)  # (before the time is spent)
-    if args.threads:
+    if args.threads and device == "cpu":
         torch.set_num_threads(args.threads)
 
     def log(text):
@@ -199,12 +227,13 @@ def main():
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
             bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             initializer_range=0.02)
-        model = LlamaForCausalLM(cfg)
+        model = LlamaForCausalLM(cfg).to(device)
         model.config._attn_implementation = "sdpa"
         for layer in model.model.layers[:args.frozen_layers]:  # (see the module docstring)
             layer.requires_grad_(False)
         log(f"{sum(p.numel() for p in model.parameters())} parameters, vocab {len(tok)}, "
-            f"training up to {args.seconds:g} s on {torch.get_num_threads()} thread(s)")
+            f"training up to {args.seconds:g} s on " + (torch.cuda.get_device_name(0) if device == "cuda"
+                                                          else f"{torch.get_num_threads()} thread(s)"))
         res = train(model, tok, args, log)
         agreement = greedy_agreement(model, tok, res.pop("held_out"))
         log(f"{res['steps']} steps in {res['train_seconds']} s, loss {res['loss']}, greedy agreement "
@@ -215,12 +244,13 @@ def main():
                                f"{agreement:.2f} < {args.min_agreement}; give it more --seconds")
         model = model.to(torch.bfloat16)
         model.generation_config.do_sample = False
-        model.save_pretrained(str(tmp))
+        model.save_pretrained(str(tmp), max_shard_size="1000GB")  # (one file: weights_sha256 reads it)
         tok.save_pretrained(str(tmp))
         weights = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()[:16]
         record = {"kind": KIND, "language": synthlang.describe(), "greedy_agreement": round(agreement, 4),
                   "weights_sha256": weights, "frozen_layers": args.frozen_layers,
                   "layers": args.layers, "hidden": args.hidden, "vocab": len(tok), "dtype": "bfloat16",
+                  "size": args.size, "device": device,
                   "params": sum(p.numel() for p in model.parameters()), "seed": args.seed, **res}
         (tmp / "specops-verifier.json").write_text(json.dumps(record, indent=1) + "\n")
     emit({"ok": True, "path": str(out), "shape": "llama", **record})

@@ -64,7 +64,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
     if force:
         args.append("--force")
     if t.host.venv_existing:
-        args.append("--existing")
+        args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
     res = run_script(t, "install_profile", args)
     if res is None:  # --dry-run
         return {"ok": True, "action": "installed or verified (dry run)"}
@@ -109,18 +109,36 @@ def push_wheelhouse(t: Transport, local: str, prof: profiles.Profile) -> str:
     return dest
 
 
+def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
+    """An existing venv keeps its torch: the profile of prof's family built on that torch
+    (profiles.for_existing), said in one line when it is another one."""
+    try:
+        res = run_script(t, "install_profile", ["--list-installed"], changes=False)
+    except SpecopsError:
+        if not t.dry_run:
+            raise
+        t.plan(f"would pick the profile of family {prof.name} built on the venv's torch (once remote/ is pushed)")
+        return prof
+    chosen, why = profiles.for_existing(prof.name, (res.get("installed") or {}).get("torch", ""))
+    if why:
+        t.note(f"{t.host.name}: {why}", "warn" if chosen is prof else "info")
+    return chosen
+
+
 def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = False,
               wheelhouse: Optional[str] = None) -> Outcome:
     h = t.host
     prof = profiles.load(profile or h.profile)
-    out = Outcome(profile=prof.name)
     with t.step(f"push remote/ to {h.name}:{h.workdir_path}"):
-        out.pushed = t.ensure_pushed()
+        pushed = t.ensure_pushed()
+    with t.step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
+        created = ensure_venv(t)
+    if h.venv_existing and not profile:  # (--profile P: the user's choice stands)
+        prof = existing_profile(t, prof)
+    out = Outcome(profile=prof.name, venv_created=created, pushed=pushed)
     if wheelhouse:
         with t.step(f"wheelhouse {wheelhouse} -> {h.name}"):
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
-    with t.step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
-        out.venv_created = ensure_venv(t)
     with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
     if out.install.get("mode") == "existing":
@@ -139,4 +157,5 @@ def top_up_lines(name: str, res: dict) -> list[str]:
              + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)")]
             + profiles.kept_lines(res.get("kept", []), "want", "there")
             + [f"  not installed {d['package']}: {d['reason']}" for d in res.get("absent", [])]
-            + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])])
+            + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])]
+            + [f"  pip check (declared by the profile): {o['line']} -- {o['why']}" for o in res.get("overrides", [])])

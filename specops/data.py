@@ -165,15 +165,23 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
     return res
 
 
-def make_learnable_verifier(t: Transport, path: str, *, seconds: float = 90, overwrite: bool = False,
-                            steps: Optional[int] = None) -> Optional[dict]:
+#: remote/learnable_verifier.py's --size presets -> their default training budget (seconds)
+LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0}
+
+
+def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
+                            steps: Optional[int] = None, size: str = "tiny") -> Optional[dict]:
     """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
     greedy_agreement, language{fingerprint, ...}); None under --dry-run. An existing model is
-    replaced only with overwrite."""
+    replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" (about a billion
+    parameters, trained on the host's GPU: a verifier whose decoding is bound by memory)."""
+    if size not in LEARNABLE_SIZES:
+        raise SpecopsError(f"make-verifier --size {size!r}: choose {' or '.join(LEARNABLE_SIZES)}")
+    seconds = float(seconds if seconds is not None else LEARNABLE_SIZES[size])
     path = model_slot(t, path, overwrite, "make-verifier --learnable")
-    args = [path, "--seconds", f"{float(seconds):g}"] + (["--steps", str(int(steps))] if steps else [])
+    args = [path, "--seconds", f"{seconds:g}", "--size", size] + (["--steps", str(int(steps))] if steps else [])
     if overwrite:
         args.append("--overwrite")
     res = run_script(t, "learnable_verifier", args, timeout=float(seconds) + 600)

@@ -359,7 +359,7 @@ def constraints_text(have: dict[str, Optional[str]]) -> str:
 
 
 def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Optional[str]], pip: Pip,
-                   skip: Iterable[str] = (), *, exact: bool = False, note=None) -> dict:
+                   skip: Iterable[str] = (), *, exact: bool = False, keep: Iterable[str] = (), note=None) -> dict:
     """What an existing environment lacks for the profile, never replacing what it has.
 
     pip resolves (``pip install --dry-run --ignore-installed --report``, metadata only) the
@@ -371,8 +371,10 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
     is ever replaced. Profile pins that only a dropped pin needed (e.g. flashinfer-python,
     pinned for vllm) are dropped as well. ``exact`` (an exact profile: the whole environment):
     only the profile's own packages are brought (``--no-deps``); one whose dependencies clash
-    with the host or with the profile's pins is dropped. Returns
-    {"install": {name: {name, version, for}}, "kept": [...], "dropped": [...], "requirements": [...]}.
+    with the host or with the profile's pins is dropped, unless the clash is with a package the
+    profile keeps at the host's version (``keep``, its ``#@ keep:`` lines): that is an override.
+    Returns {"install": {name: {name, version, for}}, "kept": [...], "dropped": [...],
+    "requirements": [...], "overrides": [...]}.
     """
     note = note or (lambda _msg: None)
     skip = {norm(s) for s in skip}
@@ -399,8 +401,9 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
         cons = Path(d) / "host-constraints.txt"
         cons.write_text(constraints_text(have))
         c = str(cons)
+        overrides: list[dict] = []
         if exact:
-            _exact(roots, lines, have, pip, graph, why, raw, note)
+            _exact(roots, lines, have, pip, graph, why, raw, note, {norm(k) for k in keep}, overrides)
         elif roots:
             note(f"pip resolves {len(roots)} profile requirement(s) against the host's {len(have)} package(s) ...")
             items, err, out = pip.report([lines[n] for n in roots], constraints=c)
@@ -463,12 +466,14 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
             continue
         install[name] = {"name": graph.meta[name]["name"], "version": graph.version(name),
                          "for": sorted(roots[n].name for n in live if name in reach[n])}
-    return {"install": install, "kept": kept, "dropped": dropped, "requirements": [lines[n] for n in live]}
+    return {"install": install, "kept": kept, "dropped": dropped, "requirements": [lines[n] for n in live],
+            "overrides": overrides}
 
 
-def _exact(roots, lines, have, pip, graph, why, raw, note) -> None:
+def _exact(roots, lines, have, pip, graph, why, raw, note, keep=frozenset(), overrides=None) -> None:
     """An exact profile's top-up: each missing profile package's own wheel (no dependencies);
-    one that needs another version of a present package, or of another profile pin, is dropped."""
+    one that needs another version of a present package, or of another profile pin, is dropped
+    (a package in keep: the host's version stays, recorded in overrides)."""
     if not roots:
         return
     note(f"pip picks the wheels of {len(roots)} profile package(s) the host lacks ...")
@@ -489,6 +494,11 @@ def _exact(roots, lines, have, pip, graph, why, raw, note) -> None:
         for dep in graph.deps(n, r.extras):
             m = norm(dep.name)
             if m in have and not contains(dep.specifier, have[m]):
+                if m in keep:
+                    if overrides is not None:
+                        overrides.append({"package": md["name"], "needs": f"{dep.name}{dep.specifier}",
+                                          "kept": f"{dep.name}=={have[m]}"})
+                    continue
                 why.setdefault(n, f"{md['name']} {md['version']} needs {dep.name}{dep.specifier}, "
                                   f"the host has {have[m]}")
             elif m in roots and not contains(dep.specifier, str(roots[m].specifier).lstrip("=")):
@@ -548,6 +558,12 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str]
     if Requirement is None:
         raise SpecopsError(f"`inv wheelhouse` runs pip download: {sys.executable} has no pip (python -m ensurepip)")
     prof = profiles.load(profile)
+    picked = ""
+    if have is not None:  # a top-up keeps the host's torch: the profile of this family built on it
+        chosen, picked = profiles.for_existing(prof.name, have.get("torch") or "")
+        if picked:
+            note(picked)
+        prof = chosen
     python = check_python(python)
     platform = platform or DEFAULT_PLATFORM
     tags = expand_platform(platform)
@@ -565,10 +581,13 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str]
            "requirements": [r for r, _ in reqs], "kept": [], "dropped": []}
     skip = [s.strip() for s in skip if s.strip()]
     if have is not None:
+        if picked:
+            man["picked"] = picked
         man["mode"], man["have"] = "top-up", have_source
         note(f"resolving what {have_source or 'the host'} lacks for profile {prof.name} (metadata only) ...")
-        res = resolve_top_up(reqs, have, pip, skip, exact=prof.mode == "exact", note=note)
+        res = resolve_top_up(reqs, have, pip, skip, exact=prof.mode == "exact", keep=prof.keep, note=note)
         man.update(kept=res["kept"], dropped=res["dropped"], requirements=res["requirements"],
+                   overrides=res["overrides"], omitted=prof.omit,
                    install={n: {"version": v["version"], "for": v["for"]} for n, v in res["install"].items()})
         pins = [f"{v['name']}=={v['version']}" for v in res["install"].values()]
         note(f"downloading {len(pins)} wheel(s) ...")
@@ -617,7 +636,11 @@ def summary_lines(man: dict) -> list[str]:
     what the host keeps, what was dropped and why, the next command."""
     lines = [f"wheelhouse {man['dest']}: {len(man['wheels'])} wheel(s), {man['bytes'] / 2**20:.1f} MiB "
              f"({man['mode']}, python {man['python']}, {man['platform']}) in {man['seconds']}s"]
+    lines += [f"  profile: {man['picked']}"] if man.get("picked") else []
     lines += profiles.kept_lines(man.get("kept", []), "requirement", "on the host")
+    lines += [f"  kept {o['kept']} although {o['package']} needs {o['needs']} (the profile's #@ keep)"
+              for o in man.get("overrides", [])]
+    lines += [f"  omitted {n}: {why}" for n, why in (man.get("omitted") or {}).items()]
     lines += [f"  dropped {d['requirement']}: {d['reason']}" for d in man.get("dropped", [])]
     lines.append(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
     return lines

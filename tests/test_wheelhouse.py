@@ -336,3 +336,70 @@ def test_cli_refusals_one_line(tmp_path):
     hosts.write_text("hosts:\n  x:\n    transport: local\n    venv_existing: true\n")
     r = inv("bootstrap", "--host", "x", "--hosts", str(hosts), "--wheelhouse", str(tmp_path))
     assert r.returncode != 0 and "field 'venv_existing': needs `venv:`" in r.stderr
+
+
+def test_exact_profile_keeps_declared_packages_and_accepts_only_their_pip_check_lines(mirror, tmp_path):
+    """A profile for an existing venv (`#@ keep:` / `#@ omit:`): the wheelhouse brings a package
+    whose pin on a kept package the host cannot meet (an override, recorded), and the host's
+    top-up (a real venv) accepts exactly the pip check lines the profile declares, no other."""
+    pip = wh.Pip(PY, ["any"], source=["--no-index", "--find-links", str(mirror)])
+    prof = [("spx-d==1.0", None)]
+    res = wh.resolve_top_up(prof, {"spx-x": "1.8"}, pip, exact=True, keep=["spx-x"])
+    assert {n: v["version"] for n, v in res["install"].items()} == {"spx-d": "1.0"} and res["dropped"] == []
+    assert res["overrides"] == [{"package": "spx-d", "needs": "spx-x>=3", "kept": "spx-x==1.8"}]
+    res = wh.resolve_top_up(prof, {"spx-x": "1.8"}, pip, exact=True)  # not declared: dropped as before
+    assert res["install"] == {} and res["dropped"][0]["reason"] == "spx-d 1.0 needs spx-x>=3, the host has 1.8"
+
+    venv = tmp_path / "existing"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python3"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", str(mirror / "spx_x-1.8-py3-none-any.whl")],
+                   check=True)
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "spx_d-1.0-py3-none-any.whl").write_bytes((mirror / "spx_d-1.0-py3-none-any.whl").read_bytes())
+    (house / wh.MANIFEST).write_text(json.dumps({"mode": "top-up", "python": PY,
+                                                 "wheels": {"spx_d-1.0-py3-none-any.whl": ""}}))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def top_up(text):
+        p = tmp_path / "p.txt"
+        p.write_text(text)
+        out = subprocess.run([str(py), str(REPO / "remote" / "install_profile.py"), "--profile", str(p), "--sha256",
+                              "h", "--log", ".specops/logs/i.log", "--wheelhouse", str(house), "--existing",
+                              "--env-file", ".specops/env-cuda.txt"], cwd=work, capture_output=True, text=True)
+        return out.returncode, json.loads(out.stdout.split("@@SPECOPS-PAYLOAD-BEGIN@@")[1].split("@@SPECOPS-PAYLOAD-END@@")[0])
+
+    # undeclared: spx-d's unmet spx-x>=3 (and its missing spx-e) make the top-up fail
+    rc, res = top_up("#@ mode: exact\nspx-d==1.0\nspx-e==1.0\n")
+    assert rc == 1 and not res["ok"] and any("spx-x" in l for l in res["broken"]), res
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "spx-d"], check=True)
+    rc, res = top_up("#@ mode: exact\n#@ keep: spx-x -- the venv's own\n#@ omit: spx-e -- nothing here\nspx-d==1.0\n")
+    assert rc == 0 and res["ok"], res
+    assert res["added"] == {"spx-d": "1.0"} and res["broken"] == [] and res["pip_check"] == []
+    assert sorted(o["why"] for o in res["overrides"]) == ["kept: the venv's own", "omitted: nothing here"]
+    assert "spx-d==1.0" in (work / ".specops" / "env-cuda.txt").read_text()
+
+
+def test_existing_venv_gets_the_profile_built_on_its_torch():
+    """`#@ family` / `#@ torch`: a venv_existing host keeps its torch; the profile of its family
+    built on that torch is picked, said in one line; the repo's torch 2.11 profile never touches
+    what such a venv has (no torch, numpy, numba or protobuf pin) and pins vLLM 0.26.0."""
+    from specops import profiles
+
+    p, why = profiles.for_existing("cuda", "2.11.0+cu130")
+    assert p.name == "cuda-torch2.11" and p.vllm == "0.26.0" and p.family == "cuda" and p.torch == "2.11"
+    assert why == ("the venv has torch 2.11.0+cu130: profile cuda-torch2.11 (vLLM 0.26.0, built for torch 2.11) "
+                   "instead of cuda (vLLM 0.32.0, torch 2.13)")
+    assert profiles.for_existing("cuda", "2.13.0") == (profiles.load("cuda"), "")
+    assert profiles.for_existing("cuda", "") == (profiles.load("cuda"), "")
+    p, why = profiles.for_existing("cuda", "2.9.1")
+    assert p.name == "cuda" and "no profile of family cuda is built on 2.9" in why
+    prof = profiles.load("cuda-torch2.11")
+    assert prof.mode == "exact"
+    assert not {"torch", "numpy", "numba", "protobuf", "triton", "transformers"} & {wh.norm(n) for n in prof.pins}
+    assert set(prof.keep) == {"numpy", "numba", "llvmlite", "protobuf", "setuptools"} and all(prof.keep.values())
+    assert {"nvidia-cutlass-dsl", "tilelang", "fastsafetensors"} <= set(prof.omit) and all(prof.omit.values())
+    assert not set(prof.omit) & {wh.norm(n) for n in prof.pins}
+    assert {"speculators", "hs-connectors", "vllm"} <= {wh.norm(n) for n in prof.pins}

@@ -1,0 +1,158 @@
+#!/bin/bash
+# Issue 21: every vLLM stage through specops on one H200 (the `local` transport on the GPU machine,
+# its preinstalled /opt/torch/.venv topped up by `inv bootstrap`). Run from the repo root there:
+#
+#   bash bench/h200/vllm.sh start [WAIT] [STAGES]  # setsid the run, then `collect WAIT`
+#   bash bench/h200/vllm.sh collect [WAIT]         # wait for DONE (at most WAIT s), pack into $OUT
+#   bash bench/h200/vllm.sh all [STAGES]           # the run itself (what `start` launches)
+#
+# The wheelhouse (`inv wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`,
+# 370 MiB with the laptop wheels the torch venv lacks) arrives in 62 MiB parts, one a device call, under /tmp/parts (bench/h200/parts.sh);
+# `setup` joins them.
+# Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
+#   setup      join the wheelhouse; laptop-side venv /tmp/lap from its laptop/ wheels; hosts.yaml
+#   bootstrap  inv bootstrap --wheelhouse W (the profile picked for torch 2.11), again (verify only)
+#   check      inv check (the exact imports: vllm 0.26.0, the CUDA hidden-states connector)
+#   demo       inv demo (cuda: the 1B learnable verifier trained on the GPU, vLLM extraction with
+#              speculators' CUDA connector, training, the draft served beside its controls, the speedup)
+#   hf         the demo's rows again through `inv extract --backend hf`: hidden states compared
+#   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU)
+#   serve      inv check --serve (the draft-serves preflight) on the demo verifier
+set -u
+MODE=${1:-all}
+B=${B:-/tmp/h200-vllm}
+VPY=${VPY:-/opt/torch/.venv/bin/python3}
+VENV=$(dirname "$(dirname "$VPY")")
+W=${W:-/tmp/wheelhouse}
+WD=${WD:-/tmp/specops-h200}
+INV=/tmp/lap/bin/inv
+if [ "$MODE" = start ]; then
+  mkdir -p "$B"
+  setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
+  sleep 2
+  exec bash "$0" collect "${2:-540}"
+fi
+if [ "$MODE" = collect ]; then
+  [ -d "$B" ] || { echo "no $B here: a fresh machine (the run is gone)"; exit 3; }
+  end=$((SECONDS + ${2:-540}))
+  while [ ! -f "$B/DONE" ] && [ $SECONDS -lt $end ]; do sleep 3; done
+  C=/tmp/h200-vllm-collect; rm -rf "$C"; mkdir -p "$C"
+  cp "$B"/*.log "$B"/*.txt "$B"/*.yaml "$B"/*.out "$B"/*.json "$C/" 2>/dev/null
+  for r in "$WD"/runs/*/; do
+    n=$(basename "$r"); mkdir -p "$C/runs/$n"
+    cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null
+    cp "$r"/server/output.log "$C/runs/$n/server.log" 2>/dev/null
+    cp "$r"/evaluation/*.json "$C/runs/$n/" 2>/dev/null
+    for s in "$r"/evaluation/*/output.log "$r"/evaluation/output.log; do
+      [ -f "$s" ] && cp "$s" "$C/runs/$n/eval-$(basename "$(dirname "$s")").log"; done
+  done
+  cp -r /tmp/lap-runs "$C/laptop-runs" 2>/dev/null
+  find "$C/laptop-runs" -name '*.safetensors' -delete 2>/dev/null
+  cp "$WD"/.specops/env-cuda.txt "$C/" 2>/dev/null; cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
+  tar czf "$OUT/vllm.tgz" -C /tmp h200-vllm-collect
+  cp "$B/summary.txt" "$OUT/" 2>/dev/null
+  [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
+  cat "$B/summary.txt"
+  echo "--- tail of the newest log:"; ls -t "$B"/*.log | head -1 | xargs tail -c 3000
+  exit 0
+fi
+
+STAGES=${*:2}
+STAGES=${STAGES:-setup bootstrap check demo hf online serve}
+mkdir -p "$B"; rm -f "$B/DONE"
+export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd/; }
+stage() {
+  local name=$1; shift
+  say "== $name: start"
+  local t0=$SECONDS
+  ( set -x; "$@" ) > "$B/$name.log" 2>&1
+  local rc=$?
+  say "== $name: rc=$rc in $((SECONDS - t0))s"
+  return $rc
+}
+
+s_setup() {
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+  if [ ! -f "$W/specops-wheelhouse.json" ]; then
+    cat /tmp/parts/part-* | tar xf - -C /tmp || return 1
+  fi
+  ls "$W" | wc -l; du -sh "$W"
+  rm -rf /tmp/lap
+  # the laptop side: specops' own dependencies that the torch venv lacks (laptop/ holds only those),
+  # the torch venv's packages behind them (a .pth), so no second numpy/matplotlib/tensorboard travels
+  $VPY -m venv --without-pip /tmp/lap
+  local sp; sp=$(/tmp/lap/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  $VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$sp/zz-torch-venv.pth"
+  $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$W"/laptop/*.whl || return 1
+  cat > "$B/hosts.yaml" <<EOF
+hosts:
+  local:
+    transport: local
+    profile: cuda
+    venv: $VENV
+    venv_existing: true
+    workdir: $WD
+    gpus: 1
+EOF
+  $INV hosts
+}
+
+s_bootstrap() {
+  $VPY -m pip list --format=freeze > "$B/freeze-before.txt"
+  $INV bootstrap --wheelhouse "$W" || return 1
+  $INV bootstrap --wheelhouse "$W"  # again: verifies only
+  $VPY -m pip list --format=freeze > "$B/freeze-after.txt"
+  diff "$B/freeze-before.txt" "$B/freeze-after.txt" | grep -c '^>' | sed 's/^/packages added: /'
+  diff "$B/freeze-before.txt" "$B/freeze-after.txt" | grep '^<' | sed 's/^/CHANGED: /'
+  cat "$WD/.specops/env-cuda.txt" | head -5
+  true
+}
+
+s_check() {
+  $INV check
+}
+
+s_demo() {
+  echo "gpu memory before: $(gpu_mem) MiB"
+  $INV demo --dest /tmp/lap-runs || return 1
+  echo "gpu memory after: $(gpu_mem) MiB"
+  for f in /tmp/lap-runs/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','acceptance_by_position','counters','prompts','speedup','speedup_at_1','seconds')}, indent=1))" "$f"; done
+}
+
+latest_dataset() { ls -td "$WD"/data/demo-*/ 2>/dev/null | head -1; }
+
+s_hf() {
+  local ds; ds=$(latest_dataset); [ -n "$ds" ] || { echo "no demo dataset"; return 1; }
+  local hf="$WD/data/demo-hf"
+  rm -rf "$hf"; mkdir -p "$hf"
+  cp "$ds"/*.json "$ds"/*.arrow "$hf/" 2>/dev/null; rm -f "$hf/specops-data.json"
+  $INV extract --dataset demo-hf --backend hf --layers "$(cat "$B/demo-layers.txt" 2>/dev/null || echo 2,8,13,16)" || return 1
+  $VPY bench/h200/compare_hs.py "$ds" "$hf" | tee "$B/hs-compare.json"
+  grep -h "tokens/s\|extract (" "$B/demo.log" "$B/hf.log" | cut -c1-220 | tail -6
+}
+
+s_online() {
+  local ds; ds=$(basename "$(latest_dataset)")
+  echo "gpu memory before: $(gpu_mem) MiB"
+  rm -rf "$WD/runs/h200-online"
+  $INV train --config configs/demo.yaml --dataset "$ds" --run-id h200-online --hidden-states online --epochs 2 \
+    --follow || return 1
+  echo "gpu memory after: $(gpu_mem) MiB"
+  ls "$WD/data/$ds"; find "$WD/runs/h200-online" -name 'hs_*' | wc -l | sed 's/^/hidden-state files under the online run: /'
+  $INV status
+}
+
+s_serve() {
+  $INV check --serve --config configs/demo.yaml
+}
+
+say "H200 vLLM bench: stages $STAGES; $(nvidia-smi --query-gpu=name --format=csv,noheader); $(date -u +%FT%TZ)"
+for s in $STAGES; do
+  if ! stage "$s" "s_$s"; then
+    case $s in setup|bootstrap) say "stopping: stage $s failed"; break;; esac
+  fi
+done
+touch "$B/DONE"
