@@ -119,17 +119,24 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
 
 
 def preflight(t: Transport, *, min_free_gb: float = 5.0, deep_steps: bool = False, config: Optional[str] = None,
-              try_all: bool = False, steps: int = 2, timeout: float = 300.0) -> dict:
-    """The check, and with deep_steps the deep check after it: {"check": Check, "deep": dict or None}."""
+              try_all: bool = False, steps: int = 2, timeout: float = 300.0, serve_draft: bool = False,
+              verifier: Optional[str] = None, layers: Optional[str] = None, dataset: Optional[str] = None,
+              vllm_args: Optional[list] = None) -> dict:
+    """The check, with deep_steps the deep check after it, with serve_draft the draft-serves
+    preflight (vLLM serves the verifier with an untrained draft of the config; cached on the host
+    per verifier, draft config and vLLM version): {"check": Check, "deep": dict or None,
+    "serve": dict or None}."""
+    spec = serve_spec(t, config=config, verifier=verifier, layers=layers, dataset=dataset) if serve_draft else None
     res = check(t, min_free_gb=min_free_gb)
     return {"check": res, "deep": deep(t, config=config, try_all=try_all, steps=steps, timeout=timeout)
-            if deep_steps else None}
+            if deep_steps else None, "serve": serve(t, spec, vllm_args=vllm_args) if spec and res.ok else None}
 
 
 def judge(name: str, res: dict) -> None:
     """Raise (one line, the failing rows below) unless every hard check and the deep check pass."""
     verdict(name, res["check"])
     deep_verdict(name, res.get("deep"))
+    serve_verdict(name, res.get("serve"))
 
 
 def deep_verdict(name: str, res: dict) -> None:
@@ -168,3 +175,107 @@ def refuse_failed_settings(t: Transport, flags: dict) -> None:
                 f"({v.get('when')}: {r.get('error')}); "
                 + (f"these work: {describe(works)}" if works else "no setting worked there")
                 + "; nothing was started (re-run `inv check --deep` after changing versions)")
+
+
+# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (remote/serve_check.py) --
+SERVE_SKIP = "--no-serve-check skips it"
+
+
+def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional[str] = None,
+               layers: Optional[str] = None, dataset: Optional[str] = None) -> dict:
+    """What `inv check --serve` checks: the config's flags for this host, the verifier (default the
+    host's), the layer ids (--layers minus the last, as training takes them; default: the
+    dataset's extraction record with --dataset, else speculators' default for the verifier)."""
+    from .data import data_dir
+
+    h = t.host
+    ver = verifier or h.verifier
+    if not ver:
+        raise SpecopsError(f"check --serve on {h.name}: no verifier: pass --verifier DIR (a model directory on the "
+                           f"host) or set `verifier:` for the host in hosts.yaml")
+    cfg = load_config(config, h.profile, {})
+    ids = None
+    if layers:
+        try:
+            ids = [int(x) for x in str(layers).split(",") if x.strip()]
+        except ValueError:
+            raise SpecopsError(f"--layers {layers!r}: comma-separated layer numbers, e.g. 2,30,58,61") from None
+        if len(ids) < 2:
+            raise SpecopsError(f"--layers {layers!r}: the aux layers and the last one, e.g. 2,30,58,61")
+        ids = ids[:-1]
+    spec = {"verifier": t.expand(ver), "kind": h.profile, "flags": cfg["flags"], "target_layer_ids": ids,
+            "trust_remote_code": h.trust_flag, "config_file": cfg["path"]}
+    if dataset:
+        spec["data"] = data_dir(t, dataset)
+        if ids is None:  # (the extraction's layer ids: the aux ones and the last)
+            try:
+                rec = json.loads(t.read_bytes(f"{spec['data']}/specops-data.json") or b"{}")
+            except ValueError:
+                rec = {}
+            spec["target_layer_ids"] = (rec.get("layer_ids") or [])[:-1] or None
+    return spec
+
+
+def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
+          fresh: bool = False) -> Optional[dict]:
+    """Serve the verifier with an untrained draft of spec's configuration (remote/serve_check.py):
+    its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
+    log}; {ok, skipped} where it cannot run there). None under --dry-run (planned)."""
+    keep = ("verifier", "kind", "flags", "target_layer_ids", "data", "trust_remote_code")
+    args = ["--spec-json", json.dumps({k: spec[k] for k in keep if spec.get(k) is not None}),
+            *t.host.vllm_flags(list(vllm_args or []))]
+    if fresh:
+        args.append("--no-cache")
+    return run_script(t, "serve_check", args, timeout=timeout or 2400)
+
+
+def serve_line(res: dict) -> str:
+    """The preflight's one line: its cost, or why it did not run."""
+    if res.get("skipped"):
+        return f"draft-serves preflight: skipped: {res['skipped']}"
+    s = res.get("check_seconds")
+    if res.get("cached"):
+        return (f"draft-serves preflight: passed before for this verifier, draft config and vLLM version "
+                f"({res.get('cached_at')}, {s:.0f} s then); {SERVE_SKIP}")
+    return f"draft-serves preflight: vLLM served the verifier with an untrained draft in {s:.0f} s ({SERVE_SKIP})"
+
+
+def serve_failure(res: dict) -> str:
+    """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
+    root = res.get("root_cause") or res.get("error")
+    what = ("speculators could not build an untrained draft of this config" if res.get("stage") == "draft"
+            else "vLLM could not serve the verifier with an untrained EAGLE-3 draft of this config")
+    return f"{what}: {root}" + (f" (log on the host: {res['log']})" if res.get("log") else "")
+
+
+def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True
+               ) -> Optional[dict]:
+    """The train gate: the preflight's payload (its one line is a note), or SpecopsError (one line:
+    vLLM's root cause) when the draft does not serve; skipped with a note when turned off, planned
+    under --dry-run."""
+    h = t.host
+    if not enabled:
+        t.note("draft-serves preflight: skipped (--no-serve-check)")
+        return None
+    if t.dry_run:
+        t.plan(f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
+               f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
+        return None
+    res = serve(t, spec, vllm_args=vllm_args)
+    if res.get("ok"):
+        t.note(serve_line(res))
+        return res
+    if res.get("refused") or res.get("bug"):
+        raise SpecopsError(f"train on {h.name}: the draft-serves preflight could not run: {res.get('error')} "
+                           f"(nothing was started; {SERVE_SKIP})")
+    raise SpecopsError(f"train refused on {h.name}: {serve_failure(res)}; the draft-serves preflight took "
+                       f"{res.get('check_seconds') or 0:.0f} s; nothing was started ({SERVE_SKIP})")
+
+
+def serve_verdict(name: str, res: Optional[dict]) -> None:
+    """`inv check --serve`: raise (one line) unless the draft served (or the check was skipped there)."""
+    if res is None or res.get("ok"):
+        return
+    if res.get("refused") or res.get("bug"):
+        raise SpecopsError(f"check {name} --serve could not run: {res.get('error')}")
+    raise SpecopsError(f"check {name} --serve: {serve_failure(res)} (after {res.get('check_seconds') or 0:.0f} s)")

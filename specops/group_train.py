@@ -34,13 +34,13 @@ def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optio
 
 
 def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], dict], *, kind: str,
-           lock: Optional[str], script: str = "train", before_start: Optional[Callable[[], object]] = None
+           lock: Optional[str], script: str = "train", before_start: Optional[Callable[[list], object]] = None
            ) -> list[dict]:
-    """Build every node's spec first (all checks before anything starts), then start them all;
-    if one fails to start, stop the ones already running."""
+    """Build every node's spec first (all checks before anything starts), then before_start(specs),
+    then start them all; if one fails to start, stop the ones already running."""
     specs = [spec_for(t, i) for i, t in enumerate(ts)]
     if before_start:
-        before_start()
+        before_start(specs)
     started: list[Transport] = []
     try:
         for t, spec in zip(ts, specs):
@@ -120,16 +120,19 @@ def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
                 overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False,
-                connect=None) -> dict:
+                connect=None, serve_check=True) -> dict:
     """Start the run on every node; with follow, rank 0's log, then every node's end state (an
-    error unless all succeeded)."""
+    error unless all succeeded). serve_check: the draft-serves preflight on the first node only
+    (every node trains the same draft), after every node's inputs are checked, before any starts."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     ts = connect_all(hosts, dry_run, **({"connect": connect} if connect else {}))
     try:
         launch(ts, rid, lambda t, i: train.make_spec(
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
             extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train",
-            before_start=lambda: align_checkpoints(ts, rid))
+            before_start=lambda specs: (train.preflight_serve(ts[0], specs[0], train.refuse_running(ts[0], rid),
+                                                              vllm_args=None, enabled=serve_check),
+                                        align_checkpoints(ts, rid)))
         if dry_run:
             return None
         if not follow:

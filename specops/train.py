@@ -9,7 +9,7 @@ import shlex
 from typing import Optional
 
 from . import jobs
-from .check import refuse_failed_settings
+from .check import refuse_failed_settings, serve_gate
 from .config import load_config, revision
 from .data import data_dir
 from .errors import SpecopsError
@@ -177,21 +177,41 @@ def launch_argv(t: Transport, spec_path: str, script: str = "train") -> list[str
     return [t.expand(t.host.python), f"remote/{script}.py", "--spec", spec_path]
 
 
-def refuse_running(t: Transport, rid: str) -> None:
-    """A run id that is running is refused before anything is written for it (its spec stays)."""
-    for j in jobs.status(t):
+def refuse_running(t: Transport, rid: str) -> list:
+    """A run id that is running is refused before anything is written for it (its spec stays).
+    Returns the host's jobs."""
+    js = jobs.status(t)
+    for j in js:
         if j.run_id == rid and not j.ended:
             raise SpecopsError(f"train {rid} is already running on {t.host.name} (pid {j.pid}): "
                                f"`{t.hint(f'logs -f --run-id {rid}')}` follows it (nothing was changed)")
+    return js
+
+
+def preflight_serve(t: Transport, spec: dict, host_jobs: list, *, vllm_args: Optional[list], enabled: bool
+                    ) -> Optional[dict]:
+    """The draft-serves preflight before a training starts (check.serve_gate), unless another
+    training holds the host (its GPUs are busy; the start below is refused anyway)."""
+    busy = [j for j in host_jobs if not j.ended and getattr(j, "lock", None) == "train"]
+    if enabled and busy:
+        t.note(f"draft-serves preflight: not run while {busy[0].run_id} trains on {t.host.name}")
+        return None
+    return serve_gate(t, spec, vllm_args=vllm_args, enabled=enabled)
 
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
           dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
-          train_gpus: Optional[str] = None, vllm_args: Optional[list] = None) -> Optional[dict]:
+          train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
+          serve_check: bool = True) -> Optional[dict]:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
-    while it runs), run dir, hidden_states (offline|online); None under --dry-run.
+    while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
+    preflight's payload, None when skipped); None under --dry-run.
+    serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
+    with an untrained draft of the run's configuration for one short request (remote/serve_check.py;
+    a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
+    serve is refused with its root cause, nothing started.
     hidden_states: offline | online | auto (default); layers: the layer ids an online run's server
     extracts (default: the dataset's extraction record, else speculators' default); disk_budget_gb:
     what auto allows the hidden states on the host's disk (default: the free space at the data
@@ -201,7 +221,8 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
                      hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
                      server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args)
-    refuse_running(t, rid)
+    host_jobs = refuse_running(t, rid)
+    served = preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
     fresh = not t.exists(spec["run_dir"], "-d")
     path = put_spec(t, spec)
     try:
@@ -217,4 +238,4 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
         t.plan("the job would start the vLLM server: "
                + shlex.join(map(str, spec["record"]["hidden_states"].get("server_command") or [])))
     return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"],
-                                   "hidden_states": spec.get("hidden_states", "offline")}
+                                   "hidden_states": spec.get("hidden_states", "offline"), "serve_check": served}

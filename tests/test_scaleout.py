@@ -219,8 +219,10 @@ def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run
     for every node, exits non-zero naming each node's state, with the failed nodes' log tails."""
     hf = str(pod["hosts_file"])
     rid = jobs.new_run_id("t") + "-grpfail"
+    # (--no-serve-check: these "GPU hosts" have no GPU; the preflight would serve a cuda host's vLLM on CPU)
     r = inv("train", "--host", "@pod", "--hosts", str(as_gpu_hosts(hf, tmp_path)), "--run-id", rid, "--dataset",
-            str(work / "data" / "pipe"), "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--follow")
+            str(work / "data" / "pipe"), "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--follow",
+            "--no-serve-check")
     assert r.returncode != 0
     assert f"train {rid} started on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
     first = r.stderr.strip().splitlines()[0]
@@ -244,7 +246,7 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
     inv_hosts = inventory.load(hf)
     rid = jobs.new_run_id("t") + "-resume"
     args = ["train", "--host", "@pod", "--hosts", gpu_hf, "--run-id", rid, "--dataset", str(work / "data" / "pipe"),
-            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1"]
+            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--no-serve-check"]  # (no GPU: see above)
     with connect(inv_hosts.get("node0")) as t0, connect(inv_hosts.get("node1")) as t1:
         ck = jobs.run_path(t0, rid, "checkpoints")
         t0.check(f"mkdir -p {ck}/0 {ck}/1 && for e in 0 1; do head -c 300000 /dev/urandom > {ck}/$e/model.safetensors; "

