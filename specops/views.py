@@ -216,7 +216,7 @@ def speedup(sp: dict) -> None:
 
     by = sp.get("by_concurrency") or {}
     table(f"speedup: output tokens/s of the verifier with the draft over without it ({sp.get('requests')} requests "
-          f"of {sp.get('max_tokens')} tokens per level; {sp.get('settings')})",
+          f"per level; {sp.get('settings')})",
           ("concurrent requests", "with draft tokens/s", "without draft tokens/s", "speedup"),
           [[c, f(v.get("draft_tokens_per_s"), 1), f(v.get("baseline_tokens_per_s"), 1),
             f(v.get("ratio")) + ("x" if v.get("ratio") is not None else "")] for c, v in by.items()])
@@ -318,8 +318,8 @@ def demo_acceptance(res: dict) -> None:
          f"accepted; at most {k + 1}). The controls show the figure comes from training on the right hidden states.")
     if levels:
         by = sp["by_concurrency"]
-        line("speedup of the trained draft (output tokens/s with it / without it, same prompts, "
-             f"{sp.get('max_tokens')} tokens each; {sp.get('settings')}): "
+        line(f"speedup of the trained draft (output tokens/s with it / without it, the same {sp.get('requests')} "
+             f"requests; {sp.get('settings')}): "
              + ", ".join(f"{f(by[c].get('ratio'))}x at {c} concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
                          f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels))
         if sp.get("note"):
