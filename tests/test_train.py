@@ -55,6 +55,7 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         # one training per host
         r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid + "-2")
         assert r.returncode != 0 and f"held by run '{rid}'" in r.stderr
+        assert f"draft-serves preflight: not run while {rid} trains on box" in r.stdout, r.stdout[-2000:]
         assert not t.exists(jobs.run_path(t, rid + "-2"), "-d"), "a refused start left a run folder"
         # the same run id while it runs: refused before its spec is rewritten; the hint repeats --hosts
         spec = t.read_bytes(jobs.run_path(t, rid, "train-spec.json"))
@@ -95,6 +96,9 @@ def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_fil
     assert first.startswith("specops: train t-broken-") and "failed (exit" in first
     assert "no-such-draft" in first  # the error the trainer died of, on the first line
     assert "no-such-draft" in r.stderr  # and the tail of its log
+    # (vLLM serves EAGLE-3 drafts: the preflight says it skips another type, the trainer then refuses it)
+    assert "draft-serves preflight: skipped: speculator-type no-such-draft: the preflight serves EAGLE-3 drafts " \
+           "only" in " ".join(r.stdout.split()), r.stdout[-2000:]
 
 
 def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
@@ -102,6 +106,7 @@ def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
             "configs/demo.yaml", "--run-id", "t-dry", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "remote/job.py start --run-id t-dry --kind train" in r.stdout and "nothing was changed" in r.stdout
+    assert "draft-serves preflight: would serve" in " ".join(r.stdout.split()), r.stdout[-2000:]  # (planned, not run)
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         assert not t.exists(jobs.run_path(t, "t-dry"))
 
