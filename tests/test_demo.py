@@ -42,11 +42,11 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     assert trained >= 2.0, (trained, untrained, wrong)
     assert untrained <= 1.2, (trained, untrained, wrong)
     assert wrong < trained - 0.5, (trained, untrained, wrong)
-    # the trained draft's speedup over the verifier alone (CPU: below 1 is expected, and said); not the controls'
+    # the trained draft's speedup over the verifier alone (CPU: near 1, can be below, and said); not the controls'
     sp = ev["speedup"]
     assert all(sp["by_concurrency"][c]["draft_tokens_per_s"] > 0 and sp["by_concurrency"][c]["baseline_tokens_per_s"] > 0
                and sp["by_concurrency"][c]["ratio"] > 0 for c in ("1", "16")), sp
     assert "speedup" not in ctl["untrained"] and "speedup" not in ctl["wrong-layers"]
     assert float(rows["the trained draft"][rows["draft"].index("speedup @1 concurrent")]) == \
         pytest.approx(ev["speedup_at_1"], abs=1e-3)
-    assert "speedup of the trained draft" in r.stdout and "below 1 is expected" in r.stdout
+    assert "speedup of the trained draft" in r.stdout and "can be below 1" in r.stdout

@@ -114,7 +114,7 @@ def test_speedup_levels_and_record():
                            requests=4)
     assert eager["cuda_graphs"] is False and "eager" in eager["settings"]
     cpu = ev_mod.speedup(draft, base, kind="cpu", argv=argv, max_tokens=16, prompts=3, requests=4)
-    assert cpu["cuda_graphs"] is False and "below 1 is expected" in cpu["note"]
+    assert cpu["cuda_graphs"] is False and "can be below 1" in cpu["note"]
 
 
 def test_gap_is_flagged():
