@@ -400,7 +400,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
             "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; "
                         "--no-evaluate skips it)",
             "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the "
-                       "verifier served without it (default 1,16; none skips it; on a CPU it is below 1)"})
+                       "verifier served without it (default 1,16; none skips it; on a CPU near 1, can be below)"})
 def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", dry_run=False):
     """The whole pipeline on `local`, on CPU: a tiny verifier that learnt a synthetic language, its
     draft trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts."""

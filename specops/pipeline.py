@@ -259,7 +259,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
-    acceptance(); the trained draft's with its `speedup` at the `speedup` levels, below 1 on a CPU);
+    acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
     None under --dry-run. vLLM runs eager here (--enforce-eager: no compile warm-up, a few seconds
     instead of a minute per server on CPU; the acceptance is the same)."""
     concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
