@@ -155,7 +155,8 @@ def build_draft(spec, d, timeout):
     """`speculators train ... --dry-run` as the training would start it: the draft in d/checkpoints."""
     import train
 
-    flags = {k: v for k, v in spec["flags"].items() if k != "logger"}  # (tensorboard only: no wandb for a dry run)
+    # tensorboard only (no wandb for a dry run); no online server to ask (the dry run reads no rows)
+    flags = {k: v for k, v in spec["flags"].items() if k not in ("logger", "on-missing", "vllm-endpoint")}
     dry = {**spec, "run_dir": str(d), "data": str(scratch_data(spec, d)), "hidden_states": "offline", "nproc": 1,
            "nnodes": 1, "flags": {**flags, "dry-run": True}}
     argv = train.command(dry)
@@ -213,7 +214,7 @@ def serve(spec, ckpt, d, a, trust):
         before = parse_metrics(get(f"{base}/metrics"))
         try:
             r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompt, "max_tokens": a.max_tokens,
-                                                "temperature": 0.0}, timeout=a.server_timeout)
+                                                "temperature": 0.0}, timeout=300)
         except OSError as e:
             text = log.read_text(errors="replace") if log.is_file() else ""
             raise Failed("request", f"the request failed ({e})", vllm_server.root_error(text), log) from None
