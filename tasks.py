@@ -395,7 +395,8 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
                       disk_budget_gb=None if disk_budget is None else float(disk_budget))
 
 
-@task(help={**COMMON, "dry_run": DRY_RUN, "host": "a cpu-profile host (default: the built-in local)",
+@task(help={**COMMON, "dry_run": DRY_RUN, "host": "the host (default: the built-in local, on CPU; a cuda host trains "
+                                                  "a 1B verifier on its GPU and serves the drafts with CUDA graphs)",
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps",
             "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; "
                         "--no-evaluate skips it)",

@@ -213,13 +213,18 @@ def serve(spec, ckpt, d, a, trust):
         prompt = [(7 + 13 * i) % vocab for i in range(16)]
         before = parse_metrics(get(f"{base}/metrics"))
         try:
+            # ignore_eos: a verifier that answers this prompt with its end token at once would leave the
+            # draft nothing to propose (seen on an H200: the learnable verifier's first token was EOS)
             r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompt, "max_tokens": a.max_tokens,
-                                                "temperature": 0.0}, timeout=300)
+                                                "temperature": 0.0, "ignore_eos": True}, timeout=300)
         except OSError as e:
             text = log.read_text(errors="replace") if log.is_file() else ""
             raise Failed("request", f"the request failed ({e})", vllm_server.root_error(text), log) from None
-        time.sleep(1)
-        after = parse_metrics(get(f"{base}/metrics"))
+        for _ in range(10):  # (the counters reach /metrics with the engine's next stats update)
+            time.sleep(0.5)
+            after = parse_metrics(get(f"{base}/metrics"))
+            if after["drafts"] > before["drafts"]:
+                break
     finally:
         if server is not None:
             vllm_server.stop(server)

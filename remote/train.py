@@ -94,7 +94,7 @@ def command(spec, endpoint=None):
     if spec.get("hidden_states") == "online":
         f.update({"on-missing": "generate", "vllm-endpoint": endpoint or "http://127.0.0.1:<port>/v1"})
     f.update({"verifier-name-or-path": spec["verifier"], "data-path": spec["data"],
-              "target-layer-ids": spec["target_layer_ids"], "save-path": str(run / "checkpoints"),
+              "target-layer-ids": spec.get("target_layer_ids"), "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
     single = (spec.get("nnodes") or 1) == 1 and (spec.get("nproc") or 1) == 1
     if spec.get("hidden_states") == "online":  # (remote/train_online.py: the interrupt fix, then the CLI)

@@ -158,4 +158,15 @@ def top_up_lines(name: str, res: dict) -> list[str]:
             + profiles.kept_lines(res.get("kept", []), "want", "there")
             + [f"  not installed {d['package']}: {d['reason']}" for d in res.get("absent", [])]
             + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])]
-            + [f"  pip check (declared by the profile): {o['line']} -- {o['why']}" for o in res.get("overrides", [])])
+            + overrides_lines(res.get("overrides", []), bool(added)))
+
+
+def overrides_lines(overrides: list, installed: bool) -> list[str]:
+    """The pip check lines the profile declares (`#@ keep` / `#@ omit`): each one when the top-up
+    installed something, else one line (they were shown when it did)."""
+    if not overrides:
+        return []
+    if not installed:
+        return [f"  {len(overrides)} pip check line(s) the profile declares (kept at the venv's version or "
+                f"omitted), as when it was installed"]
+    return [f"  pip check (declared by the profile): {o['line']} -- {o['why']}" for o in overrides]

@@ -24,6 +24,11 @@ from .transport import Transport
 DEMO_VERIFIER = "models/learnable-llama"
 DEMO_LAYERS = "1,2,3,4"
 DEMO_CONFIG = "configs/demo.yaml"
+#: the demo on a GPU host: a learnable verifier of about a billion parameters trained there (16
+#: layers: decoding bound by memory, as a real verifier's, so the draft's speedup shows), its draft
+#: fed layers 2, 8, 13 (speculators' default picks for 16 layers) + the last
+DEMO_GPU_VERIFIER = "models/learnable-llama-1b"
+DEMO_GPU_LAYERS = "2,8,13,16"
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
 ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
                    "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
@@ -238,37 +243,65 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     return out
 
 
-def ensure_learnable_verifier(t: Transport, path: str, *, seconds: float = 90) -> Optional[dict]:
-    """The learnable verifier at path, trained now if it is missing or speaks another version of
-    the language (its recorded fingerprint differs from this repo's synthlang.py). Its record;
-    None under --dry-run when it would be built."""
+def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
+    """What the controls say about the trained draft's figure, a line each: a control within
+    `margin` of the trained draft's mean acceptance length does not separate them (said so,
+    never claimed as proof)."""
+    m = (acc.get("trained") or {}).get("mean_acceptance_length")
+    if m is None:
+        return []
+    out = []
+    u = (acc.get("untrained") or {}).get("mean_acceptance_length")
+    if u is not None:
+        out.append(f"untrained draft {u:.2f} vs trained {m:.2f}: " + (
+            "the figure comes from training" if u <= m - margin else
+            "as high as the trained draft: this figure does not show what training did"))
+    w = acc.get("wrong_layers") or {}
+    if w.get("mean_acceptance_length") is not None:
+        x = w["mean_acceptance_length"]
+        ids = f" (layers {w.get('served_layer_ids')} for {w.get('trained_layer_ids')})" if w.get("served_layer_ids") else ""
+        out.append(f"fed other layers{ids} {x:.2f} vs {m:.2f}: " + (
+            "the draft depends on the hidden states of the layers it learnt from" if x <= m - margin else
+            "as high as with the right layers: this verifier's neighbouring layers carry nearly the same "
+            "features, so this control does not separate them here"))
+    return out
+
+
+def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,
+                              size: str = "tiny") -> Optional[dict]:
+    """The learnable verifier at path, trained now if it is missing, speaks another version of
+    the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
+    another size. Its record; None under --dry-run when it would be built."""
     want = synthlang().describe()["fingerprint"]
     rec = verifier_record(t, path)
-    if rec and rec.get("language", {}).get("fingerprint") == want:
+    if rec and rec.get("language", {}).get("fingerprint") == want and rec.get("size", "tiny") == size:
         t.note(f"learnable verifier at {path}: language {want}, greedy agreement {rec.get('greedy_agreement')}")
         return rec
-    with t.step(f"train a tiny Llama verifier on the synthetic language (host CPU, up to {seconds:g} s)"):
-        return data.make_learnable_verifier(t, path, seconds=seconds, overwrite=rec is not None)
+    budget = seconds if seconds is not None else data.LEARNABLE_SIZES[size]
+    what = "a tiny Llama verifier (host CPU" if size == "tiny" else f"a {size} Llama verifier (host GPU"
+    with t.step(f"train {what}, up to {budget:g} s) on the synthetic language"):
+        return data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
 
 
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
-         evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"), seconds: float = 90,
-         max_prompts: int = 32, max_tokens: int = 64, speedup: str = "1,16") -> Optional[dict]:
+         evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"),
+         seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
+         speedup: str = "1,16") -> Optional[dict]:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
-    None under --dry-run. vLLM runs eager here (--enforce-eager: no compile warm-up, a few seconds
-    instead of a minute per server on CPU; the acceptance is the same)."""
+    None under --dry-run. vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
+    seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
+    cuda) the verifier is the 1b one (DEMO_GPU_VERIFIER, trained on the GPU), extraction runs eager
+    and the drafts are served with CUDA graphs (what the speedup is measured with)."""
     concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
-    if t.host.profile != "cpu":
-        raise SpecopsError(f"the demo runs on a cpu-profile host (`local` by default); {t.host.name} is "
-                           f"{t.host.profile}: use `inv pipeline` there")
+    gpu = t.host.profile != "cpu"
     bootstrap.bootstrap(t)
-    vpath = f"{t.workdir}/{DEMO_VERIFIER}"
-    rec = ensure_learnable_verifier(t, vpath, seconds=seconds)
+    vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
+    rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny")
     if rec is None:  # --dry-run, the verifier planned: what follows reads it
         t.plan("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
                "served through vLLM (not shown: they depend on it)")
@@ -276,9 +309,11 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     # one dataset per verifier build: hidden states of another build are never reused
     dataset = f"demo-{rec['weights_sha256'][:12]}" if rec and rec.get("weights_sha256") else "demo"
     eager = ["--enforce-eager"]
+    served = [] if gpu else eager  # (a GPU's drafts are served with CUDA graphs: the speedup is measured so)
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
-        res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm", layers=DEMO_LAYERS,
+        res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm",
+                  layers=DEMO_GPU_LAYERS if gpu else DEMO_LAYERS,
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
@@ -289,5 +324,6 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         res["num_spec_tokens"] = 3
         res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
-                                       max_tokens=max_tokens, vllm_args=eager, speedup=speedup)
+                                       max_tokens=max_tokens, vllm_args=served, speedup=speedup)
+        res["controls_verdict"] = controls_verdict(res["acceptance"])
     return res

@@ -315,7 +315,9 @@ def demo_acceptance(res: dict) -> None:
            *[f"speedup @{c} concurrent" for c in levels], "run"), rows)
     m = acc["trained"].get("mean_acceptance_length") or 0.0
     line(f"mean acceptance length {m:.2f}: each verifier step emits {m:.2f} tokens on average (1.00: no draft token "
-         f"accepted; at most {k + 1}). The controls show the figure comes from training on the right hidden states.")
+         f"accepted; at most {k + 1}).")
+    for v in res.get("controls_verdict") or []:
+        line(f"control: {v}")
     if levels:
         by = sp["by_concurrency"]
         line(f"speedup of the trained draft (output tokens/s with it / without it, the same {sp.get('requests')} "

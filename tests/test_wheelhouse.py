@@ -403,3 +403,26 @@ def test_existing_venv_gets_the_profile_built_on_its_torch():
     assert {"nvidia-cutlass-dsl", "tilelang", "fastsafetensors"} <= set(prof.omit) and all(prof.omit.values())
     assert not set(prof.omit) & {wh.norm(n) for n in prof.pins}
     assert {"speculators", "hs-connectors", "vllm"} <= {wh.norm(n) for n in prof.pins}
+
+
+def test_override_lines_once_and_controls_verdict():
+    """The declared pip check lines are listed when the top-up installs, one line after; the
+    demo's controls are read, never claimed: one within 0.5 of the trained draft is said not to
+    separate (the wrong-layers control of the 16-layer verifier on the H200: 3.84 vs 3.85)."""
+    from specops.bootstrap import overrides_lines
+    from specops.pipeline import controls_verdict
+
+    ov = [{"line": "vllm 0.26.0 has requirement numba==0.65.0, but you have numba 0.68.0.", "why": "kept: x"}]
+    assert overrides_lines(ov, True) == [f"  pip check (declared by the profile): {ov[0]['line']} -- kept: x"]
+    assert overrides_lines(ov, False) == ["  1 pip check line(s) the profile declares (kept at the venv's version "
+                                          "or omitted), as when it was installed"]
+    assert overrides_lines([], True) == []
+    acc = {"trained": {"mean_acceptance_length": 3.848}, "untrained": {"mean_acceptance_length": 1.002},
+           "wrong_layers": {"mean_acceptance_length": 3.842, "served_layer_ids": [3, 9, 14],
+                            "trained_layer_ids": [2, 8, 13]}}
+    u, w = controls_verdict(acc)
+    assert u == "untrained draft 1.00 vs trained 3.85: the figure comes from training"
+    assert w.startswith("fed other layers (layers [3, 9, 14] for [2, 8, 13]) 3.84 vs 3.85: as high as with the right")
+    acc["wrong_layers"]["mean_acceptance_length"] = 2.235
+    assert controls_verdict(acc)[1].endswith("the draft depends on the hidden states of the layers it learnt from")
+    assert controls_verdict({}) == []

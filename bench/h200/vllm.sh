@@ -48,10 +48,11 @@ if [ "$MODE" = collect ]; then
     for s in "$r"/evaluation/*/output.log "$r"/evaluation/output.log; do
       [ -f "$s" ] && cp "$s" "$C/runs/$n/eval-$(basename "$(dirname "$s")").log"; done
   done
-  cp -r /tmp/lap-runs "$C/laptop-runs" 2>/dev/null
-  find "$C/laptop-runs" -name '*.safetensors' -delete 2>/dev/null
+  (cd /tmp && find lap-runs -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' -o -name '*.png' \) \
+     -size -2M -print0 2>/dev/null | xargs -0 -r cp --parents -t "$C") 2>/dev/null
   cp "$WD"/.specops/env-cuda.txt "$C/" 2>/dev/null; cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
-  tar czf "$OUT/vllm.tgz" -C /tmp h200-vllm-collect
+  find "$C" -type f -size +3M -delete
+  tar czf "$OUT/vllm.tgz" -C /tmp h200-vllm-collect; ls -la "$OUT/vllm.tgz"
   cp "$B/summary.txt" "$OUT/" 2>/dev/null
   [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
   cat "$B/summary.txt"
@@ -124,24 +125,27 @@ s_demo() {
   for f in /tmp/lap-runs/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','acceptance_by_position','counters','prompts','speedup','speedup_at_1','seconds')}, indent=1))" "$f"; done
 }
 
-latest_dataset() { ls -td "$WD"/data/demo-*/ 2>/dev/null | head -1; }
+latest_dataset() { ls -td "$WD"/data/demo-*/ 2>/dev/null | grep -v /demo-hf/ | head -1; }
+VER1B=$WD/models/learnable-llama-1b
 
 s_hf() {
   local ds; ds=$(latest_dataset); [ -n "$ds" ] || { echo "no demo dataset"; return 1; }
   local hf="$WD/data/demo-hf"
   rm -rf "$hf"; mkdir -p "$hf"
   cp "$ds"/*.json "$ds"/*.arrow "$hf/" 2>/dev/null; rm -f "$hf/specops-data.json"
-  $INV extract --dataset demo-hf --backend hf --layers "$(cat "$B/demo-layers.txt" 2>/dev/null || echo 2,8,13,16)" || return 1
+  $INV extract --dataset demo-hf --backend hf --verifier "$VER1B" --layers "$(cat "$B/demo-layers.txt" 2>/dev/null || echo 2,8,13,16)" || return 1
   $VPY bench/h200/compare_hs.py "$ds" "$hf" | tee "$B/hs-compare.json"
   grep -h "tokens/s\|extract (" "$B/demo.log" "$B/hf.log" | cut -c1-220 | tail -6
 }
 
 s_online() {
-  local ds; ds=$(basename "$(latest_dataset)")
+  local src ds=demo-online; src=$(latest_dataset)
+  rm -rf "$WD/data/$ds"; mkdir -p "$WD/data/$ds"  # the demo's prepared rows, no hidden states
+  (cd "$src" && cp -r $(ls | grep -v '^hidden_states$') "$WD/data/$ds/")
   echo "gpu memory before: $(gpu_mem) MiB"
   rm -rf "$WD/runs/h200-online"
-  $INV train --config configs/demo.yaml --dataset "$ds" --run-id h200-online --hidden-states online --epochs 2 \
-    --follow || return 1
+  $INV train --config configs/demo.yaml --dataset "$ds" --verifier "$VER1B" --run-id h200-online --hidden-states online \
+    --layers 2,8,13,16 --follow ${SERVE_CHECK:-} || return 1
   echo "gpu memory after: $(gpu_mem) MiB"
   ls "$WD/data/$ds"; find "$WD/runs/h200-online" -name 'hs_*' | wc -l | sed 's/^/hidden-state files under the online run: /'
   $INV status
