@@ -192,7 +192,8 @@ def build_kimi(args, tok, outdir):
         n_shared_experts=1, n_routed_experts=args.experts, num_experts_per_tok=args.experts_per_token,
         routed_scaling_factor=2.827, topk_method="noaux_tc", scoring_func="sigmoid",
         n_group=1, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
-        kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64,
+        kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=args.qk_nope_head_dim,
+        v_head_dim=args.v_head_dim,
         max_position_embeddings=args.max_pos, rms_norm_eps=1e-5,
         rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         num_nextn_predict_layers=0, tie_word_embeddings=False,
@@ -302,6 +303,10 @@ def main():
     ap.add_argument("--experts", type=int, default=8, help="kimi: routed experts")
     ap.add_argument("--experts-per-token", type=int, default=2, help="kimi: experts per token")
     ap.add_argument("--moe-intermediate", type=int, default=128, help="kimi: expert width")
+    ap.add_argument("--qk-nope-head-dim", type=int, default=64,
+                    help="kimi: MLA's non-rotary query/key head width (Kimi-K2.5: 128; vLLM's FlashAttention MLA "
+                         "prefill on Hopper refuses 64)")
+    ap.add_argument("--v-head-dim", type=int, default=64, help="kimi: MLA's value head width (Kimi-K2.5: 128)")
     ap.add_argument("--overwrite", action="store_true", help="replace a model already at OUTDIR")
     args = ap.parse_args()
     if args.layers is None:

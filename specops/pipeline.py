@@ -280,7 +280,11 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
     budget = seconds if seconds is not None else data.LEARNABLE_SIZES[size]
     what = "a tiny Llama verifier (host CPU" if size == "tiny" else f"a {size} Llama verifier (host GPU"
     with t.step(f"train {what}, up to {budget:g} s) on the synthetic language"):
-        return data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
+        made = data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
+    if made:
+        t.note(f"learnable verifier at {path}: {made.get('params')} parameters, {made.get('steps')} steps in "
+               f"{made.get('train_seconds')} s, greedy agreement with the language {made.get('greedy_agreement')}")
+    return made
 
 
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,

