@@ -39,7 +39,9 @@ def _int(x):
 
 @task(help={"hosts": HOSTS, "json": JSON})
 def hosts(c, hosts=None, json=False):
-    """Table of the hosts in hosts.yaml, plus the built-in `local`, and the groups."""
+    """Table of the hosts in hosts.yaml, plus the built-in `local`, and the groups.
+
+    Example: inv hosts"""
     with errors():
         views.hosts(inventory.load(hosts_file(c, hosts)), as_json_=json)
 
@@ -51,7 +53,9 @@ def hosts(c, hosts=None, json=False):
 def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False, wheelhouse=None):
     """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
 
-    A `venv_existing` host's venv is only topped up with what it lacks, never upgraded."""
+    A `venv_existing` host's venv is only topped up with what it lacks, never upgraded.
+
+    Example: inv bootstrap --host gpu1"""
     over(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
                                                                      wheelhouse=wheelhouse), dry_run=dry_run,
          describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) pushed, "
@@ -73,8 +77,12 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
                        "(default: none: a uniform vocabulary)", "vllm_arg": "with --serve: " + VLLM_ARG})
 def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
           timeout=300.0, serve=False, verifier=None, layers=None, dataset=None, vllm_arg=None):
-    """Preflight, run by the host venv's interpreter: versions, imports, devices, disk (--deep: training steps;
-    --serve: vLLM serves the verifier with an untrained draft of the config)."""
+    """Preflight on the host: versions, exact imports, devices, disk.
+
+    Run by the host venv's interpreter. --deep: real training steps on a tiny fixture; --serve: vLLM
+    serves the verifier with an untrained draft of the config.
+
+    Example: inv check --host gpu1 --deep"""
     over(c, host, hosts, "check", lambda t: _check.preflight(
         t, min_free_gb=float(min_free_gb), deep_steps=deep, config=config, try_all=all, steps=int(steps),
         timeout=float(timeout), serve_draft=serve, verifier=verifier, layers=layers, dataset=dataset,
@@ -91,7 +99,9 @@ def _show_preflight(name, r):
 
 @task(help={**COMMON, "dry_run": DRY_RUN})
 def push(c, host=None, hosts=None, dry_run=False):
-    """Push remote/ (and the profiles) to the host's workdir; only changed files travel."""
+    """Push remote/ (and the profiles) to the host's workdir; only changed files travel.
+
+    Example: inv push --host gpu1"""
     over(c, host, hosts, "push", lambda t: t.ensure_pushed(), dry_run=dry_run,
          show=lambda t, sent: None if t.dry_run else views.line(
              f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync")),
@@ -100,7 +110,9 @@ def push(c, host=None, hosts=None, dry_run=False):
 
 @task(help={**COMMON, "run_id": "one run (default: all)", "json": JSON})
 def status(c, host=None, hosts=None, run_id=None, json=False):
-    """Runs on the host: state, age, GPU memory, last log line."""
+    """Runs on the host: state, age, GPU memory, last log line.
+
+    Example: inv status --host gpu1"""
     outs = over(c, host, hosts, "status", lambda t: _jobs.status(t, run_id), as_json=json,
                 show=lambda t, rows: views.status(t.host.name, rows),
                 describe=lambda rows: f"{len(rows)} run(s), running: "
@@ -114,7 +126,9 @@ def status(c, host=None, hosts=None, run_id=None, json=False):
 @task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
             "rank": "with a group: which node's log (default 0, the first host)"})
 def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
-    """Show a run's log; with -f, follow it (reconnecting if the connection drops)."""
+    """Show a run's log; with -f, follow it (reconnecting if the connection drops).
+
+    Example: inv logs --host gpu1 -f"""
     if is_multi(c, host):
         hs = targets(c, host, hosts)
         if not 0 <= int(rank) < len(hs):
@@ -131,7 +145,9 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "run_id": "run to stop", "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
 def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
-    """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period."""
+    """SIGTERM the run's process group, wait for it (checkpoint), SIGKILL after the grace period.
+
+    Example: inv stop --host gpu1 --run-id R"""
     if not run_id:
         raise Exit("specops: stop needs --run-id (`inv status` lists the runs)")
     over(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)), dry_run=dry_run,
@@ -144,7 +160,9 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
             "checkpoint": "only this checkpoint (a name such as 2, or best-served: the one `inv evaluate "
                           "--checkpoints all --pick` recorded) with the run's logs and records"})
 def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams=None, checkpoint=None):
-    """Pull a run back: several streams on a slow link, resumable, every file checked against the host's sha256."""
+    """Pull a run back: several streams on a slow link, resumable, every file checked against the host's sha256.
+
+    Example: inv fetch --host gpu1 --run-id R"""
     multi = is_multi(c, host)
     if multi and not run_id:
         raise Exit("specops: fetch from a group needs --run-id")
@@ -166,7 +184,9 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
                                              "or the one recorded at extraction)",
                                  "layers": "expected stored layers per position"})
 def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False):
-    """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds."""
+    """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds.
+
+    Example: inv inspect-data --host gpu1"""
     def one(t):
         return _inspect.inspect(t, path or f"{t.workdir}/data/default", sample=int(sample),
                                 verifier=verifier or t.host.verifier, layers=_int(layers))
@@ -180,7 +200,9 @@ def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, l
                                  "dst": "new speculators 0.9 data dir on the host (must not exist)",
                                  "verifier": "verifier model dir for the contract check"})
 def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dry_run=False):
-    """Convert legacy speculators v0.3 data (rows_*/data_*.pt) to the 0.9 layout, then inspect it."""
+    """Convert legacy speculators v0.3 data (rows_*/data_*.pt) to the 0.9 layout, then inspect it.
+
+    Example: inv convert-data --host gpu1 --src /data/old --dataset conv"""
     if not src or not dst:
         raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
     with session(c, host, hosts, dry_run) as t:
@@ -198,7 +220,9 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
             "verifier": VERIFIER, "detach": "start it and return", "vllm_arg": VLLM_ARG, "overwrite": OVERWRITE})
 def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False,
                  dry_run=False, vllm_arg=None, overwrite=False):
-    """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations)."""
+    """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations).
+
+    Example: inv prepare-data --host gpu1 --data convs.jsonl"""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
     if int(seq_length) < 1:
@@ -227,7 +251,9 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None,
             overwrite=False):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
-    With a group, each host extracts its share, then every host gets every shard."""
+    With a group, each host extracts its share, then every host gets every shard.
+
+    Example: inv extract --host gpu1 --dataset default"""
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
     if is_multi(c, host):
@@ -268,8 +294,12 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                                           "trained on the host's GPU: a verifier whose drafts show a speedup)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
                   learnable=False, seconds=None, size="tiny", dry_run=False):
-    """Build a tiny verifier + local tokenizer on the host (no model hub needed): random, or
-    --learnable (trained on the synthetic language of remote/synthlang.py: what the demo uses)."""
+    """Build a small verifier with a local tokenizer on the host (no model hub needed).
+
+    Random, or --learnable (trained on the synthetic language of remote/synthlang.py: what the
+    demo uses). Next: `inv pipeline --verifier PATH --data ...` or set `verifier:` in hosts.yaml.
+
+    Example: inv make-verifier --host gpu1 --learnable --size 1b"""
     if shape not in ("llama", "kimi"):
         raise Exit(f"specops: --shape {shape!r}: choose llama or kimi")
     if size != "tiny" and not learnable:
@@ -319,10 +349,13 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
           hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
           serve_check=True):
-    """Train the draft with `speculators train` as a detached job (survives the SSH session);
-    with a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
+    """Train the draft with `speculators train` as a detached job that survives the SSH session.
+
+    With a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
     runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop). First,
-    vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it)."""
+    vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it).
+
+    Example: inv train --host gpu1 --follow"""
     kw = dict(config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=_int(nproc), follow=follow,
               overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)}, serve_check=serve_check)
     if is_multi(c, host):
@@ -356,8 +389,12 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     "vllm_arg": VLLM_ARG})
 def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max_tokens=4096, concurrency=32,
                limit=None, sampling_params=None, max_model_len=None, detach=False, dry_run=False, vllm_arg=None):
-    """The verifier's own responses for a dataset's prompts (`speculators regenerate-responses` against a
-    managed vLLM server of the verifier); the output goes through `inv prepare-data --data <it>`."""
+    """Have the verifier answer a dataset's prompts itself (speculators regenerate-responses).
+
+    `speculators regenerate-responses` against a managed vLLM server of the verifier; the output
+    goes through `inv prepare-data --data <it>`.
+
+    Example: inv regenerate --host gpu1 --data prompts.jsonl"""
     if not data:
         raise Exit("specops: regenerate needs --data FILE (.jsonl of conversations or prompts)")
     with session(c, host, hosts, dry_run) as t:
@@ -384,7 +421,9 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
              disk_budget=None, dry_run=False, vllm_arg=None):
-    """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host."""
+    """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
+
+    Example: inv pipeline --host gpu1 --data convs.jsonl"""
     if not data:
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
     with session(c, host, hosts, dry_run) as t:
@@ -403,8 +442,13 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
             "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the "
                        "verifier served without it (default 1,16; none skips it; on a CPU near 1, can be below)"})
 def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", dry_run=False):
-    """The whole pipeline on `local`, on CPU: a tiny verifier that learnt a synthetic language, its
-    draft trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts."""
+    """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
+
+    On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of about
+    1B parameters trained on its GPU. Its draft is trained, then served by vLLM: mean acceptance
+    length beside untrained and wrong-layers drafts, and the speedup over the verifier alone.
+
+    Example: inv demo"""
     with session(c, host, hosts, dry_run) as t:
         res = _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect, evaluate_drafts=evaluate,
                              speedup=speedup)
@@ -428,7 +472,9 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, dry_run=False,
              vllm_arg=None):
-    """Serve verifier + draft through vLLM; acceptance per position beside training accuracy."""
+    """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
+
+    Example: inv evaluate --host gpu1 --run-id R"""
     if not run_id:
         raise Exit("specops: evaluate needs --run-id (`inv status` lists the runs)")
     if checkpoints is not None and checkpoint != "best":
@@ -458,7 +504,9 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
                                "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of "
                                "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
 def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500):
-    """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce."""
+    """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce.
+
+    Example: inv dist-check --host @pair"""
     from specops.distcheck import dist_check as _dist_check
 
     with errors():
@@ -480,8 +528,12 @@ def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=2950
             "laptop": "also specops' own laptop-side dependencies, into DEST/laptop/"})
 def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=None, host=None, hosts=None, skip="",
                laptop=False):
-    """Download a profile's wheels on this machine (pip's resolver, pip download --only-binary) for an
-    air-gapped host."""
+    """Download a profile's wheels on this machine for a host with no package index.
+
+    pip's resolver and `pip download --only-binary` for the host's Python and platform; with
+    --have/--host only what an existing venv lacks, the profile picked for its torch.
+
+    Example: inv wheelhouse --profile cuda --host gpu1"""
     from specops import wheelhouse as _wh
 
     if not profile:

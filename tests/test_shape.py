@@ -108,3 +108,15 @@ def test_push_once_per_connection_and_reconnect_in_place(light_host, monkeypatch
         t.reconnect()
         assert t.run("true").ok and jobs.status(t, rid)[0].run_id == rid
     assert len(calls) == 1
+
+
+def test_every_task_help_is_whole_and_has_an_example():
+    """`inv --list` shows each docstring's first line: a whole sentence; `inv --help T` an example."""
+    import tasks
+
+    for name, t in tasks.ns.tasks.items():
+        doc = t.body.__doc__ or ""
+        first = doc.strip().splitlines()[0]
+        assert first.rstrip().endswith("."), f"{name}: {first!r}"
+        assert len(first) <= 100, f"{name}: first line over 100 characters"
+        assert "Example: inv " in doc, name
