@@ -175,7 +175,9 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
                                 on_progress=None if multi else bar, checkpoint=checkpoint)
 
     over(c, host, hosts, f"fetch {run_id}", one, describe=views.fetched_summary,
-         show=lambda t, r: views.fetched_checkpoint(r) if checkpoint else views.fetched(r))
+         show=lambda t, r: views.fetched_checkpoint(r) if checkpoint else (
+             views.fetched(r), views.next_step(t.hint(f"evaluate --run-id {r['run_id']}"),
+                                               "serve the draft with the verifier: acceptance and speedup")))
 
 
 @task(name="inspect-data", help={**COMMON, "json": JSON, "path": "data directory on the host (default: <workdir>/data/default)",
@@ -234,6 +236,9 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
         if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
+            views.next_step(t.hint("extract" + (f" --dataset {dataset}" if dataset else "")),
+                            "the verifier's hidden states for these rows; or train online: "
+                            + t.hint("train --hidden-states online"))
 
 
 def _vllm(vllm_arg):
@@ -279,6 +284,8 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         if res:
             views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
+            ds = f" --dataset {dataset}" if dataset else ""
+            views.next_step(t.hint(f"inspect-data{ds}"), f"then {t.hint(f'train{ds}')}")
 
 
 @task(name="make-verifier", help={**COMMON, "dry_run": DRY_RUN, "path": "where on the host (default "
@@ -313,12 +320,16 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                                                 overwrite=overwrite, size=size)
             if res is not None:
                 views.line(views.learnable_verifier(res))
+                views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+                                "or set `verifier:` for the host in hosts.yaml")
             return
         res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
                                        hidden=int(hidden), shape=shape, overwrite=overwrite)
         if res is not None:
             views.line(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
                        f"vocab {res['vocab']}, {res['params']} parameters")
+            views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+                            "or set `verifier:` for the host in hosts.yaml")
 
 
 HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run's own vLLM server generates "

@@ -144,6 +144,10 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
     if out.install.get("mode") == "existing":
         for line in top_up_lines(h.name, out.install):
             t.note(line)
+    if t.dry_run:
+        t.note(f"bootstrap {h.name} would: {'create the venv' if out.venv_created else 'keep the venv'}, push "
+               f"{len(out.pushed)} file(s), install or verify profile {prof.name}")
+        return out
     t.note(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} file(s) "
            f"pushed, profile {prof.name} {out.install.get('action')}"
            + (f" in {out.install.get('seconds')}s" if out.install.get("action") == "installed" else ""), "done")

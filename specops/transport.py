@@ -94,14 +94,18 @@ class Transport:
 
     @contextlib.contextmanager
     def step(self, what: str) -> Iterator[None]:
-        """A named step: a 'done' note with its time when it ends (a 'warn' one if it fails)."""
+        """A named step: a 'done' note with its time when it ends (a 'warn' one if it fails); under
+        --dry-run a 'would' line, no tick and no time (nothing was done)."""
         t0 = time.time()
         try:
             yield
         except BaseException:
             self.note(f"✗ {what} ({time.time() - t0:.1f}s)", "warn")
             raise
-        self.note(f"✓ {what} ({time.time() - t0:.1f}s)", "done")
+        if self.dry_run:
+            self.note(f"would: {what}", "info")
+        else:
+            self.note(f"✓ {what} ({time.time() - t0:.1f}s)", "done")
 
     # -- push ---------------------------------------------------------------------------
     def ensure_pushed(self) -> list[str]:

@@ -370,3 +370,8 @@ def fetched_checkpoint(r: dict) -> None:
                                             f"{p.get('mean_acceptance_length') or float('nan'):.3f} over "
                                             f"{p.get('prompts')} prompts)" if p else "")
          + f" in {r['dest']}/checkpoints/{r['checkpoint']}; left on the host: {', '.join(r.get('left') or []) or 'none'}")
+
+
+def next_step(command: str, why: str = "") -> None:
+    """The command a stage's user types next, after its result."""
+    line(f"next: {command}" + (f"  ({why})" if why else ""))
