@@ -155,8 +155,25 @@ def died(d, what):
     return ServerDied(f"{what}" + (f": {root}" if root else "") + f" (log: {d}/output.log)")
 
 
+PROGRESS_EVERY = 15  # seconds between "still starting" lines while a server warms up
+
+
+def last_line(text, width=160):
+    """The last meaningful line of a server log (what it is doing now): progress bars, blank
+    lines and the workers' prefixes left out."""
+    for raw in reversed(text.splitlines()[-200:]):
+        line = raw.split("\r")[-1].strip()
+        if not line or "%|" in line or line.startswith(("Loading", "Capturing")) and "it/s" in line:
+            continue
+        line = line[PREFIX.match(line).end():].strip()
+        if line:
+            return line[:width]
+    return ""
+
+
 def start(run_dir, argv, env, port, timeout):
-    """Start the server job under run_dir/server and wait for GET /health (or its death)."""
+    """Start the server job under run_dir/server and wait for GET /health (or its death); every
+    PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
     rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port})
@@ -165,7 +182,7 @@ def start(run_dir, argv, env, port, timeout):
     d = Path(run_dir) / "server"
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
-    t0 = time.time()
+    t0 = last = time.time()
     url = f"http://127.0.0.1:{port}/health"
     while True:
         st = job_state(d)["state"]
@@ -181,6 +198,14 @@ def start(run_dir, argv, env, port, timeout):
         if time.time() - t0 > timeout:
             stop_job(d, grace=10)
             raise died(d, f"vLLM server not healthy after {timeout}s (stopped)")
+        if time.time() - last >= PROGRESS_EVERY:
+            last = time.time()
+            try:
+                now = last_line((d / "output.log").read_text(errors="replace"))
+            except OSError:
+                now = ""
+            print(f"[specops] vLLM server starting: {last - t0:.0f}s" + (f"; its log: {now}" if now else ""),
+                  flush=True)
         time.sleep(1)
 
 

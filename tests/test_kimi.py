@@ -154,6 +154,20 @@ def test_a_dead_server_is_one_line_with_its_root_cause():
     assert vs.root_error("INFO nothing failed\n") is None
 
 
+def test_a_starting_server_says_what_it_is_doing():
+    """While a server warms up (two minutes on an H200's first start) a line every 15 s says how
+    long and the log's last meaningful line: progress bars and the workers' prefixes left out."""
+    vs = remote_module("vllm_server")
+    log = "\n".join([
+        "(EngineCore pid=1) INFO 12-01 17:49:01 [gpu_model_runner.py:4100] Loading weights took 1.20 s",
+        "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.1it/s]",
+        "\r  3%|3         | 2/67 [00:00<00:10,  6.1it/s]\r 60%|######    | 40/67 [00:04<00:02, 9.9it/s]", "",
+        "(EngineCore pid=1) INFO 12-01 17:49:22 [backends.py:700] Compiling a graph for dynamic shape takes 20.1 s",
+        "   "])
+    assert vs.last_line(log) == "Compiling a graph for dynamic shape takes 20.1 s"
+    assert vs.last_line("") == "" and vs.PROGRESS_EVERY == 15
+
+
 # -- the Kimi-shaped fixture on the rig -------------------------------------------------------
 
 def rows_file(path: Path, n=12, seed=0, vocab=1000):
