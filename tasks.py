@@ -227,8 +227,6 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
     Example: inv prepare-data --host gpu1 --data convs.jsonl"""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
-    if int(seq_length) < 1:
-        raise Exit(f"specops: --seq-length {seq_length}: give the longest row in tokens, 1 or more (e.g. 2048)")
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                   prepare=_data.remote_input(t, data), seq_length=int(seq_length),

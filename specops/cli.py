@@ -13,6 +13,7 @@ import invoke
 from invoke.exceptions import Exit
 
 from . import inventory, views
+from .args import flags as numbers
 from .connection import connect
 from .errors import SpecopsError
 from .transport import Transport
@@ -23,13 +24,22 @@ SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
 
 class Task(invoke.Task):
     """A task whose options get no automatic short flags (they clashed: `-h` meant --host in one
-    task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike."""
+    task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike; and whose
+    numeric flags reach it checked (specops.args), a bad one refused in one line (exit 2)."""
 
     def arg_opts(self, name, default, taken_names):
         opts = super().arg_opts(name, default, taken_names)
         long = opts["names"][0]
         opts["names"] = [long] + ([SHORT[long]] if long in SHORT and SHORT[long] not in taken_names else [])
+        if opts.get("kind") in (int, float):  # (invoke's own int()/float() would be a traceback)
+            opts["kind"] = str
         return opts
+
+    def __call__(self, *args, **kwargs):
+        # every numeric flag converted and range-checked, and an empty --host refused, before the
+        # body connects to anything
+        refuse_empty_where(kwargs)
+        return super().__call__(*args, **numbers(self.body.__name__, kwargs))
 
 
 def task(*args, **kwargs):
@@ -38,9 +48,30 @@ def task(*args, **kwargs):
     return invoke.task(*args, **kwargs)
 
 
+#: the flags that name where a task acts: given empty (`--host "$H"` with H unset), refused, never
+#: read as "not given" (which would pick another host)
+WHERE = {"host": ("host", "NAME", "SPECOPS_HOST"), "hosts": ("inventory file", "FILE", "SPECOPS_HOSTS")}
+
+
+def _empty(v: Optional[str]) -> bool:
+    return v is not None and not str(v).strip(" ,")
+
+
+def refuse_empty_where(kwargs: dict) -> None:
+    for name, (what, arg, _) in WHERE.items():
+        if _empty(kwargs.get(name)):
+            raise Exit(f"specops: --{name} {kwargs[name]!r}: no {what} given: pass --{name} {arg} "
+                       f"(an unset variable in a script?)", code=2)
+    for name, (what, arg, env) in WHERE.items():
+        if name in kwargs and kwargs[name] is None and _empty(os.environ.get(env)):
+            raise Exit(f"specops: ${env} is set but empty: no {what} given: pass --{name} {arg} or unset {env}",
+                       code=2)
+
+
 def host_name(c, host: Optional[str]) -> str:
     """--host, else $SPECOPS_HOST, else invoke.yaml's specops.host, else the built-in `local`."""
     cfg = c.config.get("specops", {}) if c is not None else {}
+    refuse_empty_where({"host": host})
     return host or os.environ.get("SPECOPS_HOST") or (cfg or {}).get("host") or inventory.LOCAL
 
 

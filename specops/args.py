@@ -1,0 +1,132 @@
+"""Numbers given on the command line (and in training configs): each converted with its type and
+range in one place, before anything connects, so a bad one is one line, never a traceback.
+
+`Number.parse(value)` returns the value or raises `BadNumber` (a `SpecopsError`) naming the range;
+`flags(task, kwargs)` applies `FLAGS` (and `TASK_FLAGS`) to a task's arguments and turns a bad one
+into invoke's `Exit(..., code=2)`: `specops: --grace abc: give a number of seconds, 0 or more (e.g. 120)`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .errors import SpecopsError
+
+#: exit code of a refused argument (as argparse's)
+USAGE = 2
+
+
+class BadNumber(SpecopsError):
+    pass
+
+
+@dataclass(frozen=True)
+class Number:
+    """An int or float with bounds: ge (>=), gt (>), le (<=); `what` and `eg` make the hint."""
+
+    kind: type
+    what: str
+    eg: Union[int, float]
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+
+    @property
+    def range(self) -> str:
+        lo = self.ge if self.ge is not None else self.gt
+        if self.le is not None and lo is not None:
+            return f"{'more than ' if self.gt is not None else ''}{lo:g} to {self.le:g}"
+        if self.gt is not None:
+            return f"more than {self.gt:g}"
+        if self.ge is not None:
+            return f"{self.ge:g} or more"
+        return f"{self.le:g} or less" if self.le is not None else ""
+
+    def hint(self) -> str:
+        return f"give {self.what}, {self.range} (e.g. {self.eg})"
+
+    def parse(self, value: Any) -> Union[int, float]:
+        """value (a string from the command line, or a number) -> the number, or BadNumber."""
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise BadNumber(self.hint())
+        try:
+            v = self.kind(value.strip() if isinstance(value, str) else value)
+        except (ValueError, OverflowError):
+            raise BadNumber(self.hint()) from None
+        if self.kind is int and isinstance(value, float) and v != value:
+            raise BadNumber(self.hint())  # (2.5 is not a count)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise BadNumber(self.hint())
+        if ((self.ge is not None and v < self.ge) or (self.gt is not None and v <= self.gt)
+                or (self.le is not None and v > self.le)):
+            raise BadNumber(self.hint())
+        return v
+
+
+def _i(what, eg, ge=1, le=None):
+    return Number(int, what, eg, ge=ge, le=le)
+
+
+def _f(what, eg, ge=None, gt=None):
+    return Number(float, what, eg, ge=ge, gt=gt)
+
+
+#: every numeric task flag, by parameter name (the same meaning in every task that has it)
+FLAGS: dict[str, Number] = {
+    "grace": _f("a number of seconds between SIGTERM and SIGKILL", 120, ge=0),
+    "sample": _i("how many files to load fully", 8, ge=0),
+    "streams": _i("how many SSH streams at once", 4, le=64),
+    "bwlimit": _i("a bandwidth limit in KiB/s (0: none)", 10000, ge=0),
+    "epochs": _i("how many epochs to train", 3),
+    "max_steps": _i("how many steps to train at most", 100),
+    "steps": _i("how many training steps", 2),
+    "nproc": _i("processes (GPUs) per host", 8, le=1024),
+    "rdzv_port": _i("a TCP port", 29500, le=65535),
+    "concurrency": _i("how many requests in flight", 32, le=65536),
+    "num_spec_tokens": _i("how many draft tokens per step", 3, le=64),
+    "max_prompts": _i("how many prompts", 32),
+    "max_tokens": _i("how many tokens per response", 64),
+    "max_model_len": _i("vLLM's max model length in tokens", 4096),
+    "limit": _i("how many prompts", 100),
+    "seq_length": _i("the longest row in tokens", 2048),
+    "hidden": _i("the hidden size", 256, le=1 << 16),
+    "rank": _i("a node's rank", 0, ge=0),
+    "seconds": _f("a time cap in seconds", 90, gt=0),
+    "timeout": _f("seconds per attempt", 300, gt=0),
+    "min_free_gb": _f("the free disk in GiB", 5, ge=0),
+    "disk_budget": _f("the GiB of hidden states the disk may hold", 500, gt=0),
+}
+
+#: flags numeric in one task only (elsewhere `layers` is a list of layer ids)
+TASK_FLAGS: dict[str, dict[str, Number]] = {
+    "inspect_data": {"layers": _i("the stored layers per position", 4)},
+    "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
+}
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def shown(value: Any) -> str:
+    """A value as typed, quoted where it would not read back (empty, spaces, control characters)."""
+    s = str(value)
+    return s if s and s.strip() == s and s.isprintable() and " " not in s else repr(s)
+
+
+def flags(task: str, kwargs: dict) -> dict:
+    """A task's arguments with every numeric flag converted (None stays None); a bad one raises
+    invoke's Exit (code 2) naming the flag, the value and the range."""
+    from invoke.exceptions import Exit
+
+    spec = {**FLAGS, **TASK_FLAGS.get(task, {})}
+    out = dict(kwargs)
+    for name, value in kwargs.items():
+        if name in spec and value is not None:
+            try:
+                out[name] = spec[name].parse(value)
+            except BadNumber as e:
+                raise Exit(f"specops: {flag_name(name)} {shown(value)}: {e}", code=USAGE) from None
+    return out
