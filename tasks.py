@@ -108,12 +108,19 @@ def push(c, host=None, hosts=None, dry_run=False):
          describe=lambda sent: f"{len(sent)} file(s) sent" if sent else "already in sync")
 
 
-@task(help={**COMMON, "run_id": "one run (default: all)", "json": JSON})
-def status(c, host=None, hosts=None, run_id=None, json=False):
+@task(help={**COMMON, "run_id": "one run (default: all)", "json": JSON,
+            "kind": "only runs of these kinds, comma-separated: train, data, extract, evaluate, ..."})
+def status(c, host=None, hosts=None, run_id=None, json=False, kind=None):
     """Runs on the host: state, age, GPU memory, last log line.
 
-    Example: inv status --host gpu1"""
-    outs = over(c, host, hosts, "status", lambda t: _jobs.status(t, run_id), as_json=json,
+    Example: inv status --host gpu1 --kind train"""
+    kinds = [k.strip() for k in (kind or "").split(",") if k.strip()]
+
+    def rows(t):
+        js = _jobs.status(t, run_id)
+        return [j for j in js if j.kind in kinds] if kinds else js
+
+    outs = over(c, host, hosts, "status", rows, as_json=json,
                 show=lambda t, rows: views.status(t.host.name, rows),
                 describe=lambda rows: f"{len(rows)} run(s), running: "
                 + (", ".join(j.run_id for j in rows if not j.ended) or "none"))
@@ -121,6 +128,23 @@ def status(c, host=None, hosts=None, run_id=None, json=False):
         for o in outs:
             if o.ok:
                 views.status(o.host, o.value)
+
+
+@task(name="clean", help={**COMMON, "dry_run": DRY_RUN,
+                          "older_than": "remove runs older than this (7d, 12h, 30m, ...; required)",
+                          "checkpoints": "also runs that hold checkpoints (default: such a run is kept)"})
+def clean(c, host=None, hosts=None, older_than=None, checkpoints=False, dry_run=False):
+    """Remove old ended runs from the host's runs/ (never a running one; checkpoints only if asked).
+
+    Example: inv clean --host gpu1 --older-than 7d --dry-run"""
+    if not older_than:
+        raise Exit("specops: clean needs --older-than AGE (e.g. 7d): which runs are old enough to remove")
+    try:
+        age = _jobs.parse_age(older_than)
+    except SpecopsError as e:
+        raise Exit(f"specops: {e}", code=2) from None
+    with session(c, host, hosts, dry_run) as t:
+        views.cleaned(t.host.name, _jobs.clean(t, age, checkpoints=checkpoints), dry_run=t.dry_run)
 
 
 @task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
@@ -562,6 +586,6 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
         views.line(ln)
 
 
-ns = Collection(hosts, bootstrap, check, push, status, logs, stop, fetch, inspect_data, convert_data,
+ns = Collection(hosts, bootstrap, check, push, status, clean, logs, stop, fetch, inspect_data, convert_data,
                 prepare_data, extract, make_verifier, train, regenerate, pipeline, demo, dist_check, wheelhouse, evaluate)
 ns.configure({"specops": {"host": None, "hosts": None}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import time
 from typing import Callable, Optional, Sequence
@@ -53,6 +54,46 @@ def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
     if not res.ok:
         raise SpecopsError(f"{res.error} on {t.host.name}: `{t.hint('status')}` lists the runs")
     return res.jobs
+
+
+AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: what clean removes: runs that ended and left nothing running (a lost one may still have processes)
+CLEANABLE = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.STOPPED})
+
+
+def parse_age(text: str) -> float:
+    """'7d', '12h', '30m', '90s', '2w' -> seconds; anything else one line."""
+    m = AGE.match(str(text).strip())
+    if not m:
+        raise SpecopsError(f"--older-than {text!r}: give an age such as 7d, 12h, 30m (s, m, h, d or w)")
+    return float(m.group(1)) * SECONDS[m.group(2)]
+
+
+def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict:
+    """Remove the host's runs older than `older_than` seconds (their age as `status` shows it)
+    that have ended: never a running, starting or lost one (nor one whose server still runs); a
+    run holding checkpoints only with checkpoints=True. Under --dry-run nothing is removed (each removal is
+    a planned command). Returns {"removed": [run ids], "kept": [[run id, why], ...]}."""
+    removed, kept = [], []
+    for j in status(t):
+        if j.age_s < older_than:
+            continue
+        if j.state not in CLEANABLE or any(not sj.ended for sj in j.subjobs):
+            why = ("lost: its processes may still run (`inv stop` it first)" if j.state == JobState.LOST
+                   else f"{j.state}: a running job is never removed")
+            kept.append([j.run_id, why])
+            continue
+        path = run_path(t, j.run_id)
+        ck = t.run(f"ls -A {shlex.quote(path)}/checkpoints 2>/dev/null | head -1", changes=False).stdout.strip()
+        if ck and not checkpoints:
+            kept.append([j.run_id, "holds checkpoints (--checkpoints removes them too)"])
+            continue
+        r = t.run(f"rm -rf -- {shlex.quote(path)}")
+        if not r.ok:
+            raise SpecopsError(f"clean: removing {path} on {t.host.name} failed: {(r.stderr or r.stdout).strip()}")
+        removed.append(j.run_id)
+    return {"removed": removed, "kept": kept}
 
 
 def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
@@ -173,5 +214,5 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
     return code
 
 
-__all__ = ["run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
+__all__ = ["clean", "parse_age", "run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
            "follow", "tail", "failure", "wait_ended"]

@@ -375,3 +375,12 @@ def fetched_checkpoint(r: dict) -> None:
 def next_step(command: str, why: str = "") -> None:
     """The command a stage's user types next, after its result."""
     line(f"next: {command}" + (f"  ({why})" if why else ""))
+
+
+def cleaned(host: str, res: dict, *, dry_run: bool = False) -> None:
+    """`inv clean`: what went (or would go) and what stayed, with why."""
+    gone = res.get("removed") or []
+    line(f"clean {host}: {'would remove' if dry_run else 'removed'} {len(gone)} run(s)"
+         + (": " + ", ".join(gone) if gone else ""))
+    for rid, why in res.get("kept") or []:
+        line(f"  kept {rid}: {why}")

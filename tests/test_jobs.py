@@ -153,3 +153,42 @@ def test_job_record_updates_from_several_writers_lose_nothing(tmp_path):
     assert [p.returncode for p in procs] == [0, 0, 0], errs
     assert json.loads(rec.read_text()) == {"run_id": "x", "pid": 299, "child_pid": 299, "stopped_by_user": 299}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_clean_removes_only_old_ended_runs_and_status_filters_by_kind(rig, light_host, tmp_path):
+    """`inv clean --older-than AGE`: ended runs go (a dry run removes nothing and says 'would');
+    a running job and a run holding checkpoints stay, each with why; --checkpoints takes those
+    too; `inv status --kind` lists only that kind; a bad age is one line, exit 2."""
+    from conftest import inv
+    from specops import inventory
+
+    hf = str(rig.write_hosts(tmp_path / "hosts-clean.yaml",
+                             {"cl": rig.host(venv="~/light-venv", workdir="~/specops-clean")}))
+    h = inventory.load(hf).get("cl")
+    with connect(h) as t:
+        t.check(f"rm -rf {shlex.quote(t.workdir + '/runs')}", "no runs from an earlier test run")
+        done, busy, kept = (jobs.new_run_id("t") + s for s in ("-done", "-busy", "-ckpt"))
+        jobs.start(t, done, ["true"], kind="test")
+        jobs.start(t, kept, ["true"], kind="train")
+        jobs.start(t, busy, ["sleep", "60"], kind="test")
+        t.check(f"mkdir -p {shlex.quote(jobs.run_path(t, kept, 'checkpoints', '0'))}", "a checkpoint")
+        for rid in (done, kept):
+            wait_state(t, rid, ENDED)
+        r = inv("status", "--host", "cl", "--hosts", hf, "--kind", "train")
+        assert r.returncode == 0 and kept in r.stdout and done not in r.stdout and busy not in r.stdout, r.stdout
+        r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "0s", "--dry-run")
+        assert r.returncode == 0 and "would remove 1 run(s): " + done in r.stdout, r.stdout + r.stderr
+        assert t.exists(jobs.run_path(t, done), "-d")
+        r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "0s")
+        assert r.returncode == 0 and f"removed 1 run(s): {done}" in r.stdout, r.stdout + r.stderr
+        assert f"kept {busy}: running: a running job is never removed" in r.stdout
+        assert f"kept {kept}: holds checkpoints (--checkpoints removes them too)" in r.stdout
+        assert not t.exists(jobs.run_path(t, done)) and t.exists(jobs.run_path(t, kept), "-d")
+        r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "0s", "--checkpoints")
+        assert r.returncode == 0 and f"removed 1 run(s): {kept}" in r.stdout, r.stdout
+        r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "1y")
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            "specops: --older-than '1y': give an age such as 7d, 12h, 30m (s, m, h, d or w)"], r.stderr
+        r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "7d")
+        assert r.returncode == 0 and "removed 0 run(s)" in r.stdout  # (too young: not listed at all)
+        jobs.stop(t, busy, grace=5)
