@@ -15,6 +15,8 @@ from pathlib import Path
 
 import paramiko
 
+from .errors import SpecopsError
+
 
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH-style ``SHA256:...`` fingerprint."""
@@ -52,8 +54,15 @@ class AcceptNew(paramiko.MissingHostKeyPolicy):
 
 def install(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> Path:
     path = Path(known_hosts).expanduser()
+    if path.exists() and not path.is_file():
+        raise SpecopsError(f"known_hosts {path} is {'a directory' if path.is_dir() else 'not a regular file'}: "
+                           f"point 'known_hosts' in hosts.yaml at a file (OpenSSH's own is ~/.ssh/known_hosts)")
     if path.is_file():
-        client.load_host_keys(str(path))
+        try:
+            client.load_host_keys(str(path))
+        except (OSError, UnicodeDecodeError, paramiko.SSHException, ValueError) as e:
+            raise SpecopsError(f"known_hosts {path} cannot be read ({type(e).__name__}: {e}): fix its "
+                               f"permissions or point 'known_hosts' in hosts.yaml at another file") from None
     client.set_missing_host_key_policy(AcceptNew(path) if accept_new else RejectUnknown(path))
     return path
 

@@ -19,6 +19,8 @@ from .errors import SpecopsError
 
 LOCAL = "local"
 LOCAL_ROOT = "~/.cache/specops"
+#: more GPUs than any one host has: a larger `gpus` is a typo
+MAX_GPUS = 1024
 
 #: vLLM options specops sets itself on every server it starts (address, served model, the
 #: extraction / evaluation configs): `vllm_args` / `--vllm-arg` may not override them.
@@ -46,7 +48,7 @@ class Host(BaseModel):
     workdir: Optional[str] = None
     base_python: str = "python3"
     profile: Literal["cuda", "cpu"] = "cuda"
-    gpus: Optional[int] = Field(default=None, ge=0)
+    gpus: Optional[int] = Field(default=None, ge=0, le=MAX_GPUS)
     #: Path on the host of the verifier model (a HF-format directory).
     verifier: Optional[str] = None
     #: `venv` is an existing environment (e.g. an image's preinstalled torch venv): bootstrap never
@@ -60,7 +62,7 @@ class Host(BaseModel):
     #: shards move host to host, authenticated by the laptop's ssh-agent, forwarded.
     reach_peers: bool = False
     #: GPUs one vLLM server spans (`--tensor-parallel-size`); default: `gpus`, else 1.
-    tensor_parallel: Optional[int] = Field(default=None, ge=1)
+    tensor_parallel: Optional[int] = Field(default=None, ge=1, le=MAX_GPUS)
     #: Run the verifier's own modelling code (config.json `auto_map`) in vLLM, prepare-data,
     #: transformers: `auto` = only when its config.json has `auto_map`.
     trust_remote_code: Union[Literal["auto"], bool] = "auto"
@@ -73,6 +75,13 @@ class Host(BaseModel):
     def _no_empty(cls, v):
         if v is not None and not str(v).strip():
             raise ValueError("must not be empty")
+        return v
+
+    @field_validator("proxy_jump")
+    @classmethod
+    def _jump(cls, v):
+        if v is not None:
+            parse_jump(v, "root")
         return v
 
     @field_validator("trust_remote_code", mode="before")
@@ -144,6 +153,29 @@ class Host(BaseModel):
         return out
 
 
+def parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
+    """`[user@]host[:port]` (`[v6]:port`) -> (user, host, port); ValueError saying what is wrong."""
+    form = "give [user@]host[:port], e.g. root@bastion:22 (one jump host)"
+    if not spec.strip() or any(ch.isspace() for ch in spec) or "," in spec or "/" in spec:
+        raise ValueError(f"{spec!r}: {form}")
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, "22"
+    if rest.startswith("["):  # [v6]:port
+        host, close, p = rest[1:].partition("]")
+        if not close or (p and not p.startswith(":")):
+            raise ValueError(f"{spec!r}: {form}")
+        port = p[1:] if p else "22"
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    elif rest.count(":") > 1:
+        raise ValueError(f"{spec!r}: an IPv6 address goes in brackets, e.g. root@[::1]:22")
+    if not host or "@" in user:
+        raise ValueError(f"{spec!r}: {form}")
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{spec!r}: port {port!r} is not a port (1-65535): {form}")
+    return user or default_user, host, int(port)
+
+
 def builtin_local() -> Host:
     return Host(name=LOCAL, transport="local", profile="cpu")
 
@@ -190,18 +222,22 @@ class Inventory:
         return out
 
 
+def _hosts_path(p: Path, given: str, fix: str) -> Path:
+    if p.is_dir():
+        raise SpecopsError(f"hosts file {p} ({given}) is a directory: give the inventory file itself, "
+                           f"e.g. {p / 'hosts.yaml'}")
+    if not p.is_file():
+        raise SpecopsError(f"hosts file {p} not found ({given}): {fix}" if not p.exists() else
+                           f"hosts file {p} ({given}) is not a regular file: give the inventory file itself")
+    return p
+
+
 def find_file(explicit: Optional[str] = None) -> Optional[Path]:
     if explicit:
-        p = Path(explicit).expanduser()
-        if not p.is_file():
-            raise SpecopsError(f"hosts file {p} not found (given with --hosts): check the path")
-        return p
+        return _hosts_path(Path(explicit).expanduser(), "given with --hosts", "check the path")
     env = os.environ.get("SPECOPS_HOSTS")
     if env:
-        p = Path(env).expanduser()
-        if not p.is_file():
-            raise SpecopsError(f"hosts file {p} not found (from $SPECOPS_HOSTS): fix or unset it")
-        return p
+        return _hosts_path(Path(env).expanduser(), "from $SPECOPS_HOSTS", "fix or unset it")
     p = Path("hosts.yaml")
     return p if p.is_file() else None
 
@@ -254,7 +290,11 @@ def load(explicit: Optional[str] = None) -> Inventory:
     if path is None:
         return inv
     try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise SpecopsError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at line {line}): save it as "
+                           f"UTF-8") from None
     except _DuplicateKey as e:
         mark = e.problem_mark
         raise SpecopsError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {e.problem}") from None

@@ -18,7 +18,7 @@ from invoke.exceptions import CommandTimedOut
 
 from . import hostkeys, transfer
 from .errors import SpecopsError
-from .inventory import Host
+from .inventory import Host, parse_jump
 from .transport import Result, Transport
 
 CONNECT_TIMEOUT = 10
@@ -26,15 +26,7 @@ KEEPALIVE = 15
 
 
 def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
-    user, _, rest = spec.rpartition("@")
-    host, port = rest, 22
-    if rest.startswith("["):  # [v6]:port
-        host, _, p = rest[1:].partition("]")
-        port = int(p.lstrip(":") or 22)
-    elif rest.count(":") == 1:
-        host, p = rest.split(":")
-        port = int(p)
-    return user or default_user, host, port
+    return parse_jump(spec, default_user)  # (checked when hosts.yaml is loaded)
 
 
 class SSHTransport(Transport):
@@ -88,53 +80,67 @@ class SSHTransport(Transport):
 
     def open(self) -> None:
         h = self.host
-        where = f"{h.address}:{h.port}"
-        t0 = time.monotonic()
-        try:
-            self.conn.open()
-        except hostkeys.UnknownHostKey as e:
-            raise SpecopsError(
-                f"unknown host key for {e.hostname} ({e.key.get_name()} {hostkeys.fingerprint(e.key)}), "
-                f"not in {e.path}: verify the fingerprint, then add it (ssh-keyscan -p {h.port} {h.address} "
-                f">> {e.path}) or set accept_new_host_key: true for {h.name!r}"
-            ) from None
-        except paramiko.BadHostKeyException as e:
-            raise SpecopsError(
-                f"host key for {where} ({h.name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
-                f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
-                f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
-                f"ssh-keygen -R '[{h.address}]:{h.port}' -f {Path(h.known_hosts).expanduser()}; otherwise do not connect"
-            ) from None
-        except paramiko.AuthenticationException:
-            key = self.key_file or "agent/default keys"
-            raise SpecopsError(
-                f"authentication refused for {h.user}@{where} (key: {key}): check 'user'/'key' in "
-                f"hosts.yaml and the host's authorized_keys"
-            ) from None
-        except (socket.timeout, TimeoutError):
-            raise SpecopsError(
-                f"timed out after {self.connect_timeout}s connecting to {where} ({h.name}): is the "
-                f"address right and the port open?"
-            ) from None
-        except paramiko.ssh_exception.NoValidConnectionsError:
-            raise SpecopsError(
-                f"nothing listening at {where} ({h.name}): is sshd running and the port right?"
-            ) from None
-        except (socket.gaierror,) as e:
-            raise SpecopsError(f"cannot resolve {h.address!r} ({h.name}): {e.strerror}: fix 'address'") from None
-        except (paramiko.SSHException, OSError) as e:
-            if "banner" in str(e).lower() or time.monotonic() - t0 >= self.connect_timeout - 0.5:
-                raise SpecopsError(
-                    f"timed out after {self.connect_timeout}s waiting for the SSH banner from {where} ({h.name}): "
-                    f"something listens there but is not answering as sshd (hung sshd, wrong port, firewall?)"
-                ) from None
-            raise SpecopsError(f"cannot connect to {where} ({h.name}): {e}") from None
+        gw = self.conn.gateway
+        if isinstance(gw, Connection):  # the jump host first, so that its failures name it
+            self._open(gw, f"jump host {gw.user}@{gw.host}:{gw.port} (proxy_jump of {h.name})", "proxy_jump")
+        self._open(self.conn, h.name, "address")
         self.conn.transport.set_keepalive(self.keepalive)
         sock = self.conn.transport.sock
         if isinstance(sock, socket.socket):  # not through a jump host's channel
             # paramiko leaves Nagle on: each short command would wait ~40 ms for a delayed ACK
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def _open(self, conn: Connection, name: str, field: str) -> None:
+        """conn.open(), each failure one line naming conn's address and `name` (the host, or the jump
+        host and whose it is), and the hosts.yaml field to fix."""
+        h = self.host
+        where = f"{conn.host}:{conn.port}"
+        t0 = time.monotonic()
+        try:
+            conn.open()
+        except hostkeys.UnknownHostKey as e:
+            raise SpecopsError(
+                f"unknown host key for {e.hostname} ({e.key.get_name()} {hostkeys.fingerprint(e.key)}), "
+                f"not in {e.path}: verify the fingerprint, then add it (ssh-keyscan -p {conn.port} {conn.host} "
+                f">> {e.path}) or set accept_new_host_key: true for {h.name!r}"
+                + (f" ({name})" if field != "address" else "")
+            ) from None
+        except paramiko.BadHostKeyException as e:
+            raise SpecopsError(
+                f"host key for {where} ({name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
+                f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
+                f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
+                f"ssh-keygen -R '[{conn.host}]:{conn.port}' -f {Path(h.known_hosts).expanduser()}; otherwise do not connect"
+            ) from None
+        except paramiko.AuthenticationException:
+            key = self.key_file or "agent/default keys"
+            raise SpecopsError(
+                f"authentication refused for {conn.user}@{where} ({name}) (key: {key}): check 'user'/'key'/"
+                f"'{field}' in hosts.yaml and the host's authorized_keys"
+            ) from None
+        except (socket.timeout, TimeoutError):
+            raise SpecopsError(
+                f"timed out after {self.connect_timeout}s connecting to {where} ({name}): is the "
+                f"address right and the port open?"
+            ) from None
+        except paramiko.ssh_exception.NoValidConnectionsError:
+            raise SpecopsError(
+                f"nothing listening at {where} ({name}): is sshd running and the port right?"
+            ) from None
+        except (socket.gaierror,) as e:
+            raise SpecopsError(f"cannot resolve {conn.host!r} ({name}): {e.strerror}: fix '{field}'") from None
+        except paramiko.ChannelException as e:  # the jump host is up but could not reach the target
+            raise SpecopsError(
+                f"the jump host {conn.gateway.host}:{conn.gateway.port} (proxy_jump of {h.name}) could not open a "
+                f"connection to {where}: {e.text or e}: is the address right as the jump host sees it?"
+            ) from None
+        except (paramiko.SSHException, OSError) as e:
+            if "banner" in str(e).lower() or time.monotonic() - t0 >= self.connect_timeout - 0.5:
+                raise SpecopsError(
+                    f"timed out after {self.connect_timeout}s waiting for the SSH banner from {where} ({name}): "
+                    f"something listens there but is not answering as sshd (hung sshd, wrong port, firewall?)"
+                ) from None
+            raise SpecopsError(f"cannot connect to {where} ({name}): {e}") from None
     def close(self) -> None:
         self.conn.close()
         if isinstance(self.conn.gateway, Connection):
