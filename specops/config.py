@@ -3,17 +3,61 @@ overrides; and the specops revision recorded with every run."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
 from . import __version__, paths
+from .args import BadNumber, Number
 from .errors import SpecopsError
 
 #: flags specops sets itself (from the host, the data and the run id)
 RESERVED = {"verifier-name-or-path", "data-path", "target-layer-ids", "save-path", "log-dir", "run-name"}
+
+#: the numeric `speculators train` flags of configs/*.yaml (and those specops reads): checked when
+#: the config is loaded (the plan, a dry run), not when the trainer starts on the host
+NUMBERS = {
+    "epochs": Number(int, "how many epochs to train", 3, ge=1),
+    "max-steps": Number(int, "how many steps to train at most", 100, ge=1),
+    "total-seq-len": Number(int, "the tokens per packed sequence", 8192, ge=1),
+    "draft-vocab-size": Number(int, "the draft's vocabulary size", 32000, ge=1),
+    "num-layers": Number(int, "the draft's decoder layers", 1, ge=1),
+    "num-workers": Number(int, "data loader workers", 4, ge=0),
+    "log-freq": Number(int, "steps between log lines", 10, ge=1),
+    "max-retries": Number(int, "retries per hidden-state request", 2, ge=0),
+    "warmup-steps": Number(int, "warm-up steps", 100, ge=0),
+    "seed": Number(int, "a random seed", 0, ge=0),
+    "request-timeout": Number(float, "seconds per hidden-state request", 120, gt=0),
+    "lr": Number(float, "a learning rate", "1.0e-3", ge=0),
+    "weight-decay": Number(float, "a weight decay", 0.01, ge=0),
+}
+#: a flag's name as speculators' argparse spells it (the config key is --KEY without the dashes)
+FLAG_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def check_flags(where: str, flags: Any) -> dict:
+    """One `train:` / `profiles.P:` mapping: names shaped as speculators' flags, values a scalar or a
+    list of scalars, the numeric ones of NUMBERS in range. Returns it; SpecopsError names the key."""
+    if not isinstance(flags, dict):
+        raise SpecopsError(f"{where}: must be a mapping of speculators train flags (got {flags!r})")
+    for k, v in flags.items():
+        if not isinstance(k, str) or not FLAG_NAME.fullmatch(k):
+            fix = str(k).lstrip("-").replace("_", "-").lower()
+            raise SpecopsError(f"{where}: key {k!r} is not a speculators train flag name: write it as "
+                               f"{fix!r} (speculators' --{fix}: keys are its flag names without the leading dashes)")
+        scalar = (str, int, float, bool, type(None))
+        if not (isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar[:-1]) for x in v))):
+            raise SpecopsError(f"{where}: {k}: {v!r}: give a value (a string, a number, true/false) or a list of "
+                               f"them")
+        if k in NUMBERS and v is not None:
+            try:
+                NUMBERS[k].parse(v)
+            except BadNumber as e:
+                raise SpecopsError(f"{where}: {k}: {v!r}: {e}") from None
+    return flags
 
 
 def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
@@ -29,8 +73,13 @@ def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
     extra = set(raw) - {"train", "profiles"}
     if extra or not isinstance(raw.get("train", {}), dict):
         raise SpecopsError(f"{p}: top level must hold 'train:' (flags) and 'profiles:' (per-profile overrides)")
-    flags = dict(raw.get("train") or {})
-    flags.update((raw.get("profiles") or {}).get(profile) or {})
+    flags = dict(check_flags(f"{p}: train", raw.get("train") or {}))
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise SpecopsError(f"{p}: profiles: must be a mapping of profile name -> flags (e.g. cpu: {{...}})")
+    for name, over in profiles.items():
+        check_flags(f"{p}: profiles.{name}", over or {})
+    flags.update(profiles.get(profile) or {})
     flags.update({k: v for k, v in overrides.items() if v is not None})
     bad = RESERVED & set(flags)
     if bad:

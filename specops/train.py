@@ -85,11 +85,11 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     if hidden_states == "offline" and (server_gpus or train_gpus):
         raise SpecopsError("--server-gpus/--train-gpus split GPUs between the vLLM server and the trainer of an "
                            "online run: drop them, or pass --hidden-states online (nothing was started)")
+    cfg = load_config(config, h.profile, overrides or {})  # (its keys and types first: a dry run shows them)
     if hidden_states != "offline":
         if extra and extra.get("nnodes", 1) > 1:
             raise SpecopsError(f"--hidden-states {hidden_states}: online hidden states train on one host; a "
                                f"group trains offline (`inv extract` first) (nothing was started)")
-        cfg = load_config(config, h.profile, overrides or {})
         bad = [k for k in ONLINE_RESERVED if k in cfg["flags"]]
         if bad and hidden_states == "online":
             raise SpecopsError(f"{cfg['path']}: {', '.join(bad)} are set by specops for an online run (its own "
@@ -110,7 +110,6 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
             f"train on {h.name}: a cpu host trains in one process ({nodes} node(s) x {procs} process(es) asked); "
             f"speculators' distributed training needs an accelerator ('No accelerator found'): train on one cpu "
             f"host without --nproc, or on GPU hosts (nothing was started)")
-    cfg = load_config(config, h.profile, overrides or {})
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     data = data_dir(t, dataset)
     summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
