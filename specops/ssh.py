@@ -110,7 +110,8 @@ class SSHTransport(Transport):
                 f"host key for {where} ({name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
                 f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
                 f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
-                f"ssh-keygen -R '[{conn.host}]:{conn.port}' -f {Path(h.known_hosts).expanduser()}; otherwise do not connect"
+                f"ssh-keygen -R '[{conn.host}]:{conn.port}' -f {Path(h.known_hosts).expanduser()}; "
+                f"otherwise do not connect"
             ) from None
         except paramiko.AuthenticationException:
             key = self.key_file or "agent/default keys"
