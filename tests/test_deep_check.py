@@ -15,7 +15,6 @@ from specops.connection import connect
 sys.path.insert(0, str(REPO / "remote"))
 import deep_check  # noqa: E402
 
-ML_ENV = Path("~/.cache/specops/ml-env").expanduser()
 
 # What the H200 printed (speculators 0.9.0, torch 2.11.0, fused loss under torch.compile, torchrun).
 H200_LOG = """$ /opt/torch/.venv/bin/python3 -m torch.distributed.run --nproc-per-node 1 --standalone -m speculators train
@@ -67,10 +66,10 @@ def test_train_gate_reads_the_hosts_verdict(tmp_path):
 
 
 @pytest.mark.heavy
-@pytest.mark.skipif(not (ML_ENV / "bin" / "python3").exists(), reason="needs the cpu-profile venv (make demo)")
-def test_deep_check_on_cpu_finds_the_working_setting(tmp_path):
+def test_deep_check_on_cpu_finds_the_working_setting(tmp_path, cpu_box):
+    """The real cpu-profile venv (the rig's, built once a run), driven through the local transport."""
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(f"hosts:\n  cpu:\n    transport: local\n    profile: cpu\n    venv: {ML_ENV}\n"
+    hosts.write_text(f"hosts:\n  cpu:\n    transport: local\n    profile: cpu\n    venv: {cpu_box['venv']}\n"
                      f"    workdir: {tmp_path / 'work'}\n")
     cfg = tmp_path / "flex.yaml"  # FlexAttention has no backward on CPU: the configured setting must fail
     cfg.write_text("train:\n  speculator-type: eagle3\n  draft-vocab-size: 256\nprofiles:\n  cpu: {}\n")
