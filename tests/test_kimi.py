@@ -352,10 +352,11 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
         assert p["ok"], (what, p)
         assert p["trust_remote_code"] is True and p["tensor_parallel"] == 8, (what, p)
         servers = [c for c in p["commands"] if "vllm.entrypoints.openai.api_server" in c]
-        assert len(servers) == 1, (what, p["commands"])
-        argv = servers[0]
-        assert argv[argv.index("--tensor-parallel-size") + 1] == "8" and "--trust-remote-code" in argv, argv
-        assert argv[-4:] == ["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"], argv
+        # (evaluate: the draft's server, then the verifier alone for the speedup, the same flags)
+        assert len(servers) == (2 if what == "evaluate" else 1), (what, p["commands"])
+        for argv in servers:
+            assert argv[argv.index("--tensor-parallel-size") + 1] == "8" and "--trust-remote-code" in argv, argv
+            assert argv[-4:] == ["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"], argv
     prep = payloads["prepare"]["commands"]
     assert prep[1][2:4] == ["speculators", "prepare-data"] and "--trust-remote-code" in prep[1]
     assert prep[1][prep[1].index("--render-endpoint") + 1] == "http://127.0.0.1:<port>"
