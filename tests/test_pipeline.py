@@ -127,9 +127,12 @@ def test_ctrl_c_during_extract_stops_the_vllm_server(pipeline_run, hosts_file, w
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         t.check(f"rm -rf {dst} && mkdir -p {dst} && cp {src}/*.json {src}/*.arrow {dst}/", "copy dataset")
+    # (SIGINT as a terminal delivers it: a suite started in the background by a shell without job
+    # control inherits SIGINT ignored, and so would the laptop process: Ctrl-C then never arrives)
     p = subprocess.Popen([sys.executable, "-m", "invoke", "extract", "--host", "box", "--hosts", str(hosts_file),
                           "--dataset", str(dst), "--verifier", verifier, "--layers", LAYERS],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = ""
     t0 = time.time()
     while "vLLM server pid" not in out and time.time() - t0 < 120:
@@ -137,24 +140,7 @@ def test_ctrl_c_during_extract_stops_the_vllm_server(pipeline_run, hosts_file, w
     assert "vLLM server pid" in out, out
     server_pgid = int(re.search(r"vLLM server pid \d+ \(pgid (\d+)\)", out).group(1))
     p.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    import threading
-
-    lines: list = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)
-    reader.start()
-    t1 = time.time()
-    while p.poll() is None and not any("interrupted: stopping" in ln for ln in lines) and time.time() - t1 < 5:
-        time.sleep(0.2)
-    if p.poll() is None and not any("interrupted: stopping" in ln for ln in lines):
-        # Once in CI (2026-12-01) the first SIGINT was not seen and the extraction ran to its end
-        # (cause not found yet): a user presses Ctrl-C again; the second must stop it. Reported.
-        import warnings
-
-        warnings.warn("the first SIGINT did not interrupt `inv extract` within 5 s; sent a second")
-        p.send_signal(signal.SIGINT)
-    p.wait(timeout=180)
-    reader.join(timeout=10)
-    rest = "".join(lines)
+    rest, _ = p.communicate(timeout=180)
     assert p.returncode != 0 and "interrupted and stopped" in rest, rest[-2000:]
     with connect(h) as t:
         live = [ln for ln in t.run("ps -eo pgid=,stat=").stdout.splitlines()
