@@ -8,17 +8,17 @@
 
 from invoke import Collection, Exit
 
-from specops import bootstrap as _bootstrap
-from specops import check as _check
-from specops import data as _data
-from specops import evaluate as _evaluate
-from specops import fetch as _fetch
-from specops import inspect as _inspect
+from specops.ops import bootstrap as _bootstrap
+from specops.ops import check as _check
+from specops.ops import data as _data
+from specops.ops import evaluate as _evaluate
+from specops.ops import fetch as _fetch
+from specops.ops import inspect_data as _inspect
 from specops import inventory, views
-from specops import jobs as _jobs
-from specops import pipeline as _pipeline
-from specops import regenerate as _regenerate
-from specops import train as _train
+from specops.ops import jobs as _jobs
+from specops.ops import pipeline as _pipeline
+from specops.ops import regenerate as _regenerate
+from specops.ops import train as _train
 from specops.errors import SpecopsError
 from specops.cli import errors, hint_args, hosts_file, is_multi, open_host, over, session, targets, task
 
@@ -284,8 +284,8 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     if backend not in ("vllm", "hf"):
         raise Exit(f"specops: --backend {backend!r}: choose vllm or hf")
     if is_multi(c, host):
-        from specops.fanout import verdict
-        from specops.sharded_extract import extract_group
+        from specops.group.fanout import verdict
+        from specops.group.extract import extract_group
 
         if shard or rows:
             raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
@@ -392,7 +392,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     kw = dict(config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=_int(nproc), follow=follow,
               overrides={"epochs": _int(epochs), "max-steps": _int(max_steps)}, serve_check=serve_check)
     if is_multi(c, host):
-        from specops.group_train import train_nodes
+        from specops.group.train import train_nodes
 
         if hidden_states == "online" or server_gpus or train_gpus or layers or disk_budget is not None:
             raise Exit("specops: --hidden-states online trains on one host (its own vLLM server); a group trains "
@@ -540,7 +540,7 @@ def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=2950
     """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce.
 
     Example: inv dist-check --host @pair"""
-    from specops.distcheck import dist_check as _dist_check
+    from specops.group.distcheck import dist_check as _dist_check
 
     with errors():
         res = _dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port),
@@ -567,7 +567,7 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
     --have/--host only what an existing venv lacks, the profile picked for its torch.
 
     Example: inv wheelhouse --profile cuda --host gpu1"""
-    from specops import wheelhouse as _wh
+    from specops.ops import wheelhouse as _wh
 
     if not profile:
         raise Exit("specops: wheelhouse needs --profile (cuda or cpu)")

@@ -47,8 +47,9 @@ def main():
     if not _common.HOST_PY.exists():
         sys.exit(f"no local venv at {_common.HOST_PY}: run `.venv/bin/inv bootstrap --host local` first")
 
-    from specops import data, inventory, pipeline
-    from specops.connection import connect
+    from specops.ops import data, pipeline
+    from specops import inventory
+    from specops.host.connection import connect
 
     keep = a.workdir is not None
     work = Path(a.workdir or tempfile.mkdtemp(prefix="specops-acceptance-")).absolute()

@@ -1,4 +1,4 @@
-"""Benchmark: `specops.fetch.fetch_run` vs plain `rsync -a -e ssh` of a 2 GiB run directory.
+"""Benchmark: `specops.ops.fetch.fetch_run` vs plain `rsync -a -e ssh` of a 2 GiB run directory.
 
     .venv/bin/python bench/fetch.py [--gib 2] [--rounds 2] [--refetch-n 5] [--dir /var/tmp]
 
@@ -55,10 +55,10 @@ import numpy as np  # noqa: E402
 
 from bench import _common as C  # noqa: E402
 from rig import Rig  # noqa: E402
-from specops import fetch as F  # noqa: E402
+from specops.ops import fetch as F  # noqa: E402
 from specops import inventory  # noqa: E402
-from specops.push import push  # noqa: E402
-from specops.connection import connect  # noqa: E402
+from specops.host.push import push  # noqa: E402
+from specops.host.connection import connect  # noqa: E402
 
 VENV = "~/bench-venv"
 WORKDIR = "~/specops-bench"
@@ -154,7 +154,7 @@ def make_layouts(wd: Path, mib: int, owner: pwd.struct_passwd) -> dict[str, Path
 
 def latency(a) -> int:
     from bench.delay_proxy import DelayProxy
-    from specops import transfer
+    from specops.host import transfer
 
     delays = [float(x) for x in a.delays.split(",") if x.strip()]
     rounds = max(1, min(a.rounds, 5))

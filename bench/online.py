@@ -42,8 +42,9 @@ from pathlib import Path  # noqa: E402
 import yaml  # noqa: E402
 
 from bench import _common as C  # noqa: E402
-from specops import data, inventory, jobs, train  # noqa: E402
-from specops.connection import connect  # noqa: E402
+from specops.ops import data, jobs, train  # noqa: E402
+from specops import inventory
+from specops.host.connection import connect  # noqa: E402
 
 LAYERS = "1,3,4,6"
 STEP = re.compile(rb"profile/tokens_per_s=([0-9.e+-]+)")

@@ -33,9 +33,9 @@ import time  # noqa: E402
 from bench import _common as C  # noqa: E402
 from rig import Rig  # noqa: E402
 from specops import inventory  # noqa: E402
-from specops.push import push  # noqa: E402
-from specops.remote_exec import decode_payload, run_script, script_command  # noqa: E402
-from specops.connection import connect  # noqa: E402
+from specops.host.push import push  # noqa: E402
+from specops.host.remote_exec import decode_payload, run_script, script_command  # noqa: E402
+from specops.host.connection import connect  # noqa: E402
 
 VENV = "~/bench-venv"
 WORKDIR = "~/specops-bench"

@@ -8,7 +8,7 @@ TYPE_CHECKING blocks not), `dry_run` mentions in specops/ + tasks.py (and in spe
 the CLI glue and the connection), lines of tasks.py; then `inv train --follow` on a `local`-
 transport host of its own (workdir under /tmp, the `local` host's venv), alternating old and
 new --rounds times on the same extracted dataset (default: the first dataset under the local
-host's workdir): calls of specops.push.push per task (cProfile) and wall seconds, with the
+host's workdir): calls of specops.host.push.push per task (cProfile) and wall seconds, with the
 job's own seconds (job.json start to exit_code) so the laptop's overhead shows apart.
 Needs the local host bootstrapped and an extracted dataset (`inv demo` makes one).
 """
@@ -36,27 +36,40 @@ try:
 finally:
     pr.disable()
     st = pstats.Stats(pr)
-    n = sum(v[1] for k, v in st.stats.items() if k[0].endswith("specops/push.py") and k[2] == "push")
+    n = sum(v[1] for k, v in st.stats.items() if k[0].endswith(("specops/push.py", "specops/host/push.py"))
+            and k[2] == "push")
     print(f"SHAPE-RESULT {n} {time.time() - t0:.2f}", file=sys.stderr)
 '''
 
 
+def lib_files(root: Path) -> dict:
+    """The package's modules by dotted name under specops (flat or in layer packages)."""
+    lib = root / "specops"
+    return {".".join(p.relative_to(lib).with_suffix("").parts): p for p in lib.rglob("*.py")
+            if p.name != "__init__.py"}
+
+
 def import_graph(root: Path) -> dict:
-    mods = {p.stem: p for p in (root / "specops").glob("*.py")}
+    mods = lib_files(root)
     graph = {}
     for m, p in mods.items():
         tree = ast.parse(p.read_text())
         skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                 and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        here = m.split(".")[:-1]
         deps = set()
         for node in ast.walk(tree):
             if id(node) in skip or not isinstance(node, ast.ImportFrom):
                 continue
-            if node.level == 1:
-                deps |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+            if node.level:  # relative: from the module's own package up
+                base = here[:len(here) - node.level + 1] + ((node.module or "").split(".") if node.module else [])
             elif (node.module or "").startswith("specops"):
-                parts = node.module.split(".")
-                deps |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+                base = node.module.split(".")[1:]
+            else:
+                continue
+            for a in node.names:
+                full = ".".join(base + [a.name])
+                deps.add(full if full in mods else ".".join(base))
         graph[m] = {d for d in deps if d in mods and d != m}
     return graph
 
@@ -98,9 +111,14 @@ def mentions(root: Path, files) -> int:
 
 
 def static(root: Path) -> dict:
-    lib = sorted((root / "specops").glob("*.py"))
+    files = lib_files(root)
+    lib = sorted(files.values())
     glue = {"cli.py", "transport.py", "connection.py"}
-    return {"import_cycles": cycles(import_graph(root)),
+    sizes = {m: len(p.read_text().splitlines()) for m, p in files.items()}
+    big = max(sizes, key=sizes.get)
+    return {"modules": len(files), "packages": sorted({m.split(".")[0] for m in files if "." in m}),
+            "largest_module": [big, sizes[big]], "modules_over_500_lines": sorted(m for m, n in sizes.items() if n > 500),
+            "import_cycles": cycles(import_graph(root)),
             "dry_run_mentions": mentions(root, lib + [root / "tasks.py"]),
             "dry_run_files": sum(1 for p in lib + [root / "tasks.py"] if "dry_run" in p.read_text()),
             "dry_run_mentions_library": mentions(root, [p for p in lib if p.name not in glue]),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specops import wheelhouse as wh  # noqa: E402
+from specops.ops import wheelhouse as wh  # noqa: E402
 
 # name -> why the venv's own version is kept over the one vLLM pins (checked against vLLM 0.26.0's
 # Requires-Dist and the H200 venv's freeze, 2026-12-01)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .errors import SpecopsError
+from specops.errors import SpecopsError
 
 #: exit code of a refused argument (as argparse's)
 USAGE = 2

@@ -12,11 +12,11 @@ from typing import Any, Callable, Iterator, Optional
 import invoke
 from invoke.exceptions import Exit
 
-from . import inventory, views
-from .args import flags as numbers
-from .connection import connect
-from .errors import SpecopsError
-from .transport import Transport
+from specops import inventory, views
+from specops.args import flags as numbers
+from specops.host.connection import connect
+from specops.errors import SpecopsError
+from specops.host.transport import Transport
 
 #: the only short flags, the same in every task
 SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
@@ -152,7 +152,7 @@ def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[
     its JSON), then judge(host name, value) (raises to fail the task); or on every host of a group
     in parallel: judge inside each host's run, one row per host (`describe` of each value), a
     failing host is a row, and the task exits non-zero naming each. Returns the value(s)."""
-    from . import fanout
+    from specops.group import fanout
 
     if not (group and is_multi(c, host)):
         with session(c, host, hosts, dry_run) as t:

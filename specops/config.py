@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 import yaml
 
-from . import __version__, paths
-from .args import BadNumber, Number
-from .errors import SpecopsError
+from specops import __version__, paths
+from specops.args import BadNumber, Number
+from specops.errors import SpecopsError
 
 #: flags specops sets itself (from the host, the data and the run id)
 RESERVED = {"verifier-name-or-path", "data-path", "target-layer-ids", "save-path", "log-dir", "run-name"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from . import paths
+from specops import paths
 
 _spec = importlib.util.spec_from_file_location("specops_remote_contract", paths.REMOTE_DIR / "contract.py")
 _mod = importlib.util.module_from_spec(_spec)
@@ -26,7 +26,7 @@ SPEEDUP_OFF = _mod.SPEEDUP_OFF
 
 def check_name(kind: str, value: str) -> str:
     """The same rule as the host's, raised as the laptop's one-line SpecopsError."""
-    from .errors import SpecopsError
+    from specops.errors import SpecopsError
 
     try:
         return _mod.check_name(kind, value)
@@ -37,7 +37,7 @@ def check_name(kind: str, value: str) -> str:
 def concurrency_levels(text: str) -> list[int]:
     """evaluate's `--speedup` list, by the host's rule ("1,16" -> [1, 16], "none" -> []), raised
     as the laptop's one-line SpecopsError."""
-    from .errors import SpecopsError
+    from specops.errors import SpecopsError
 
     try:
         return _mod.concurrency_levels(text)

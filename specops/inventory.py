@@ -14,8 +14,8 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .contract import check_name
-from .errors import SpecopsError
+from specops.contract import check_name
+from specops.errors import SpecopsError
 
 LOCAL = "local"
 LOCAL_ROOT = "~/.cache/specops"

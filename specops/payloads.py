@@ -6,7 +6,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from .contract import JobState
+from specops.contract import JobState
 
 
 class Payload(BaseModel):

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecopsError
-from .paths import PROFILES_DIR
+from specops.errors import SpecopsError
+from specops.paths import PROFILES_DIR
 
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s#;]+)")
 

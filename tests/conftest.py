@@ -65,7 +65,7 @@ def cpu_box(rig, hosts_file):
 def light_host(rig):
     """A host whose venv is a bare `python -m venv --without-pip` (stdlib-only remote scripts)."""
     from specops import inventory
-    from specops.connection import connect
+    from specops.host.connection import connect
 
     hf = rig.write_hosts(rig.root / "hosts-light.yaml",
                          {"light": rig.host(venv="~/light-venv", workdir="~/specops-light")})
@@ -113,6 +113,6 @@ def pipeline_run(verifier, hosts_file, tmp_path_factory):
 
 
 def demo_conversations(*a, **k):
-    from specops.pipeline import demo_conversations as f
+    from specops.ops.pipeline import demo_conversations as f
 
     return f(*a, **k)

@@ -9,7 +9,7 @@ import pytest
 from conftest import inv
 from specops import args, inventory
 from specops.config import load_config
-from specops.connection import connect
+from specops.host.connection import connect
 from specops.errors import SpecopsError
 
 R = ["--run-id", "r1"]

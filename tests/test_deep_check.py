@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, inv
-from specops import check, inventory
+from specops.ops import check
+from specops import inventory
 from specops.errors import SpecopsError
-from specops.connection import connect
+from specops.host.connection import connect
 
 sys.path.insert(0, str(REPO / "remote"))
 import deep_check  # noqa: E402

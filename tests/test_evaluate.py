@@ -118,7 +118,7 @@ def test_speedup_levels_and_record():
 
 
 def test_gap_is_flagged():
-    from specops.evaluate import gap_flags
+    from specops.ops.evaluate import gap_flags
 
     ev = {"conditional_acceptance_by_position": [0.05, 0.0, 0.0]}
     flags = gap_flags(ev, {"cond": {0: 0.7, 1: 0.5, 2: 0.01}})
@@ -130,8 +130,9 @@ def test_evaluate_each_checkpoint_pick_then_fetch_best_served(pipeline_run, host
     one's figures on top, acceptance.png); --pick writes the argmax into the run's record on the
     host, whole; fetch --checkpoint best-served brings that checkpoint and not the other. The
     refusals (both flags, an unknown checkpoint, no pick yet) are one line, before any server."""
-    from specops import inventory, jobs
-    from specops.connection import connect
+    from specops import inventory
+    from specops.ops import jobs
+    from specops.host.connection import connect
 
     src = pipeline_run["run_id"]
     rid = src + "-ckpts"  # a copy of the run (its records, logs, two checkpoints): the pick stays off the shared run

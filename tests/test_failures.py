@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import inv
-from specops import inventory, jobs
+from specops import inventory
+from specops.ops import jobs
 from specops.errors import SpecopsError
 from specops.inventory import Host
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = pytest.mark.integration
 

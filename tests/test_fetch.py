@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, inv
-from specops import fetch, jobs
+from specops.ops import fetch, jobs
 from specops.errors import SpecopsError
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = pytest.mark.integration
 
@@ -193,7 +193,7 @@ def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
     """evaluate's record_pick merges best_served into the run's record on the host (the other
     fields kept, no temp file left) and fetch reads it; a record that is not a JSON object is
     refused in one line; a pick whose checkpoint is gone is refused too."""
-    from specops.evaluate import record_pick
+    from specops.ops.evaluate import record_pick
 
     rid = jobs.new_run_id("t") + "-record"
     with connect(light_host) as t:

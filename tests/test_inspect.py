@@ -9,7 +9,7 @@ import pytest
 
 from conftest import inv
 from specops import inventory, synth
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -148,8 +148,8 @@ def test_verifier_contract_through_text_config(cpu_box, hosts_file, tmp_path, wo
 
 
 def test_bad_arguments_are_one_refused_line(cpu_box, hosts_file, work):
-    from specops.push import push
-    from specops.remote_exec import run_script
+    from specops.host.push import push
+    from specops.host.remote_exec import run_script
 
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from specops import jobs
+from specops.ops import jobs
 from specops.errors import SpecopsError
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = pytest.mark.integration
 

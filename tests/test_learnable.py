@@ -19,7 +19,7 @@ LAYERS = "1,2,3,4"
 
 
 def synthlang():
-    from specops.pipeline import synthlang as load
+    from specops.ops.pipeline import synthlang as load
 
     return load()
 
@@ -49,7 +49,7 @@ def test_language_is_seeded_second_order_and_low_entropy():
 
 
 def test_demo_conversations_are_the_language(tmp_path):
-    from specops.pipeline import demo_conversations
+    from specops.ops.pipeline import demo_conversations
 
     rows = [json.loads(x) for x in demo_conversations(tmp_path / "c.jsonl", n=12).read_text().splitlines()]
     assert len(rows) == 12 and all(r["conversations"][-1]["role"] == "assistant" for r in rows)
@@ -66,8 +66,9 @@ def learnable(cpu_box, hosts_file, work, tmp_path_factory):
     160 conversations of its language (prepare + extract through one vLLM server, inspect, train
     with configs/demo.yaml, fetch), and the acceptance of the trained draft and both controls on
     the run's validation split (16 prompts, 48 tokens each; vLLM eager)."""
-    from specops import data, inventory, pipeline
-    from specops.connection import connect
+    from specops.ops import data, pipeline
+    from specops import inventory
+    from specops.host.connection import connect
 
     h = inventory.load(str(hosts_file)).get("box")
     tmp = tmp_path_factory.mktemp("learnable")
@@ -97,10 +98,10 @@ def test_learnable_verifier_learnt_the_language(learnable):
 @pytest.mark.integration
 @pytest.mark.heavy
 def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_box):
-    from specops import data, pipeline
-    from specops.connection import connect
+    from specops.ops import data, pipeline
+    from specops.host.connection import connect
     from specops.errors import SpecopsError
-    from specops.remote_exec import decode_payload
+    from specops.host.remote_exec import decode_payload
 
     with connect(learnable["host"]) as t:
         with pytest.raises(SpecopsError, match="already holds files: pass --overwrite"):
@@ -176,8 +177,8 @@ def test_pick_by_served_acceptance_and_fetch_only_it(learnable, tmp_path):
     one vLLM accepts more of, and `fetch --checkpoint best-served` brings only that one."""
     import shlex
 
-    from specops import evaluate, fetch, jobs
-    from specops.connection import connect
+    from specops.ops import evaluate, fetch, jobs
+    from specops.host.connection import connect
 
     acc, rid = learnable["acceptance"], learnable["run_id"]
     pid = f"{rid}.pick"

@@ -17,10 +17,11 @@ import time
 import pytest
 
 from conftest import LAYERS, REPO, demo_conversations, wait_for
-from specops import inventory, jobs, synth
-from specops import regenerate as regen
-from specops import train
-from specops.connection import connect
+from specops import inventory, synth
+from specops.ops import jobs
+from specops.ops import regenerate as regen
+from specops.ops import train
+from specops.host.connection import connect
 from specops.errors import SpecopsError
 
 FAST = ["--enforce-eager"]  # (vLLM without torch.compile: its CPU server starts in ~30 s, not minutes)

@@ -7,7 +7,7 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from specops import remote_exec
+from specops.host import remote_exec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
 import contract  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import inv
 from specops import inventory, synth
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 from conftest import LAYERS

@@ -14,8 +14,9 @@ import pytest
 from conftest import LAYERS, inv, wait_for
 from netrig import NetRig, netns_works
 from rig import Rig, free_port
-from specops import inventory, jobs
-from specops.connection import connect
+from specops import inventory
+from specops.ops import jobs
+from specops.host.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -133,7 +134,7 @@ def test_shards_move_host_to_host_with_the_forwarded_agent(pod, tmp_path, monkey
     import signal
     import subprocess
 
-    from specops import shards
+    from specops.group import shards
 
     raw = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
     sock = re.search(r"SSH_AUTH_SOCK=([^;]+);", raw).group(1)

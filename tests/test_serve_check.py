@@ -19,8 +19,9 @@ import time
 import pytest
 
 from conftest import LAYERS, REPO, inv
-from specops import check, inventory, jobs
-from specops.connection import connect
+from specops.ops import check, jobs
+from specops import inventory
+from specops.host.connection import connect
 
 DEMO = str(REPO / "configs" / "demo.yaml")
 

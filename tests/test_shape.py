@@ -8,36 +8,49 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specops import jobs, push
-from specops.connection import connect
-from specops.remote_exec import decode_payload, run_script
+from specops.ops import jobs
+from specops.host import push
+from specops.host.connection import connect
+from specops.host.remote_exec import decode_payload, run_script
 
 REPO = Path(__file__).resolve().parent.parent
 LIB = REPO / "specops"
 
 
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name under specops ('ops.train', 'views', ...)."""
+    return {".".join(p.relative_to(LIB).with_suffix("").parts): p for p in LIB.rglob("*.py")
+            if p.name != "__init__.py"}
+
+
 def imports(path: Path) -> set[str]:
-    """specops modules a module imports (lazy imports included, TYPE_CHECKING blocks not)."""
+    """specops modules a module imports, by dotted name under specops (lazy imports included,
+    TYPE_CHECKING blocks not): `from specops.ops import train` and `from specops.ops.train import
+    x` are both 'ops.train'."""
     tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skip |= {id(n) for n in ast.walk(node)}
+    mods = modules()
     out = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
+        if id(node) in skip or not isinstance(node, ast.ImportFrom):
             continue
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specops"):
-            parts = node.module.split(".")
-            out |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
-    return out
+        assert node.level == 0, f"{path}:{node.lineno}: a relative import (specops imports are absolute)"
+        mod = node.module or ""
+        if mod != "specops" and not mod.startswith("specops."):
+            continue
+        base = mod[len("specops."):] if mod != "specops" else ""
+        for a in node.names:
+            name = f"{base}.{a.name}" if base else a.name
+            out.add(name if name in mods else base)
+    return {m for m in out if m in mods}
 
 
 def test_no_import_cycles():
-    mods = {p.stem: p for p in LIB.glob("*.py")}
-    graph = {m: {x for x in imports(p) if x in mods and x != m} for m, p in mods.items()}
+    mods = modules()
+    graph = {m: {x for x in imports(p) if x != m} for m, p in mods.items()}
     cycles = []
 
     def visit(m, path):
@@ -55,18 +68,42 @@ def test_no_import_cycles():
     assert not cycles, cycles
 
 
+#: who may import whom: the host layer knows no stage, the stages no group, the base modules none
+LAYERS = {"host": ("host",), "ops": ("host", "ops"), "group": ("host", "ops", "group")}
+BASE = ("inventory", "contract", "payloads", "errors", "paths", "config", "profiles", "metrics", "args", "synth")
+
+
+def test_layers_import_downwards_only():
+    bad = []
+    for m, p in modules().items():
+        pkg = m.split(".")[0] if "." in m else None
+        for x in imports(p):
+            xpkg = x.split(".")[0] if "." in x else None
+            if pkg in LAYERS and xpkg and xpkg not in LAYERS[pkg]:
+                bad.append(f"{m} -> {x}")
+            if m in BASE and xpkg:
+                bad.append(f"{m} -> {x}")
+    assert not bad, bad
+
+
+def test_every_package_says_what_lives_there():
+    for d in ("host", "ops", "group"):
+        doc = ast.get_docstring(ast.parse((LIB / d / "__init__.py").read_text())) or ""
+        assert len(doc.splitlines()) >= 2, d
+
+
 def test_only_views_write_to_the_screen():
     offenders = []
-    for p in LIB.glob("*.py"):
-        if p.stem in ("views",):
+    for m, p in modules().items():
+        if m in ("views",):
             continue
         tree = ast.parse(p.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
-                offenders.append(f"{p.name}:{node.lineno} print")
+                offenders.append(f"{m}:{node.lineno} print")
             if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
                     a.name in ("Console", "console", "err_console", "Table", "Progress") for a in node.names):
-                offenders.append(f"{p.name}:{node.lineno} imports {[a.name for a in node.names]}")
+                offenders.append(f"{m}:{node.lineno} imports {[a.name for a in node.names]}")
     tree = ast.parse((REPO / "tasks.py").read_text())
     offenders += [f"tasks.py:{n.lineno} print" for n in ast.walk(tree)
                   if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]

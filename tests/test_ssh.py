@@ -8,7 +8,7 @@ from conftest import inv
 from specops import inventory
 from specops.errors import SpecopsError
 from specops.inventory import Host
-from specops.connection import connect
+from specops.host.connection import connect
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from conftest import REPO, inv, wait_for
-from specops import inventory, jobs
-from specops.connection import connect
+from specops import inventory
+from specops.ops import jobs
+from specops.host.connection import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 

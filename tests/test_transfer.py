@@ -1,4 +1,4 @@
-"""specops.transfer over the real sshd: several streams, byte ranges, resume after a kill, a file
+"""specops.host.transfer over the real sshd: several streams, byte ranges, resume after a kill, a file
 that changes under the transfer, a host that refuses extra connections, uploads."""
 
 import hashlib
@@ -17,8 +17,10 @@ import pytest
 
 from conftest import REPO
 from rig import Rig
-from specops import fetch, inventory, jobs, transfer
-from specops.connection import connect
+from specops.ops import fetch, jobs
+from specops import inventory
+from specops.host import transfer
+from specops.host.connection import connect
 
 MIB = 1 << 20
 
@@ -78,8 +80,10 @@ pytestmark_integration = pytest.mark.integration
 
 KILLED_FETCH = """
 import sys
-from specops import fetch, inventory, transfer
-from specops.connection import connect
+from specops.ops import fetch
+from specops import inventory
+from specops.host import transfer
+from specops.host.connection import connect
 transfer.PIECE = 4 << 20  # small pieces: the kill lands between pieces of one file
 h = inventory.load(sys.argv[1]).get("light")
 with connect(h) as t:
@@ -252,8 +256,9 @@ def test_ranged_upload_and_put(light_host, tmp_path, host_dirs):
 KILLED_UPLOAD = """
 import sys
 from pathlib import Path
-from specops import inventory, transfer
-from specops.connection import connect
+from specops import inventory
+from specops.host import transfer
+from specops.host.connection import connect
 h = inventory.load(sys.argv[1]).get("light")
 with connect(h) as t:
     transfer.upload(t, Path(sys.argv[2]), sys.argv[3], streams=3, bwlimit=8000)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from conftest import inv
-from specops import data, jobs
-from specops.connection import connect
+from specops.ops import data, jobs
+from specops.host.connection import connect
 from specops.contract import name_problem
 from specops.errors import SpecopsError
 
@@ -21,7 +21,7 @@ def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
     assert name_problem(bad)
     with pytest.raises(SpecopsError, match="invalid run id"):
         jobs.validate_run_id(bad)
-    from specops.remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     with connect(light_host) as t:
         res = run_script(t, "job", ["status", f"--run-id={bad}"], changes=False)
@@ -29,7 +29,7 @@ def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
 
 
 def test_bad_arguments_to_a_remote_script_are_one_framed_line(light_host):
-    from specops.remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     with connect(light_host) as t:
         res = run_script(t, "job", ["status", "--no-such-flag"], changes=False)
@@ -84,7 +84,7 @@ def test_make_verifier_never_replaces_a_model_without_overwrite(light_host, tmp_
 
 
 def _plan(t, args):
-    from specops.remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     return run_script(t, "datagen", [*args, "--plan"], changes=False)
 

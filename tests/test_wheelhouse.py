@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, inv
-from specops import wheelhouse as wh
+from specops.ops import wheelhouse as wh
 from specops.errors import SpecopsError
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -238,7 +238,7 @@ def test_host_platform():
 def test_host_environment_reads_the_venv_and_its_platform(monkeypatch):
     from types import SimpleNamespace
 
-    from specops import remote_exec
+    from specops.host import remote_exec
     payload = {"ok": True, "python": "3.12", "installed": {"torch": "2.11.0"}, "glibc": "2.35", "machine": "x86_64"}
     calls = []
     monkeypatch.setattr(remote_exec, "run_script", lambda t, script, args, changes: calls.append(
@@ -409,8 +409,8 @@ def test_override_lines_once_and_controls_verdict():
     """The declared pip check lines are listed when the top-up installs, one line after; the
     demo's controls are read, never claimed: one within 0.5 of the trained draft is said not to
     separate (the wrong-layers control of the 16-layer verifier on the H200: 3.84 vs 3.85)."""
-    from specops.bootstrap import overrides_lines
-    from specops.pipeline import controls_verdict
+    from specops.ops.bootstrap import overrides_lines
+    from specops.ops.pipeline import controls_verdict
 
     ov = [{"line": "vllm 0.26.0 has requirement numba==0.65.0, but you have numba 0.68.0.", "why": "kept: x"}]
     assert overrides_lines(ov, True) == [f"  pip check (declared by the profile): {ov[0]['line']} -- kept: x"]

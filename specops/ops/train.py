@@ -8,14 +8,14 @@ import json
 import shlex
 from typing import Optional
 
-from . import jobs
-from .check import refuse_failed_settings, serve_gate
-from .config import load_config, revision
-from .data import data_dir
-from .errors import SpecopsError
-from .inspect import inspect
-from .remote_exec import run_script
-from .transport import Transport
+from specops.ops import jobs
+from specops.ops.check import refuse_failed_settings, serve_gate
+from specops.config import load_config, revision
+from specops.ops.data import data_dir
+from specops.errors import SpecopsError
+from specops.ops.inspect_data import inspect
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
 #: training), auto (offline when the files are there or fit the disk budget, else online)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import SpecopsError
-from .remote_exec import run_script
-from .transport import Transport
+from specops.errors import SpecopsError
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def inspect(t: Transport, path: str, *, sample: int = 8, verifier: Optional[str] = None,

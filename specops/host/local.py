@@ -11,9 +11,9 @@ from typing import Optional
 from invoke import Context
 from invoke.exceptions import CommandTimedOut
 
-from .errors import SpecopsError
-from .inventory import Host
-from .transport import Result, Transport
+from specops.errors import SpecopsError
+from specops.inventory import Host
+from specops.host.transport import Result, Transport
 
 
 class LocalTransport(Transport):

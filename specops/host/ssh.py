@@ -1,5 +1,5 @@
 """SSH transport: one Fabric connection for a whole task, strict host keys; bulk transfers through
-specops.transfer (several OpenSSH streams, rsync groups and byte ranges, resumable, verified)."""
+specops.host.transfer (several OpenSSH streams, rsync groups and byte ranges, resumable, verified)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
-from . import hostkeys, transfer
-from .errors import SpecopsError
-from .inventory import Host, parse_jump
-from .transport import Result, Transport
+from specops.host import hostkeys, transfer
+from specops.errors import SpecopsError
+from specops.inventory import Host, parse_jump
+from specops.host.transport import Result, Transport
 
 CONNECT_TIMEOUT = 10
 KEEPALIVE = 15

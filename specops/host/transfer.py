@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .errors import SpecopsError
+from specops.errors import SpecopsError
 
 MIB = 1 << 20
 #: OpenSSH's channel window (CHAN_SES_WINDOW_DEFAULT): what one stream may have in flight

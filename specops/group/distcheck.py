@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from . import jobs
-from .errors import SpecopsError
-from .fanout import connect_all
-from .group_train import DEFAULT_PORT, launch, node_extra, wait_ended
-from .inventory import Host
+from specops.ops import jobs
+from specops.errors import SpecopsError
+from specops.group.fanout import connect_all
+from specops.group.train import DEFAULT_PORT, launch, node_extra, wait_ended
+from specops.inventory import Host
 
 
 def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAULT_PORT,

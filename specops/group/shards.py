@@ -12,11 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import data
-from .connection import connect
-from .errors import SpecopsError
-from .fanout import connect_all
-from .inventory import Host
+from specops.ops import data
+from specops.host.connection import connect
+from specops.errors import SpecopsError
+from specops.group.fanout import connect_all
+from specops.inventory import Host
 
 
 def complete_data(hosts: list[Host], dataset: Optional[str]) -> dict:

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from . import fetch, jobs, metrics
-from .contract import concurrency_levels
-from .data import remote_input
-from .errors import SpecopsError
-from .remote_exec import run_script
-from .transport import Transport
+from specops.ops import fetch, jobs
+from specops import metrics
+from specops.contract import concurrency_levels
+from specops.ops.data import remote_input
+from specops.errors import SpecopsError
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "

@@ -8,11 +8,11 @@ import shlex
 import time
 from typing import Callable, Optional, Sequence
 
-from .contract import JobState, check_name
-from .errors import SpecopsError
-from .payloads import Job, Jobs, Started, Stopped
-from .remote_exec import run_script
-from .transport import Transport
+from specops.contract import JobState, check_name
+from specops.errors import SpecopsError
+from specops.payloads import Job, Jobs, Started, Stopped
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def new_run_id(kind: str) -> str:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import paths, profiles
-from .errors import SpecopsError
-from .remote_exec import run_script
-from .transport import Transport
+from specops import paths, profiles
+from specops.errors import SpecopsError
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 @dataclass
@@ -92,7 +92,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
 def push_wheelhouse(t: Transport, local: str, prof: profiles.Profile) -> str:
     """Check a laptop wheelhouse folder against the profile, sync it to <workdir>/.specops/wheelhouse/<profile>
     (incremental), return the host path."""
-    from . import wheelhouse as wh
+    from specops.ops import wheelhouse as wh
 
     man = wh.load_manifest(local)
     if man and man.get("profile") != prof.name:

@@ -42,8 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Optional
 
-from . import paths, profiles
-from .errors import SpecopsError
+from specops import paths, profiles
+from specops.errors import SpecopsError
 
 try:  # pip always carries packaging; a laptop venv may not have it installed on its own
     from packaging.markers import Marker
@@ -539,7 +539,7 @@ def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
     --list-installed, changes nothing): {"installed": {name: version}, "source": "HOST:VENV",
     "python": its version, "platform": its wheel platform (platform if given, else
     host_platform() of the host's glibc and machine)}. Refuses a venv of another Python."""
-    from .remote_exec import run_script
+    from specops.host.remote_exec import run_script
 
     res = run_script(t, "install_profile", ["--list-installed"], changes=False)
     if res.get("python") and res["python"] != python:

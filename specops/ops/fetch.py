@@ -1,6 +1,6 @@
 """fetch: pull a run directory back, incremental, resumable and verified.
 
-Over SSH the bytes move through specops.transfer: several streams when one stream is
+Over SSH the bytes move through specops.host.transfer: several streams when one stream is
 window-bound (a long round trip), split by files (rsync groups) and, for large files, by byte
 ranges; a killed fetch resumes its pieces; the stream count follows the measured link or
 ``streams=N``. The host computes a sha256 manifest meanwhile (remote/manifest.py, cached by
@@ -25,11 +25,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import paths, transfer
-from .errors import SpecopsError
-from .jobs import run_path, validate_run_id
-from .remote_exec import run_script
-from .transport import Transport
+from specops import paths
+from specops.host import transfer
+from specops.errors import SpecopsError
+from specops.ops.jobs import run_path, validate_run_id
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def _manifest_module():
@@ -150,7 +151,7 @@ def _bar(t: Transport, show: bool, label: str):
 
     if not show:
         return nullcontext(None)
-    from .ssh import _progress_sink
+    from specops.host.ssh import _progress_sink
 
     return _progress_sink(True, f"{t.host.name}: {label}")
 
@@ -223,7 +224,8 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
     streams=N forces the number of streams (default: from the measured link);
     on_progress(done_bytes, total_bytes) follows the transfer. checkpoint=NAME or `best-served`:
     that checkpoint only, with the rest of the run (see select_checkpoint)."""
-    from . import jobs, metrics
+    from specops.ops import jobs
+    from specops import metrics
 
     rid = run_id or jobs.get(t, None).run_id
     into = Path(dest) / rid / "nodes" / t.host.name if node else None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import data
-from .fanout import Outcome, run_on
-from .inventory import Host
-from .transport import Transport
+from specops.ops import data
+from specops.group.fanout import Outcome, run_on
+from specops.inventory import Host
+from specops.host.transport import Transport
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,
@@ -30,7 +30,7 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
 def extract_group(hosts: list[Host], *, dataset=None, dry_run=False, connect=None, **kw) -> dict:
     """Each host its share, then (if every share succeeded) every host every shard:
     {"outcomes": [one per host], "completion": how the shards moved, or None}."""
-    from . import shards
+    from specops.group import shards
 
     outs = extract_sharded(hosts, dataset=dataset, dry_run=dry_run, connect=connect, **kw)
     done = all(o.ok for o in outs) and not dry_run

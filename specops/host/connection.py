@@ -4,10 +4,10 @@ default_timeout, hint_args."""
 
 from __future__ import annotations
 
-from .inventory import Host
-from .local import LocalTransport
-from .ssh import SSHTransport
-from .transport import Transport
+from specops.inventory import Host
+from specops.host.local import LocalTransport
+from specops.host.ssh import SSHTransport
+from specops.host.transport import Transport
 
 
 def connect(host: Host, *, forward_agent: bool = False, **kw) -> Transport:

@@ -8,11 +8,11 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from . import jobs
-from .contract import check_name
-from .errors import SpecopsError
-from .remote_exec import run_script
-from .transport import Transport
+from specops.ops import jobs
+from specops.contract import check_name
+from specops.errors import SpecopsError
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
@@ -147,7 +147,7 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
     Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
     sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
-    from . import paths
+    from specops import paths
 
     path = model_slot(t, path, overwrite, "make-verifier")
     args = [path, "--shape", shape, "--hidden", str(hidden)] + (["--layers", str(layers)] if layers else [])

@@ -14,9 +14,9 @@ from typing import Optional, Sequence, Type, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .contract import BEGIN, END, decode
-from .errors import SpecopsError
-from .transport import Transport
+from specops.contract import BEGIN, END, decode
+from specops.errors import SpecopsError
+from specops.host.transport import Transport
 
 NO_VENV, NO_SCRIPT = 97, 98
 M = TypeVar("M", bound=BaseModel)

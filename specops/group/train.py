@@ -14,11 +14,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
-from . import jobs, train
-from .errors import SpecopsError
-from .fanout import connect_all
-from .inventory import Host
-from .transport import Transport
+from specops.ops import jobs, train
+from specops.errors import SpecopsError
+from specops.group.fanout import connect_all
+from specops.inventory import Host
+from specops.host.transport import Transport
 
 DEFAULT_PORT = 29500
 
@@ -74,7 +74,7 @@ def align_checkpoints(ts: list[Transport], rid: str) -> dict:
     here) and loads the optimizer state on every rank; nodes that disagree would issue different
     collectives and hang. Rank 0's checkpoints are the truth: its latest epoch is copied (through
     the laptop, rsync both ways, only what differs) to the nodes whose copy differs."""
-    from .fetch import remote_manifest
+    from specops.ops.fetch import remote_manifest
 
     with ThreadPoolExecutor(len(ts)) as pool:
         epochs = list(pool.map(lambda t: checkpoint_epochs(t, rid), ts))

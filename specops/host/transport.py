@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from .errors import SpecopsError
-from .inventory import Host
+from specops.errors import SpecopsError
+from specops.inventory import Host
 
 #: what a note is: progress ("info"), a warning, a finished step, a dry-run plan line
 NOTE_KINDS = ("info", "warn", "done", "plan")
@@ -111,7 +111,7 @@ class Transport:
     def ensure_pushed(self) -> list[str]:
         """remote/ (and the profiles) on the host, sent at most once per connection."""
         if self.pushed is None:
-            from .push import push  # (push uses this connection's own operations)
+            from specops.host.push import push  # (push uses this connection's own operations)
 
             self.pushed = push(self)
         return self.pushed

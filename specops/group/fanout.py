@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .connection import connect as _connect
-from .errors import SpecopsError
-from .inventory import Host
-from .transport import Transport
+from specops.host.connection import connect as _connect
+from specops.errors import SpecopsError
+from specops.inventory import Host
+from specops.host.transport import Transport
 
 
 @dataclass

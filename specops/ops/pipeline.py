@@ -14,11 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import bootstrap, check, data, fetch, inspect, jobs, metrics, paths, train
-from . import regenerate as regen
-from .contract import concurrency_levels
-from .errors import SpecopsError
-from .transport import Transport
+from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train
+from specops import metrics, paths
+from specops.ops import regenerate as regen
+from specops.contract import concurrency_levels
+from specops.errors import SpecopsError
+from specops.host.transport import Transport
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = "models/learnable-llama"
@@ -212,9 +213,7 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
     served_layer_ids too). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
-    from .evaluate import (
-        evaluate,  # (evaluate imports data and metrics; kept out of import time)
-    )
+    from specops.ops.evaluate import evaluate  # (evaluate imports data and metrics; kept out of import time)
 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}

@@ -12,12 +12,12 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Optional
 
-from . import jobs
-from .contract import check_name
-from .data import remote_input, verifier_path
-from .errors import SpecopsError
-from .remote_exec import run_script
-from .transport import Transport
+from specops.ops import jobs
+from specops.contract import check_name
+from specops.ops.data import remote_input, verifier_path
+from specops.errors import SpecopsError
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def default_name(data: str) -> str:

@@ -6,12 +6,12 @@ import json
 import re
 from typing import Optional
 
-from . import paths
-from .config import load_config
-from .errors import SpecopsError
-from .payloads import Check
-from .remote_exec import run_script
-from .transport import Transport
+from specops import paths
+from specops.config import load_config
+from specops.errors import SpecopsError
+from specops.payloads import Check
+from specops.host.remote_exec import run_script
+from specops.host.transport import Transport
 
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
@@ -186,7 +186,7 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
     """What `inv check --serve` checks: the config's flags for this host, the verifier (default the
     host's), the layer ids (--layers minus the last, as training takes them; default: the
     dataset's extraction record with --dataset, else speculators' default for the verifier)."""
-    from .data import data_dir
+    from specops.ops.data import data_dir
 
     h = t.host
     ver = verifier or h.verifier

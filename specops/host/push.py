@@ -8,8 +8,8 @@ import os
 import shlex
 from pathlib import Path
 
-from . import paths
-from .errors import SpecopsError
+from specops import paths
+from specops.errors import SpecopsError
 
 # (no import of the connection's module: the connection calls push(t), and push only uses the
 # connection it is given: `t` below is a transport.Transport)

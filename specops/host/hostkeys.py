@@ -15,7 +15,7 @@ from pathlib import Path
 
 import paramiko
 
-from .errors import SpecopsError
+from specops.errors import SpecopsError
 
 
 def fingerprint(key: paramiko.PKey) -> str:
