@@ -246,14 +246,14 @@ def latency(a) -> int:
                             shutil.rmtree(dest_r)
                             (run_dir / ".specops-hashes.json").unlink(missing_ok=True)
                             C.drop_caches()
-                            saved, transfer._CIPHERS = transfer._CIPHERS, []
+                            saved, transfer.streams._CIPHERS = transfer.streams._CIPHERS, []
                             try:
                                 t0 = time.perf_counter()
                                 with connect(h) as t:
                                     F.fetch_run(t, run_dir.name, str(dest_s))
                                 dt_sc = time.perf_counter() - t0
                             finally:
-                                transfer._CIPHERS = saved
+                                transfer.streams._CIPHERS = saved
                             shutil.rmtree(dest_s)
                             print(f"      diagnostic: rsync -a with -c aes128-gcm {dt_ra:.2f}s "
                                   f"({size / 2**20 / dt_ra:.0f} MiB/s); specops with the default cipher "

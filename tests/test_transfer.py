@@ -84,7 +84,7 @@ from specops.ops import fetch
 from specops import inventory
 from specops.host import transfer
 from specops.host.connection import connect
-transfer.PIECE = 4 << 20  # small pieces: the kill lands between pieces of one file
+transfer.tuning.PIECE = 4 << 20  # small pieces: the kill lands between pieces of one file
 h = inventory.load(sys.argv[1]).get("light")
 with connect(h) as t:
     fetch.fetch_run(t, sys.argv[2], sys.argv[3], streams=4, bwlimit=8000)
