@@ -157,3 +157,8 @@ def test_every_task_help_is_whole_and_has_an_example():
         assert first.rstrip().endswith("."), f"{name}: {first!r}"
         assert len(first) <= 110, f"{name}: first line over 110 characters"
         assert "Example: inv " in doc, name
+
+
+def test_no_module_over_500_lines():
+    big = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 500}
+    assert not big, big
