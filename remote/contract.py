@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 BEGIN = "@@SPECOPS-PAYLOAD-BEGIN@@"
 END = "@@SPECOPS-PAYLOAD-END@@"
@@ -92,6 +93,10 @@ def check_name(kind, value):
 
 
 SPEEDUP_OFF = ("none", "off", "no", "0")
+#: vLLM options specops sets itself on every server it starts (address, served model, the
+#: extraction / evaluation configs): hosts.yaml `vllm_args` and a run's `--vllm-arg` may not set them
+VLLM_RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
+                 "--kv-transfer-config")
 CONCURRENCY_MAX = 1024
 
 
@@ -166,14 +171,28 @@ def main(fn):
     sys.exit(code or 0)
 
 
+def read_json(path, default=None):
+    """The JSON in a file, or default when it is missing or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, obj, indent=1):
+    """obj as JSON at path, whole or not at all: a hidden temporary file of this writer's (several
+    may write at once) beside it, renamed over it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=indent, default=str))
+    os.replace(tmp, path)
+
+
 def _report(payload):
     emit(payload)
     res = _result_path(sys.argv)
     if res:
         try:
-            tmp = f"{res}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(payload, f)
-            os.replace(tmp, res)
+            write_json(res, payload, indent=None)
         except OSError:
             pass

@@ -543,9 +543,7 @@ def execute(a, info):
                 rec = read_record(data)
                 rec["prepared_from"] = {"path": os.path.abspath(a.prepare), "sha256": info.get("prepare_sha256"),
                                         "seq_length": a.seq_length, "when": time.time()}
-                tmp = data / f".{RECORD}.tmp"
-                tmp.write_text(json.dumps(rec, indent=1))
-                os.replace(tmp, data / RECORD)
+                contract.write_json(data / RECORD, rec)
             res["steps"].append("prepare")
         if a.extract:
             # now that the dataset exists: rows, budget (refuses if too big); the commands and the
@@ -567,9 +565,7 @@ def execute(a, info):
             rec.update(verifier=os.path.abspath(a.verifier), layer_ids=info["layer_ids"],
                        stored_layers=len(info["layer_ids"]), hidden_size=info["hidden_size"],
                        backend=a.backend, trust_remote_code=info["trust_remote_code"], updated=time.time())
-            tmp = data / f".{RECORD}.tmp"
-            tmp.write_text(json.dumps(rec, indent=1))
-            os.replace(tmp, rec_path)  # (whole or not at all)
+            contract.write_json(rec_path, rec)  # (whole or not at all)
     finally:
         if server is not None:
             vllm_server.stop(server)

@@ -16,7 +16,6 @@ Other remote scripts import start_job / stop_job / job_state from here.
 
 import argparse
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -25,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from contract import JobState, check_name, emit
+from contract import JobState, check_name, emit, read_json, write_json
 from errlines import first_error
 from loglines import last_meaningful
 
@@ -35,19 +34,6 @@ RUNS = Path("runs")
 def run_dir(run_id, root=None):
     """runs/<run id>: the one name rule (contract.check_name) keeps it inside runs/."""
     return Path(root or RUNS) / check_name("run id", run_id)
-
-
-def read_json(path, default=None):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return default
-
-
-def write_json(path, obj):
-    tmp = Path(f"{path}.{os.getpid()}.tmp")  # (one temp file per writer: several may write at once)
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def update_json(path, **fields):

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from contract import Refused, emit
+from contract import Refused, emit, write_json
 
 CACHE = ".specops-hashes.json"
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -47,9 +47,7 @@ def read_cache(path):
 def write_cache(path, cache):
     """Write the cache whole (temp + rename); a read-only folder keeps its old one."""
     try:
-        tmp = Path(path).with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, path)
+        write_json(path, cache, indent=None)
     except OSError:
         pass
 

@@ -53,7 +53,7 @@ from pathlib import Path
 import errlines
 import pins
 import vllm_server
-from contract import Refused
+from contract import Refused, write_json
 
 #: flags that change how a draft trains, never what it is (left out of the cache key)
 TRAINING_ONLY = frozenset({
@@ -300,9 +300,7 @@ def main():
             res = {"ok": True, **res, "draft_seconds": round(draft_s, 1), "check_seconds": round(time.time() - t0, 1),
                    "key": key, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cached": False,
                    "draft_vocab_size": json.loads((ckpt / "config.json").read_text()).get("draft_vocab_size")}
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps(res, indent=1))
-            tmp.replace(done)
+            write_json(done, res)
             shutil.rmtree(d, ignore_errors=True)
             return res
 

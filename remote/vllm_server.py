@@ -28,10 +28,9 @@ from job import job_state, start_job, stop_job
 
 REMOTE = Path(__file__).resolve().parent
 
-#: what specops sets on every server and a user argument may not change (the laptop's
-#: specops/inventory.py VLLM_RESERVED holds the same list, for hosts.yaml `vllm_args`)
-RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
-            "--kv-transfer-config")
+#: what specops sets on every server and a user argument may not change (the contract's one
+#: list: the laptop checks hosts.yaml `vllm_args` by it too)
+RESERVED = contract.VLLM_RESERVED
 TRUST_CHOICES = ("auto", "true", "false")
 
 
@@ -240,9 +239,7 @@ def server_job(name, kind, result, work):
         res, code = contract.failure(e), 1
     res["seconds"] = round(time.time() - t0, 1)
     if result:
-        tmp = Path(f"{result}.tmp")
-        tmp.write_text(json.dumps(res, indent=1, default=str))
-        tmp.replace(result)
+        contract.write_json(result, res)
     print(f"[specops] {name} {'done' if res['ok'] else 'FAILED: ' + res['error']}", flush=True)
     if not result:
         emit(res)

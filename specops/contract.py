@@ -4,15 +4,9 @@ states and one payload frame."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 from specops import paths
 
-_spec = importlib.util.spec_from_file_location("specops_remote_contract", paths.REMOTE_DIR / "contract.py")
-_mod = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _mod  # (enum pickling and dataclass lookups need it registered)
-_spec.loader.exec_module(_mod)
+_mod = paths.remote_module("contract")
 
 BEGIN, END = _mod.BEGIN, _mod.END
 JobState = _mod.JobState
@@ -22,6 +16,7 @@ decode = _mod.decode
 name_problem = _mod.name_problem
 NAME_MAX = _mod.NAME_MAX
 SPEEDUP_OFF = _mod.SPEEDUP_OFF
+VLLM_RESERVED = _mod.VLLM_RESERVED
 
 
 def check_name(kind: str, value: str) -> str:

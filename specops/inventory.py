@@ -14,6 +14,7 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specops import contract
 from specops.contract import check_name
 from specops.errors import SpecopsError
 
@@ -22,11 +23,9 @@ LOCAL_ROOT = "~/.cache/specops"
 #: more GPUs than any one host has: a larger `gpus` is a typo
 MAX_GPUS = 1024
 
-#: vLLM options specops sets itself on every server it starts (address, served model, the
-#: extraction / evaluation configs): `vllm_args` / `--vllm-arg` may not override them.
-#: (remote/vllm_server.py RESERVED holds the same list, for the per-run `--vllm-arg`s.)
-VLLM_RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
-                 "--kv-transfer-config")
+#: vLLM options specops sets itself on every server it starts: the contract's one list (the host
+#: refuses a run's `--vllm-arg` by the same one)
+VLLM_RESERVED = contract.VLLM_RESERVED
 
 
 class Host(BaseModel):

@@ -18,10 +18,8 @@ verified the same way.
 
 from __future__ import annotations
 
-import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 import json
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -34,14 +32,7 @@ from specops.host.transport import Transport
 
 
 def _manifest_module():
-    sys.path.insert(0, str(paths.REMOTE_DIR))
-    try:
-        spec = importlib.util.spec_from_file_location("specops_remote_manifest", paths.REMOTE_DIR / "manifest.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(paths.REMOTE_DIR))
+    return paths.remote_module("manifest")
 
 
 LOCAL_CACHE = ".specops-local-hashes.json"

@@ -6,10 +6,8 @@ its acceptance beside an untrained draft's and a wrong-layers draft's, measured 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shlex
-import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -39,13 +37,7 @@ ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditio
 def synthlang():
     """remote/synthlang.py loaded from this repo (stdlib only; the host imports the same file):
     the demo's language."""
-    name = "specops_remote_synthlang"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, paths.REMOTE_DIR / "synthlang.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+    return paths.remote_module("synthlang")
 
 
 def demo_conversations(path: Path, n: int = 200, seed: int = 123) -> Path:
