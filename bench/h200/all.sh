@@ -98,11 +98,12 @@ s_check() {
   $INV check --deep
   echo "inv check --deep rc=$?"
   cat "$WD/.specops/deep-check.json"
-  # the train gate (specops.check.refuse_failed_settings) on the default config and on the bench config
+  # the train gate (specops.ops.check.refuse_failed_settings) on the default config and on the bench config
   ${LAP:-/tmp/lap}/bin/python3 - <<'EOF'
-from specops import check, config, inventory
+from specops import config, inventory
+from specops.ops import check
 from specops.errors import SpecopsError
-from specops.connection import connect
+from specops.host.connection import connect
 h = inventory.load(None).get("local")
 with connect(h) as t:
     for cfg in (None, "bench/h200/eagle3-h200.yaml"):
