@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specops import profiles  # noqa: E402
 from specops.ops import wheelhouse as wh  # noqa: E402
 
 # name -> why the venv's own version is kept over the one vLLM pins (checked against vLLM 0.26.0's
@@ -66,7 +67,7 @@ def main() -> int:
     a = ap.parse_args()
     have = wh.read_have(a.freeze)
     torch = (have.get("torch") or "").split("+")[0]
-    series = ".".join(torch.split(".")[:2])
+    series = profiles.series(torch)
     if series not in ROOTS:
         raise SystemExit(f"--freeze {a.freeze}: torch {torch or 'absent'}; this script knows the roots for torch "
                          f"{', '.join(ROOTS)}")

@@ -262,12 +262,18 @@ def test_list_installed_reports_the_host_platform():
     assert wh.host_platform(res["glibc"], res["machine"]).startswith("manylinux_2_")
 
 
-def test_top_up_install_in_a_real_existing_venv(mirror, tmp_path):
+def existing_venv(mirror, tmp_path) -> Path:
+    """A real venv holding spx-x 1.8 (the host's own package): its interpreter."""
     venv = tmp_path / "existing"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python3"
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", str(mirror / "spx_x-1.8-py3-none-any.whl")],
                    check=True)
+    return py
+
+
+def test_top_up_install_in_a_real_existing_venv(mirror, tmp_path):
+    py = existing_venv(mirror, tmp_path)
     house = tmp_path / "house"
     house.mkdir()
     names = ["spx_a-1.0", "spx_b-1.5", "spx_c-1.0"]
@@ -350,11 +356,7 @@ def test_exact_profile_keeps_declared_packages_and_accepts_only_their_pip_check_
     res = wh.resolve_top_up(prof, {"spx-x": "1.8"}, pip, exact=True)  # not declared: dropped as before
     assert res["install"] == {} and res["dropped"][0]["reason"] == "spx-d 1.0 needs spx-x>=3, the host has 1.8"
 
-    venv = tmp_path / "existing"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python3"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", str(mirror / "spx_x-1.8-py3-none-any.whl")],
-                   check=True)
+    py = existing_venv(mirror, tmp_path)
     house = tmp_path / "house"
     house.mkdir()
     (house / "spx_d-1.0-py3-none-any.whl").write_bytes((mirror / "spx_d-1.0-py3-none-any.whl").read_bytes())
