@@ -8,7 +8,7 @@ them from FROM_DATASET to TO_DATASET (a copy of the same prepared rows, no hidde
 port of its own, then does what a person does by hand: starts that server in a shell of its own,
 waits for GET /health, runs `speculators generate-offline-data`, stops the server. The server's
 environment is the one specops gives it (the caches under the workdir), so the two differ only in
-who drives. Writes {server_start_s, generate_s, wall_s} to OUT.json. Bench tooling, not specops.
+who drives (EXTRA_SERVER_ARGS adds server flags). Writes {server_start_s, generate_s, wall_s} to OUT.json. Bench tooling, not specops.
 """
 
 import json
@@ -52,6 +52,7 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server, gen = commands(log, src, dst, port)
+    server += shlex.split(os.environ.get("EXTRA_SERVER_ARGS", ""))  # e.g. --enforce-eager: its start, compared
     sys.path.insert(0, str(REPO / "remote"))
     import vllm_server  # the environment specops gives its servers (caches under the workdir)
 
