@@ -26,6 +26,11 @@ RECORD = "specops-data.json"  # what specops knows about how the data was made
 STATE = "state.json"
 INFO = "dataset_info.json"
 
+def gib(b):
+    """A byte count as the data stage's messages write it."""
+    return f"{b / 2**30:.2f} GiB"
+
+
 #: safetensors' own limit on the JSON header (the Rust loader refuses larger ones)
 MAX_HEADER = 100_000_000
 #: every dtype safetensors knows, with its width in bits
@@ -260,6 +265,15 @@ def safetensors_header(path):
 FORMAT_TYPES = {None, "python", "arrow", "pa", "pyarrow", "numpy", "np", "pandas", "pd", "custom", "polars",
                 "pl", "torch", "pt", "pytorch", "tensorflow", "tf", "jax"}
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")
+
+
+def readable(p):
+    """A hidden-state file whole on disk: its header parses and its size reaches the end of its data."""
+    try:
+        _, _, expect = safetensors_header(p)
+        return p.stat().st_size >= expect
+    except (HeaderError, OSError):
+        return False
 
 
 def check_state(state, root):

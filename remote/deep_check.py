@@ -107,7 +107,7 @@ def fixture(kind, log):
                  "--output", data, "--seq-length", "512", "--no-skip-token-freq"], log)
     if rc != 0:
         raise RuntimeError(f"speculators prepare-data on the fixture failed (exit {rc}); see {log}")
-    from datagen import hf_extract
+    from hf_backend import hf_extract
 
     hf_extract(str(data), str(ver), LAYER_IDS, 0, 24, kind)
     done.write_text(json.dumps({"versions": versions(), "built": time.time()}))

@@ -296,7 +296,7 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
         assert not t.exists(f"{work}/data/kimi-off/hidden_states/hs_0.safetensors", "-f")
         probe = (
             "import sys; sys.path.insert(0, 'remote')\n"
-            "import torch.nn as nn, datagen, contract\n"
+            "import torch.nn as nn, hf_backend, contract\n"
             "class Odd(nn.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__(); self.blocks = nn.ModuleList([nn.Linear(2, 2)])\n"
@@ -305,7 +305,7 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
             "        super().__init__(); self.layers = nn.ModuleList([nn.Linear(2, 2)] * 3)\n"
             "for m in (Odd(), NoNorm()):\n"
             "    try:\n"
-            "        datagen.decoder_stack(m, 3)\n"
+            "        hf_backend.decoder_stack(m, 3)\n"
             "    except contract.Refused as e:\n"
             "        print('REFUSED', e)\n")
         out = t.check(f"cd {work} && {cpu_box['venv']}/bin/python3 -c {shlex.quote(probe)}", "probe").stdout
