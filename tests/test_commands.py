@@ -1,0 +1,99 @@
+"""The exact commands specops builds, through a recording connection (tests/fakes.py): quoting,
+the interpreter rule, secrets never on a command line, dry-run plans changes and still reads.
+Beside the real-sshd tests (which prove the same commands work on a host), never instead."""
+
+import json
+import shlex
+
+import pytest
+
+from fakes import RecordingTransport
+from specops import inventory
+from specops.contract import BEGIN, END
+from specops.errors import SpecopsError
+from specops.host.remote_exec import NO_VENV, run_script, script_command
+from specops.ops import jobs
+from specops.ops.train import put_spec
+
+ODD = "/srv/my work/it's $(here)"
+
+
+def host(**over):
+    return inventory.Host(name="h", transport="local", profile="cpu", venv="/opt/ml env", workdir=ODD, **over)
+
+
+def framed(payload: dict) -> str:
+    return f"noise before\n{BEGIN}{json.dumps(payload)}{END}\n"
+
+
+def test_script_command_is_the_venv_interpreter_in_the_workdir_every_argument_quoted():
+    t = RecordingTransport(host())
+    cmd = script_command(t, "check", ["--data", "a b", "$(rm -rf ~)", "x'y"])
+    py, wd = shlex.quote("/opt/ml env/bin/python3"), shlex.quote(ODD)
+    assert cmd == (f"cd {wd} 2>/dev/null || exit 98; test -x {py} || exit 97; test -f remote/check.py || exit 98; "
+                   f"exec {py} remote/check.py --data 'a b' '$(rm -rf ~)' 'x'\"'\"'y'")
+    assert shlex.split(cmd.split("exec ", 1)[1]) == ["/opt/ml env/bin/python3", "remote/check.py", "--data", "a b",
+                                                     "$(rm -rf ~)", "x'y"]
+
+
+def test_run_script_decodes_the_framed_payload_and_names_bootstrap_when_the_venv_is_missing():
+    t = RecordingTransport(host(), answers=[(r"remote/check\.py", 0, framed({"ok": True, "rows": 3}))])
+    assert run_script(t, "check", ["--json"]) == {"ok": True, "rows": 3, "exit": 0}
+    assert t.commands == [script_command(t, "check", ["--json"])]
+    gone = RecordingTransport(host(), answers=[(r"remote/check\.py", NO_VENV, "")])
+    with pytest.raises(SpecopsError, match=r"venv /opt/ml env is missing on h .*run `inv bootstrap --host h`"):
+        run_script(gone, "check", [])
+    broken = RecordingTransport(host(), answers=[(r"remote/check\.py", 1, "Traceback ...\nKeyError: 'x'\n")])
+    with pytest.raises(SpecopsError, match=r"remote/check\.py on h exited 1 without a result"):
+        run_script(broken, "check", [])
+
+
+def test_a_job_secret_travels_as_a_0600_file_never_on_a_command_line():
+    t = RecordingTransport(host(env={"HF_TOKEN": "s3cr3t-token"}),
+                           answers=[(r"remote/job\.py start", 0, framed({"ok": True, "run_id": "r1", "pid": 42}))])
+    res = jobs.start(t, "r1", ["python3", "remote/train.py", "--spec", "s.json"], kind="train", lock="train")
+    assert res.pid == 42
+    env_file = f"{ODD}/runs/r1.env"
+    assert all("s3cr3t" not in c for c in t.commands)
+    assert t.commands[0] == (f"mkdir -p {shlex.quote(ODD + '/runs')} && umask 077 && : > {shlex.quote(env_file)}")
+    puts = [op for op in t.ops if op[0] == "put"]
+    assert [(p[1], p[2]) for p in puts] == [(env_file, b"HF_TOKEN=s3cr3t-token\n")]
+    job = t.commands[-1]
+    assert job == script_command(t, "job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
+                                            "--lock", "train", "--env-file", env_file, "--",
+                                            "python3", "remote/train.py", "--spec", "s.json"])
+
+
+def test_a_bad_run_id_is_refused_before_any_command():
+    t = RecordingTransport(host())
+    with pytest.raises(SpecopsError):
+        jobs.stop(t, "../other")
+    assert t.ops == []
+
+
+def test_stop_asks_the_host_job_script_with_the_grace():
+    t = RecordingTransport(host(), answers=[(r"remote/job\.py stop", 0,
+                                             framed({"ok": True, "run_id": "r1", "state": "stopped"}))])
+    assert jobs.stop(t, "r1", grace=12.5).state == "stopped"
+    assert t.commands == [script_command(t, "job", ["stop", "--run-id", "r1", "--grace", "12.5"])]
+
+
+def test_the_train_spec_is_written_whole_where_the_run_lives():
+    t = RecordingTransport(host())
+    spec = {"run_dir": f"{ODD}/runs/r1", "kind": "cpu", "flags": {"epochs": 2}}
+    path = put_spec(t, spec)
+    assert path == f"{ODD}/runs/r1/train-spec.json"
+    assert t.commands == [f"mkdir -p {shlex.quote(ODD + '/runs/r1')}"]
+    (_, where, body), = [op for op in t.ops if op[0] == "put"]
+    assert where == path and json.loads(body) == spec
+
+
+def test_dry_run_plans_what_changes_and_still_reads():
+    t = RecordingTransport(host(), dry_run=True, answers=[(r"^ls ", 0, "a\n")])
+    assert t.run("ls /x", changes=False).stdout == "a\n"
+    assert t.run("rm -rf -- /x").ok
+    t.put_text("secret", "/w/f", label="(env)")
+    assert t.commands == ["ls /x"] and not [op for op in t.ops if op[0] == "put"]
+    assert t.planned == ["run: rm -rf -- /x", "put: '(env)' -> h:/w/f"]
+    assert run_script(t, "job", ["stop", "--run-id", "r1"]) is None  # (a change: planned, not run)
+    assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "job", ["stop", "--run-id", "r1"])
