@@ -40,7 +40,6 @@ import contract
 import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, gib, hs_files, read_arrow_columns, readable, verifier_config
-from hf_backend import hf_extract
 
 HEADROOM = 1.10
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -332,6 +331,8 @@ def execute(a, info):
                 res["extract"] = {"tokens": info["tokens"], "seconds": round(secs, 2),
                                   "tokens_per_s": round(info["tokens"] / secs, 1) if secs > 0 else None}
             else:
+                from hf_backend import hf_extract  # (transformers: only for this backend)
+
                 res["extract"] = hf_extract(data, a.verifier, info["layer_ids"], start, end, a.kind,
                                             trust=info["trust_remote_code"], tensor_parallel=a.tensor_parallel)
             res["steps"].append("extract")

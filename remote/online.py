@@ -34,13 +34,11 @@ GPU is shared (the server then takes 40% of its memory, unless a --vllm-arg says
 import argparse
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import contract
@@ -48,8 +46,7 @@ import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
 from datagen import HEADROOM, free_bytes, parse_layers, readable
-from job import children, group_left, is_torchrun, job_state, pid_alive, read_json
-from job import reap as job_reap
+from job import children, is_torchrun, pid_alive
 
 MODES = ("auto", "online", "offline")
 PORT = "<port>"
@@ -249,77 +246,6 @@ def server_argv(server, verifier, kind, stage, port):
 
 # -- the run ---------------------------------------------------------------------------------
 
-def healthy(url, timeout=10):
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def one_line(text, n=3):
-    """The last n meaningful lines of a log as one line (no '. ': the job's error line is cut there)."""
-    from loglines import clean, meaningful
-
-    lines = [clean(x) for x in text.splitlines()]
-    lines = [x for x in lines if meaningful(x) and not x.startswith("[specops]")][-n:]  # (not the supervisor's)
-    return " | ".join(lines).replace(". ", "; ")[:400]
-
-
-def watch(p, server_dir, url, hang, during, poll=1.0):
-    """Wait for process p while its server lives: None when p ends; ServerDied (its log's tail
-    printed) when the server exits, or stops answering /health for more than hang seconds (it is
-    stopped then)."""
-    last_ok, next_probe = time.time(), 0.0
-    while p.poll() is None:
-        js = job_state(server_dir) or {}
-        if js.get("state") != contract.JobState.RUNNING.value:
-            how = f"{js.get('state')}, {js['detail']}" if js.get("detail") else js.get("state")
-            return vllm_server.died(server_dir, f"the vLLM server exited ({how}) during {during}")
-        now = time.time()
-        if now >= next_probe:
-            next_probe = now + 10
-            if healthy(url):
-                last_ok = now
-            elif now - last_ok > hang:
-                stop_server(server_dir)
-                return vllm_server.died(server_dir, f"the vLLM server stopped answering /health for "
-                                                    f"{now - last_ok:.0f}s during {during} (stopped)")
-        time.sleep(poll)
-    return None
-
-
-def reap(server_dir, grace=10.0):
-    """End what is left of a server's process group once it has ended: vLLM's engine processes
-    outlive a killed API server, and their process titles (setproctitle) overwrite the
-    environment that carries the job's tag, so only the group still finds them."""
-    pgid = (read_json(Path(server_dir) / "job.json") or {}).get("pgid")
-    if not pgid:
-        return []
-
-    return job_reap(group_left(pgid), "the vLLM server", f" of its group {pgid}", grace)
-
-
-def stop_server(server_dir):
-    """Stop the server job (its group, SIGTERM then SIGKILL) and whatever its group left behind."""
-    vllm_server.stop(server_dir)
-    reap(server_dir)
-
-
-def died_line(died, server_dir):
-    """What the run died of, one line: the server's end, its root error, its log's last lines."""
-    log = Path(server_dir) / "output.log"
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        text = ""
-    what = str(died).split(" (log: ")[0]
-    tail = one_line(text, 2)[:200]
-    line = (what + (f"; log tail: {tail}" if tail else "") + f" (log: {log})").replace(". ", "; ")
-    # no `XError: ` inside: job.py's error line would be cut to the innermost one
-    return re.sub(r"(\w(?:Error|Exception)):\s", r"\1 ", line)
-
-
 def signal_trainer(p, sig=signal.SIGTERM):
     """The trainer, or its ranks under torchrun (each saves its checkpoint; torchrun follows)."""
     if p.poll() is not None:
@@ -394,7 +320,7 @@ def run(spec, trainer_argv, *, poll=1.0):
         argv = trainer_argv(f"{url}/v1")
         print(f"[specops] $ {shlex.join(argv)}", flush=True)
         state["trainer"] = p = subprocess.Popen(argv, env=tenv, stdin=subprocess.DEVNULL)
-        died = watch(p, server_dir, url, hang, "training", poll)
+        died = vllm_server.watch(p, server_dir, url, hang, "training", poll)
         if died is not None and p.poll() is None:
             print("[specops] stopping the trainer: its vLLM server is gone", flush=True)
             state["stopping"] = True
@@ -407,13 +333,13 @@ def run(spec, trainer_argv, *, poll=1.0):
         if state["trainer"] is not None and state["trainer"].poll() is None:  # (an error in this loop)
             signal_trainer(state["trainer"])
             wait_trainer(state["trainer"], grace)
-        stop_server(server_dir)
+        vllm_server.stop(server_dir)
         left = sum(1 for _ in stage.glob("*.safetensors")) if stage.is_dir() else 0
         shutil.rmtree(stage, ignore_errors=True)
         if left:
             print(f"[specops] {left} staged hidden-state file(s) the trainer did not load: removed", flush=True)
     if died is not None:
-        print(f"VLLMServerError: {died_line(died, server_dir)}", flush=True)  # (the job's error: its last XError line)
+        print(f"VLLMServerError: {vllm_server.died_line(died, server_dir)}", flush=True)  # (the job's error: its last XError line)
         return 1
     return 128 - code if code < 0 else code  # (a trainer killed by signal N: 128+N, as a shell says it)
 

