@@ -48,7 +48,7 @@ import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
 from datagen import HEADROOM, free_bytes, parse_layers, readable
-from job import children, group_left, is_torchrun, job_state, pid_alive, read_json
+from job import children, is_torchrun, job_pids, job_state, pid_alive
 from job import reap as job_reap
 
 MODES = ("auto", "online", "offline")
@@ -293,11 +293,12 @@ def reap(server_dir, grace=10.0):
     """End what is left of a server's process group once it has ended: vLLM's engine processes
     outlive a killed API server, and their process titles (setproctitle) overwrite the
     environment that carries the job's tag, so only the group still finds them."""
-    pgid = (read_json(Path(server_dir) / "job.json") or {}).get("pgid")
-    if not pgid:
+    rec = job_state(server_dir)
+    if not rec or not rec.get("pgid"):
         return []
-
-    return job_reap(group_left(pgid), "the vLLM server", f" of its group {pgid}", grace)
+    me = os.getpid()  # (job_pids: the group only while it is still the server's, never a reused id)
+    return job_reap(lambda: [p for p in job_pids(rec) if p != me], "the vLLM server", f" of its group {rec['pgid']}",
+                    grace)
 
 
 def stop_server(server_dir):
