@@ -184,6 +184,32 @@ def gib(b):
     return f"{b / 2**30:.2f} GiB"
 
 
+def reader_of(data):
+    """The running job (a train: its run folder holds a train-spec.json) that reads the dataset
+    at data, or None. Any running job counts, its record readable or not."""
+    import job
+
+    me = Path(data).resolve()
+    for rec in job.all_jobs():
+        if rec["state"] != "running" or not rec.get("dir"):
+            continue
+        d = contract.read_json(Path(rec["dir"]) / "train-spec.json")
+        used = d.get("data") if isinstance(d, dict) else None
+        if isinstance(used, str) and Path(os.path.expanduser(used)).resolve() == me:
+            return rec
+    return None
+
+
+def refuse_if_in_use(a, data):
+    """--overwrite replaces what a running train reads (it would die mid-run: `Failed to load
+    hidden states`): refused, naming the run."""
+    rec = reader_of(data) if a.overwrite and (a.prepare or a.extract) else None
+    if rec:
+        raise Refused(f"{data} is the dataset of the running train {rec['run_id']!r} (pid {rec.get('pid')}): "
+                      f"--overwrite would change its files under it; stop it first (`inv stop --run-id "
+                      f"{rec['run_id']}`), wait for its end, or give another --dataset (nothing was changed)")
+
+
 def plan(a):
     """Everything checkable before anything starts. Raises Refused."""
     if not a.verifier:
@@ -202,6 +228,7 @@ def plan(a):
            "custom_code": vllm_server.custom_code(a.verifier), "tensor_parallel": a.tensor_parallel,
            "vllm_args": list(a.vllm_arg)}
     data = Path(a.data_dir)
+    refuse_if_in_use(a, data)
     longest = None
     if a.prepare and a.prepare_later and not Path(a.prepare).exists():
         out["prepare_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
@@ -257,9 +284,30 @@ def server_cmd(a, info, port):
         tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
 
 
+def beside(data):
+    """Where prepare-data builds the dataset: a hidden folder beside it, moved in at the end (a
+    failed or interrupted prepare leaves nothing in the dataset folder that blocks the re-run)."""
+    data = Path(data)
+    return data.parent / f".{data.name}.preparing"
+
+
+def publish(stage, data, overwrite, source):
+    """The built dataset into its folder: what was there goes only now (with --overwrite all of
+    it but the --prepare source; else what the new files replace), then each entry is renamed in
+    (same filesystem: no copy), the stage removed."""
+    names = {p.name for p in stage.iterdir()}
+    source = Path(source).resolve()
+    for p in list(data.iterdir()):
+        if (overwrite or p.name in names) and not (source == p.resolve() or p.resolve() in source.parents):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for p in list(stage.iterdir()):
+        os.replace(p, data / p.name)
+    stage.rmdir()
+
+
 def prepare_cmd(a, info, url):
     argv = [sys.executable, "-m", "speculators", "prepare-data", "--model", a.verifier,
-            "--data", a.prepare, "--output", str(a.data_dir), "--seq-length", str(a.seq_length),
+            "--data", a.prepare, "--output", str(beside(a.data_dir)), "--seq-length", str(a.seq_length),
             "--no-skip-token-freq"]
     if info["trust_remote_code"]:
         argv += ["--trust-remote-code"]
@@ -515,16 +563,37 @@ def run_cmd(argv, env=None):
 
 def execute(a, info):
     data = Path(a.data_dir)
+    made = not data.exists()
     data.mkdir(parents=True, exist_ok=True)
     run_dir = Path(a.result).parent if a.result else data
     res = {"steps": []}
-    if a.overwrite:  # asked for: what would be replaced goes first (the dataset, or only the states)
-        if a.prepare and not info.get("already_prepared"):
-            for p in list(data.iterdir()):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        elif a.extract and (data / "hidden_states").is_dir():
-            shutil.rmtree(data / "hidden_states")
-        print(f"[specops] --overwrite: cleared {data} for the new run", flush=True)
+    stage = beside(data)
+    preparing = a.prepare and not info.get("already_prepared")
+    if preparing:
+        shutil.rmtree(stage, ignore_errors=True)  # (an earlier run's, interrupted)
+    if a.overwrite and preparing:
+        print(f"[specops] --overwrite: the dataset is built beside {data} ({stage.name}) and replaces it at "
+              f"the end", flush=True)
+    elif a.overwrite and a.extract and (data / "hidden_states").is_dir():  # only the states go, first
+        shutil.rmtree(data / "hidden_states")
+        print(f"[specops] --overwrite: cleared {data}/hidden_states for the new run", flush=True)
+    try:
+        return run_steps(a, info, data, run_dir, res, stage)
+    except BaseException:  # (nothing of a failed run blocks the next: no stage, no empty folder)
+        if preparing:
+            shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(data / ".hs_stage", ignore_errors=True)  # (the server's staging; it is stopped)
+        if made and data.is_dir() and not any(data.iterdir()):
+            data.rmdir()
+        raise
+    finally:
+        try:
+            (data / ".hs_stage").rmdir()  # (empty once the states are in hidden_states/)
+        except OSError:
+            pass
+
+
+def run_steps(a, info, data, run_dir, res, stage):
     server = None
     url = None
     try:
@@ -540,6 +609,7 @@ def execute(a, info):
                       f"prepare-data skipped", flush=True)
             else:
                 res["prepare_seconds"] = round(run_cmd(prepare_cmd(a, info, url)), 1)
+                publish(stage, data, a.overwrite, a.prepare)
                 rec = read_record(data)
                 rec["prepared_from"] = {"path": os.path.abspath(a.prepare), "sha256": info.get("prepare_sha256"),
                                         "seq_length": a.seq_length, "when": time.time()}

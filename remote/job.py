@@ -423,8 +423,10 @@ def reap(left, what, where="", grace=10.0):
 
 def end_orphans(tag, grace=10.0):
     """The command has exited: end what it left running (e.g. ranks whose torchrun was killed,
-    in sessions of their own)."""
-    reap(lambda: [p for p in tagged(tag) if p != os.getpid()], "the command", " running", grace)
+    in sessions of their own): its tag, in this run folder (never a job of another workdir)."""
+    me, where = os.getpid(), os.environ.get(DIR_VAR)
+    reap(lambda: [p for p in tagged(tag) if p != me and environ(p).get(DIR_VAR, where) == where],
+         "the command", " running", grace)
 
 
 def end_group(grace=10.0):

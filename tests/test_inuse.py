@@ -1,0 +1,107 @@
+"""A dataset in use is not touched, and a failed prepare-data leaves nothing behind (issue 24,
+item 1). A real training reads the dataset; `inv extract --overwrite` and `inv prepare-data
+--overwrite` on it are refused naming the run. Over the real sshd, with the real cpu venv."""
+
+import json
+import shlex
+import time
+
+import pytest
+
+from conftest import inv, wait_for
+from specops import inventory
+from specops.host.connection import connect
+from specops.ops import jobs
+
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+
+LONG = """train:
+  speculator-type: eagle3
+  draft-vocab-size: 256
+  epochs: 200
+  total-seq-len: 512
+  num-workers: 0
+  on-missing: raise
+  log-freq: 1
+profiles:
+  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
+"""
+
+
+def one_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_overwrite_of_the_dataset_a_running_train_reads_is_refused(pipeline_run, hosts_file, work, verifier,
+                                                                  tmp_path):
+    hf = str(hosts_file)
+    base = ["--host", "box", "--hosts", hf]
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "t-inuse-" + str(int(time.time()))
+    h = inventory.load(hf).get("box")
+    with connect(h) as t:
+        src, ds = f"{work}/data/pipe", f"{work}/data/inuse"
+        t.check(f"rm -rf {shlex.quote(ds)} && cp -a {shlex.quote(src)} {shlex.quote(ds)}", "a copy of the dataset")
+        before = t.check(f"cd {shlex.quote(ds)} && find . -type f | sort | xargs sha256sum", "its files").stdout
+        r = inv("train", *base, "--config", str(cfg), "--run-id", rid, "--dataset", "inuse", "--no-serve-check")
+        assert r.returncode == 0, r.stdout + r.stderr
+        try:
+            log = jobs.run_path(t, rid, "output.log")
+            wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 300, "the first training step")
+            r = inv("extract", *base, "--dataset", "inuse", "--verifier", verifier, "--layers", "1,3,4,6",
+                    "--backend", "hf", "--overwrite")
+            assert r.returncode != 0
+            line = one_line(r)
+            assert f"is the dataset of the running train '{rid}'" in line and f"inv stop --run-id {rid}" in line, line
+            assert "nothing was changed" in line
+            convs = tmp_path / "convs.jsonl"
+            convs.write_text(json.dumps({"conversations": [{"role": "user", "content": "hi"},
+                                                           {"role": "assistant", "content": "hello"}]}) + "\n")
+            r = inv("prepare-data", *base, "--dataset", "inuse", "--data", str(convs), "--verifier", verifier,
+                    "--overwrite", "--seq-length", "512")
+            assert r.returncode != 0
+            assert f"is the dataset of the running train '{rid}'" in one_line(r)
+            after = t.check(f"cd {shlex.quote(ds)} && find . -type f | sort | xargs sha256sum", "its files").stdout
+            assert after == before, "a refused --overwrite changed the dataset"
+            assert jobs.status(t, rid)[0].state == "running"
+        finally:
+            jobs.stop(t, rid, grace=120)
+        # once the run has ended, --overwrite is the user's call again (here: only its plan, a dry run)
+        r = inv("extract", *base, "--dataset", "inuse", "--verifier", verifier, "--layers", "1,3,4,6",
+                "--backend", "hf", "--overwrite", "--dry-run")
+        assert r.returncode == 0, r.stdout + r.stderr
+        t.check(f"rm -rf {shlex.quote(ds)}", "cleanup")
+
+
+def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, hosts_file, work, tmp_path):
+    """Pre-tokenised rows speculators rejects (input_ids and loss_mask of other lengths): the
+    subprocess's own error in one line; no dataset folder, no staging folder, no .hs_stage left;
+    the re-run with good rows is not refused."""
+    hf = str(hosts_file)
+    base = ["--host", "box", "--hosts", hf]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 1]}) + "\n" for _ in range(4)))
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 1, 1]}) + "\n"
+                            for _ in range(4)))
+    h = inventory.load(hf).get("box")
+    with connect(h) as t:
+        ds = f"{work}/data/failprep"
+        t.check(f"rm -rf {shlex.quote(ds)} {shlex.quote(work + '/data/.failprep.preparing')}", "no earlier copy")
+        r = inv("prepare-data", *base, "--dataset", "failprep", "--data", str(bad), "--verifier", verifier,
+                "--seq-length", "64")
+        assert r.returncode != 0
+        first = r.stderr.strip().splitlines()[0]
+        assert first.startswith("specops: prepare-data ") and "failed" in first, r.stderr
+        assert r.stderr.count("Traceback") <= 1, r.stderr
+        assert not t.exists(ds), t.run(f"ls -la {shlex.quote(ds)}").stdout
+        assert not t.exists(f"{work}/data/.failprep.preparing")
+        r = inv("prepare-data", *base, "--dataset", "failprep", "--data", str(good), "--verifier", verifier,
+                "--seq-length", "64")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert t.exists(f"{ds}/state.json", "-f") and not t.exists(f"{ds}/.hs_stage")
+        assert not t.exists(f"{work}/data/.failprep.preparing")
+        t.check(f"rm -rf {shlex.quote(ds)}", "cleanup")
