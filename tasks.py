@@ -208,14 +208,15 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
                                  "sample": "files to load fully (default 8)",
                                  "verifier": "verifier model dir on the host (default: the host's `verifier` "
                                              "or the one recorded at extraction)",
-                                 "layers": "expected stored layers per position"})
-def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False):
+                                 "layers": "expected stored layers per position",
+                                 "seed": "which files are loaded fully (default: another sample each run; shown)"})
+def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False, seed=None):
     """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds.
 
     Example: inv inspect-data --host gpu1"""
     def one(t):
         return _inspect.inspect(t, path or f"{t.workdir}/data/default", sample=int(sample),
-                                verifier=verifier or t.host.verifier, layers=_int(layers))
+                                verifier=verifier or t.host.verifier, layers=_int(layers), seed=_int(seed))
 
     with errors():
         res = over(c, host, hosts, "inspect-data", one, as_json=json, show=lambda t, r: views.inspect(r), group=False)

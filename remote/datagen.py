@@ -39,7 +39,9 @@ from pathlib import Path
 import contract
 import vllm_server
 from contract import Refused, emit
-from datafmt import RECORD, HeaderError, hs_files, read_arrow_columns, safetensors_header, verifier_config
+from datafmt import RECORD, HeaderError, check_verifier, hs_files, read_arrow_columns, safetensors_header, verifier_config
+from datafmt import read_json as read_config
+from errlines import first_error
 
 HEADROOM = 1.10
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -116,6 +118,60 @@ def rows_need_render(src):
             first_row = json.loads(first) if first else {}
         return not ("input_ids" in first_row and "loss_mask" in first_row)
     raise Refused(f"{src}: no .json/.jsonl data found")
+
+
+def source_rows(src):
+    """(file, line, row) of every row of the --prepare data (.jsonl lines or .json arrays)."""
+    p = Path(src)
+    for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p]):
+        with open(f, errors="replace") as fh:
+            first = fh.read(1 << 12).lstrip()
+            fh.seek(0)
+            if first.startswith("["):
+                try:
+                    rows = json.load(fh)
+                except ValueError as e:
+                    raise Refused(f"--prepare {f}: not JSON ({e})") from None
+                yield from ((f, None, r) for r in rows)
+                continue
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield f, n, json.loads(line)
+                    except ValueError as e:
+                        raise Refused(f"--prepare {f}: line {n} is not JSON ({e})") from None
+
+
+def verifier_vocab(verifier):
+    """(vocab_size, where it is read) of the verifier, or (None, None)."""
+    cfg, why = read_config(Path(verifier) / "config.json")
+    info = check_verifier(cfg)[0] if not why else None
+    return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
+
+
+def check_rows(src, verifier):
+    """The cheap checks, before any server starts: every row is conversations or input_ids +
+    loss_mask, and a pre-tokenised row's ids lie in the verifier's vocabulary."""
+    vocab, where = verifier_vocab(verifier)
+    n = 0
+    for n, (f, line, row) in enumerate(source_rows(src), 1):
+        at = f"--prepare {f}: row {n}" + (f" (line {line})" if line else "")
+        if isinstance(row, dict) and "input_ids" in row and "loss_mask" in row:
+            ids = row["input_ids"]
+            if not isinstance(ids, list) or not all(type(x) is int for x in ids):
+                raise Refused(f"{at}: input_ids is not a list of integers (nothing was started)")
+            bad = next((j for j, x in enumerate(ids) if x < 0 or (vocab and x >= vocab)), None)
+            if bad is not None:
+                rng = f"[0, {vocab}) ({where})" if vocab else "[0, ...): token ids are never negative"
+                raise Refused(f"{at}: token id {ids[bad]} at position {bad} is outside the verifier's vocabulary "
+                              f"{rng}: were the rows tokenised for another model? (nothing was started)")
+        elif not (isinstance(row, dict) and isinstance(row.get("conversations"), list)):
+            keys = ", ".join(map(str, row)) if isinstance(row, dict) else f"a JSON {type(row).__name__}"
+            raise Refused(f"{at} has neither `conversations` (a list of {{role, content}} turns) nor `input_ids` + "
+                          f"`loss_mask` (it has: {keys or 'nothing'}): fix the rows (nothing was started)")
+    if not n:
+        raise Refused(f"--prepare {src}: no rows in it: nothing to prepare")
+    return n
 
 
 def file_sha256(path):
@@ -237,6 +293,8 @@ def plan(a):
             raise Refused(f"--prepare {a.prepare}: no such file on this host")
         out["already_prepared"], out["prepare_sha256"] = check_prepare_source(a, data)
         out["needs_render_server"] = rows_need_render(a.prepare)
+        if not out["already_prepared"]:
+            out["source_rows"] = check_rows(a.prepare, a.verifier)
     if a.extract:
         out["layer_ids"] = parse_layers(a.layers, n)
         check_layers_against_files(a, data, out["layer_ids"])
@@ -552,12 +610,22 @@ def hf_extract(data, verifier, layer_ids, start, end, kind, *, trust=False, tens
             "placement": {k: v for k, v in placement.items() if k != "device_map"}}
 
 
-def run_cmd(argv, env=None):
+def run_cmd(argv, env=None, keep=1 << 16):
+    """Run argv, its output into this job's log as it comes; a failure is StepFailed with the
+    program's own error line (`ValueError: ...`, `OSError: [Errno 28] No space left on device`)."""
     print(f"[specops] $ {' '.join(argv)}", flush=True)
     t0 = time.time()
-    rc = subprocess.call(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tail = b""
+    while chunk := os.read(p.stdout.fileno(), 1 << 16):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+        tail = (tail + chunk)[-keep:]
+    rc = p.wait()
     if rc != 0:
-        raise RuntimeError(f"{' '.join(argv[2:4])} exited {rc}")
+        why = first_error(tail.decode(errors="replace"))
+        raise vllm_server.StepFailed(f"{' '.join(argv[2:4])} exited {rc}" + (f": {why}" if why else ""))
     return time.time() - t0
 
 

@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -60,7 +61,16 @@ def update_json(path, **fields):
 #: ("? job.json unreadable: ..."), and nothing is signalled on its word
 FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
           "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
-          "started": (int, float), "stopped_by_user": bool}
+          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "failed_why": str}
+
+
+#: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
+#: command at once: a training whose loss is NaN learns nothing, however long it runs)
+CHECKS = {
+    "nonfinite-loss": (re.compile(rb"\b((?:train|val)/loss(?:_\d+)?=-?(?:nan|inf))\b", re.I),
+                       "NonFiniteLossError: {0} in the log, the run learned nothing; check the data "
+                       "with inspect-data (`inv inspect-data --sample 1000` loads more files), or lower lr"),
+}
 
 
 def record_problem(rec, name):
@@ -173,7 +183,8 @@ def job_state(d):
             rec["state"] = JobState.KILLED.value
             rec["detail"] = f"signal {-rc}" if rc < 0 else "137: SIGKILL, e.g. out of memory"
         else:
-            rec["state"], rec["detail"] = JobState.FAILED.value, f"exit {rc}"
+            rec["state"], rec["detail"] = JobState.FAILED.value, f"exit {rc}" + (
+                f": {rec['failed_why']}" if rec.get("failed_why") else "")
     elif job_pids(rec):
         rec["state"] = JobState.RUNNING.value
     else:
@@ -229,6 +240,13 @@ def mtime(p):
         return None
 
 
+def file_size(p):
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
 def run_folders(base):
     """The run folders under base, oldest first; one removed meanwhile is left out."""
     try:
@@ -262,7 +280,7 @@ def holds(rec, lock, run_id):
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
-              term="group"):
+              term="group", fail_on=None):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
     term: what `stop` sends SIGTERM to first: the whole process group, or only the command
     ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves).
@@ -288,7 +306,8 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         tag = f"{run_id}.{int(started * 1000)}.{os.urandom(4).hex()}"  # (unique across workdirs)
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
-               "tag": tag, "state": JobState.STARTING.value, **(extra or {})}
+               "tag": tag, "state": JobState.STARTING.value, **({"fail_on": fail_on} if fail_on else {}),
+               **(extra or {})}
         write_json(d / "job.json", rec)
         log = open(d / "output.log", "ab")
         sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
@@ -326,10 +345,7 @@ def stop_job(d, grace=60.0):
     t0 = time.time()
     child = raw.get("child_pid")
     if raw.get("term") == "child" and is_ours(raw, child, raw.get("child_start")):
-        # A launcher (torchrun) would SIGTERM its workers itself and kill their DataLoader
-        # workers too early: signal the ranks (its children) once, let them save and exit.
-        ranks = [p for p in children(child) if pid_alive(p)] if is_torchrun(child) else []
-        kill_all(ranks or [child], signal.SIGTERM)
+        term_command(child)
     elif leader_is_ours(raw):
         try:
             os.killpg(raw["pgid"], signal.SIGTERM)
@@ -351,6 +367,25 @@ def stop_job(d, grace=60.0):
         (d / "exit_code").write_text("-9\n" if killed else "-15\n")
     stop_subjobs(d, min(grace, 30))  # jobs this job started (e.g. its vLLM server under RUN/server/) go too
     return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **(safe_state(d) or rec)}
+
+
+def term_command(child):
+    """SIGTERM the command. A launcher (torchrun) would SIGTERM its workers itself and kill their
+    DataLoader workers too early: signal the ranks (its children) once, let them save and exit."""
+    ranks = [p for p in children(child) if pid_alive(p)] if is_torchrun(child) else []
+    kill_all(ranks or [child], signal.SIGTERM)
+
+
+def scan(log, pos, pattern, overlap=256):
+    """(the first match of pattern in log from byte pos, the position to scan from next)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except OSError:
+        return None, pos
+    m = pattern.search(data)
+    return (m.group(1).decode(errors="replace") if m else None), max(pos, pos + len(data) - overlap)
 
 
 def stop_subjobs(d, grace):
@@ -377,6 +412,7 @@ def supervise(d, env_file=None):
     signal.signal(signal.SIGTERM, lambda *a: None)
     signal.signal(signal.SIGINT, lambda *a: None)
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
+    pos = file_size(d / "output.log")  # (where this start's output begins)
     try:
         child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
     except OSError as e:
@@ -388,13 +424,16 @@ def supervise(d, env_file=None):
         update_json(d / "job.json", child_pid=child.pid, child_start=start_time(child.pid))
     except (OSError, ValueError) as e:  # the supervisor's duty is the exit code: never die before recording it
         print(f"[specops] could not record the child's pid in job.json: {e}", flush=True)
-    while True:
-        try:
-            rc = child.wait()
-            break
-        except InterruptedError:
-            continue
+    check = CHECKS.get(rec.get("fail_on"))
+    rc, found = watch(d, child, check, pos)
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
+    if found:  # (the last error line of the log: what `inv status` and the laptop show)
+        print(check[1].format(found), flush=True)
+        rc = 1
+        try:
+            update_json(d / "job.json", failed_why=f"non-finite loss ({found})")
+        except (OSError, ValueError):
+            pass
     # the jobs it started (a vLLM server under RUN/server/) end with it, even when it was killed before
     # stopping them (each carries its own tag: end_orphans does not see them)
     stop_subjobs(d, 30)
@@ -402,6 +441,28 @@ def supervise(d, env_file=None):
     end_group()
     (d / "exit_code").write_text(f"{rc}\n")
     return 0
+
+
+def watch(d, child, check, pos, every=5.0):
+    """Wait for the command; with a check, scan its log (from byte pos: this start's) as it grows:
+    the first match stops the command (SIGTERM, as `stop` does). Returns (exit code, the match or None)."""
+    log, found = d / "output.log", None
+    while True:
+        try:
+            rc = child.wait(timeout=every if check else None)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        except InterruptedError:
+            continue
+        if found is None:
+            found, pos = scan(log, pos, check[0])
+            if found:
+                print(f"[specops] {found} in the log: stopping the command (it learns nothing)", flush=True)
+                term_command(child.pid)
+    if check and found is None:
+        found, _ = scan(log, pos, check[0])
+    return rc, found
 
 
 def reap(left, what, where="", grace=10.0):
@@ -445,6 +506,7 @@ def main():
     s.add_argument("--lock", default=None)
     s.add_argument("--env-file", default=None)
     s.add_argument("--term", choices=["group", "child"], default="group")
+    s.add_argument("--fail-on", choices=sorted(CHECKS), default=None)
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -463,7 +525,8 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
-        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term)
+        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
+                        fail_on=a.fail_on)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":

@@ -123,6 +123,10 @@ class ServerDied(RuntimeError):
     pass
 
 
+class StepFailed(RuntimeError):
+    """A program the job ran failed: str(e) is its own error line (its traceback is in the log once)."""
+
+
 PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] )?")
 EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
 
@@ -230,7 +234,7 @@ def server_job(name, kind, result, work):
         res, code = {"ok": True, **work()}, 0
     except Refused as e:
         res, code = {"ok": False, "error": str(e), "refused": True}, 2
-    except ServerDied as e:  # (its log's tail is in the job's log already)
+    except (ServerDied, StepFailed) as e:  # (its log's tail is in the job's log already)
         res, code = {"ok": False, "error": str(e)}, 1
     except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
         import traceback

@@ -95,8 +95,10 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
                 "--seq-length", "64")
         assert r.returncode != 0
         first = r.stderr.strip().splitlines()[0]
-        assert first.startswith("specops: prepare-data ") and "failed" in first, r.stderr
-        assert r.stderr.count("Traceback") <= 1, r.stderr
+        assert first.startswith("specops: prepare ") and "failed" in first, r.stderr
+        # the program's own error line, its traceback shown once (the log tail), not specops' too
+        assert "ValueError: Speculator-format row shape mismatch: input_ids=5, loss_mask=2" in first, first
+        assert r.stderr.count("Traceback") <= 1 and "datagen.py" not in r.stderr, r.stderr
         assert not t.exists(ds), t.run(f"ls -la {shlex.quote(ds)}").stdout
         assert not t.exists(f"{work}/data/.failprep.preparing")
         r = inv("prepare-data", *base, "--dataset", "failprep", "--data", str(good), "--verifier", verifier,
@@ -105,3 +107,35 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
         assert t.exists(f"{ds}/state.json", "-f") and not t.exists(f"{ds}/.hs_stage")
         assert not t.exists(f"{work}/data/.failprep.preparing")
         t.check(f"rm -rf {shlex.quote(ds)}", "cleanup")
+
+
+def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipeline_run, hosts_file):
+    """The README's path (make-verifier, then train with the default config: draft-vocab-size
+    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it."""
+    for extra in (["--dry-run"], []):
+        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--no-serve-check",
+                "--run-id", "t-vocab-" + str(int(time.time())), *extra)
+        assert r.returncode != 0
+        line = one_line(r)
+        assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (" in line, line
+        assert "(nothing was started)" in line
+
+
+def test_a_training_whose_loss_is_not_finite_fails_pointing_at_inspect_data(pipeline_run, hosts_file, tmp_path):
+    """lr 1e30: the loss turns NaN/Inf within steps. The run is stopped and fails in one line that
+    points at inspect-data; `inv status` marks it."""
+    cfg = tmp_path / "nan.yaml"
+    cfg.write_text(LONG.replace("  log-freq: 1\n", "  log-freq: 1\n  lr: 1.0e+30\n"))
+    rid = "t-nan-" + str(int(time.time()))
+    base = ["--host", "box", "--hosts", str(hosts_file)]
+    t0 = time.time()
+    r = inv("train", *base, "--config", str(cfg), "--run-id", rid, "--dataset", "pipe", "--no-serve-check",
+            "--follow")
+    assert r.returncode != 0, r.stdout[-3000:]
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"specops: train {rid} on box failed (exit 1: non-finite loss (") and \
+        "NonFiniteLossError: " in first and "inspect-data" in first, r.stderr[-3000:]
+    assert time.time() - t0 < 600, "the run went on after its loss was NaN"
+    r = inv("status", *base, "--run-id", rid)
+    row = next(ln.split("\t") for ln in r.stdout.splitlines() if ln.startswith(rid + "\t"))
+    assert row[2].startswith("failed (exit 1: non-finite loss ("), row

@@ -1,6 +1,7 @@
 """Nothing replaced or mislabelled without asking, one name rule on both sides, hints that act on
 the same host (issue: data and runs you can trust). Over the real sshd."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,31 @@ def test_datagen_refuses_before_any_server(light_host, tmp_path):
         res = _plan(t, base + ["--extract", "--layers", "2,3,5,6"])
         assert res["ok"] is False and "extracted with layer ids [1, 3, 4, 6], not [2, 3, 5, 6]" in res["error"], res
         assert t.read_bytes(f"{data}/specops-data.json").count(b"[1, 3, 4, 6]") == 1
+
+
+@pytest.mark.parametrize("row,why", [
+    ({"text": "hello"}, "row 2 (line 2) has neither `conversations` (a list of {role, content} turns) nor `input_ids` "
+                        "+ `loss_mask` (it has: text): fix the rows (nothing was started)"),
+    ({"input_ids": [1, 2, 32], "loss_mask": [0, 1, 1]},
+     "row 2 (line 2): token id 32 at position 2 is outside the verifier's vocabulary [0, 32) (vocab_size of "),
+    ([1, 2], "row 2 (line 2) has neither `conversations`"),
+])
+def test_prepare_data_cheap_checks_first(light_host, tmp_path, row, why):
+    """Rows speculators would drop (neither conversations nor input_ids + loss_mask: "No samples
+    remain" after a vLLM server's start) or ids outside the verifier's vocabulary: `inv
+    prepare-data` refuses in one line before any server starts, and leaves no dataset folder."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1]}) + "\n" + json.dumps(row) + "\n")
+    with connect(light_host) as t:
+        ver = f"{t.workdir}/t-ver-cheap"
+        t.check(f"mkdir -p {ver} && echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32}}' "
+                f"> {ver}/config.json", "a verifier config")
+        r = inv("prepare-data", "--host", "light", "--hosts", hf, "--data", str(src), "--verifier", ver,
+                "--dataset", "t-cheap", "--seq-length", "64")
+        assert r.returncode != 0
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert lines[0].startswith("specops: prepare on light refused: --prepare ") and why in lines[0], lines[0]
+        assert "vLLM server" not in r.stdout + r.stderr
+        assert not t.exists(f"{t.workdir}/data/t-cheap")

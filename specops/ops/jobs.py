@@ -28,14 +28,17 @@ def run_path(t: Transport, run_id: str, *parts: str) -> str:
 
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-          env: Optional[dict] = None, term: str = "group") -> Optional[Started]:
+          env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None) -> Optional[Started]:
     """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
-    go through `env`, which travels as a 0600 file, never on a command line."""
+    go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
+    remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
+    if fail_on:
+        args += ["--fail-on", fail_on]
     if env:
         remote_env = run_path(t, run_id) + ".env"  # (the values never appear in a command)
         t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
@@ -191,11 +194,11 @@ def run_following(t: Transport, run_id: str) -> Optional[int]:
 
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
-                 write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
+                 write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
     under --dry-run."""
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on)
     if j is None:
         return None
     t.note(f"{kind} started on {t.host.name}: run {run_id} (pid {j.pid}); "

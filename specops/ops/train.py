@@ -120,6 +120,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         v = summary["violations"][0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
+    refuse_draft_vocab(cfg, summary.get("verifier_vocab_size"), summary.get("verifier_config"))
     rec = summary.get("record") or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
@@ -135,6 +136,16 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     }
+
+
+def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) -> None:
+    """A draft vocabulary larger than the verifier's fails deep in speculators (`IndexError: index
+    1024 is out of bounds`): refused at plan time, a dry run shows it."""
+    n = cfg["flags"].get("draft-vocab-size")
+    if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
+        raise SpecopsError(f"{cfg['path']}: draft-vocab-size {n} is larger than the verifier's vocabulary ({vocab} "
+                           f"tokens, vocab_size in {where}): set draft-vocab-size to {vocab} or less (configs/demo.yaml "
+                           f"has 128) (nothing was started)")
 
 
 def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
@@ -226,7 +237,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     path = put_spec(t, spec)
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                                 stop_on_interrupt=False, term="child")
+                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss")
     except SpecopsError:
         if fresh and not t.exists(f"{spec['run_dir']}/job.json", "-f"):  # a refused start leaves no run folder
             t.run(f"rm -rf {shlex.quote(spec['run_dir'])}")
