@@ -164,3 +164,78 @@ def test_one_bad_run_folder_never_breaks_the_others(light_host):
         assert r.returncode == 0 and "t-bad-pid\t?\tlost (? job.json unreadable" in r.stdout, r.stdout + r.stderr
         t.check(f"rm -rf {shlex.quote(base)}-code {shlex.quote(base)}-pid {shlex.quote(base)}-list "
                 f"{shlex.quote(base)}-dir", "cleanup")
+
+
+def follower(hf, host, rid):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    return subprocess.Popen([sys.executable, "-m", "invoke", "logs", "--host", host, "--hosts", hf, "--run-id", rid,
+                             "-f"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_follower_ends_in_one_line_when_the_job_is_lost_or_its_folder_vanishes(light_host):
+    """`inv logs -f` of a job whose supervisor died without an exit code, or whose run folder is
+    removed meanwhile: one line, non-zero, within seconds (it used to wait forever)."""
+    hf = hosts_file(light_host)
+    with connect(light_host) as t:
+        lost, gone = (jobs.new_run_id("t") + s for s in ("-lostf", "-gonef"))
+        for rid in (lost, gone):
+            jobs.start(t, rid, ["sleep", "300"], kind="test")
+        time.sleep(0.5)
+        recs = {rid: json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json"))) for rid in (lost, gone)}
+        fs = {rid: follower(hf, "light", rid) for rid in (lost, gone)}
+        time.sleep(3)
+        t.check(f"kill -9 {recs[lost]['pid']} {recs[lost]['child_pid']}", "the job's supervisor and command die")
+        t.check(f"rm -rf {shlex.quote(jobs.run_path(t, gone))}", "its run folder goes")
+        try:
+            for rid, why in ((lost, f"{lost} on light is lost (supervisor gone without an exit code): no exit code "
+                                    f"will come, the follow ends"),
+                             (gone, f"{gone} on light: its run folder is gone (removed while followed)")):
+                out, err = fs[rid].communicate(timeout=90)
+                lines = err.strip().splitlines()
+                assert fs[rid].returncode != 0 and len(lines) == 1 and "Traceback" not in err, err
+                assert lines[0].startswith("specops: " + why), lines[0]
+        finally:
+            t.run(f"kill {recs[gone]['pid']} {recs[gone]['child_pid']}")
+
+
+def test_a_changed_host_key_during_a_follow_stops_the_retries_at_once(rig, light_host, tmp_path):
+    """The connection drops while `logs -f` follows, and the host now shows another key: the
+    follower stops at once with the CHANGED line (no five reconnects with backoff)."""
+    import subprocess
+
+    kh = tmp_path / "known_hosts"
+    kh.write_text(rig.known_hosts.read_text())
+    hf = str(rig.write_hosts(tmp_path / "hosts-kh.yaml", {"kh": rig.host(venv="~/light-venv",
+                                                                          workdir="~/specops-light",
+                                                                          known_hosts=str(kh))}))
+    rid = jobs.new_run_id("t") + "-khf"
+    with connect(light_host) as t:
+        jobs.start(t, rid, ["sh", "-c", "while :; do echo tick; sleep 1; done"], kind="test")
+    f = follower(hf, "kh", rid)
+    try:
+        time.sleep(4)
+        other = tmp_path / "otherkey"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        name = kh.read_text().split()[0]
+        kh.write_text(f"{name} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
+        # the follower's SSH session ends on the host side (its sshd process, the test user's)
+        ps = subprocess.run(["ps", "-u", rig.user, "-o", "pid=,args="], capture_output=True, text=True).stdout
+        for line in ps.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if args.startswith("sshd:"):
+                subprocess.run(["kill", pid])
+        t0 = time.time()
+        out, err = f.communicate(timeout=60)
+        lines = err.strip().splitlines()
+        assert f.returncode != 0 and "CHANGED" in lines[-1] and "Traceback" not in err, err
+        assert sum("reconnecting" in ln for ln in lines) <= 1, err
+        assert time.time() - t0 < 15, f"took {time.time() - t0:.0f}s"
+    finally:
+        if f.poll() is None:
+            f.kill()
+        with connect(light_host) as t:
+            jobs.stop(t, rid, grace=2)

@@ -17,7 +17,7 @@ from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
 from specops.host import hostkeys, transfer
-from specops.errors import SpecopsError
+from specops.errors import NoRetry, SpecopsError
 from specops.inventory import Host, parse_jump
 from specops.host.transport import Result, Transport
 
@@ -99,14 +99,14 @@ class SSHTransport(Transport):
         try:
             conn.open()
         except hostkeys.UnknownHostKey as e:
-            raise SpecopsError(
+            raise NoRetry(
                 f"unknown host key for {e.hostname} ({e.key.get_name()} {hostkeys.fingerprint(e.key)}), "
                 f"not in {e.path}: verify the fingerprint, then add it (ssh-keyscan -p {conn.port} {conn.host} "
                 f">> {e.path}) or set accept_new_host_key: true for {h.name!r}"
                 + (f" ({name})" if field != "address" else "")
             ) from None
         except paramiko.BadHostKeyException as e:
-            raise SpecopsError(
+            raise NoRetry(
                 f"host key for {where} ({name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
                 f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
                 f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
@@ -115,7 +115,7 @@ class SSHTransport(Transport):
             ) from None
         except paramiko.AuthenticationException:
             key = self.key_file or "agent/default keys"
-            raise SpecopsError(
+            raise NoRetry(
                 f"authentication refused for {conn.user}@{where} ({name}) (key: {key}): check 'user'/'key'/"
                 f"'{field}' in hosts.yaml and the host's authorized_keys"
             ) from None

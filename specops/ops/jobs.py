@@ -9,7 +9,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from specops.contract import JobState, check_name
-from specops.errors import SpecopsError
+from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
@@ -126,6 +126,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
     write = write or t.log
     where = None
     failures = 0
+    checked = time.monotonic()
     while True:
         try:
             if where is None:  # (needs the host's $HOME: inside the retry loop too)
@@ -133,7 +134,13 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             log, code_file = where
             code = t.read_bytes(code_file)
             chunk = t.read_bytes(log, offset)
+            ended = None
+            if code is None and not chunk and until_end and time.monotonic() - checked > LOST_CHECK_S:
+                checked = time.monotonic()
+                code, ended = still_running(t, run_id)
             failures = 0
+        except NoRetry:  # (a changed host key: no reconnect can mend it)
+            raise
         except SpecopsError:
             if not reconnect or failures >= tries:
                 raise
@@ -143,11 +150,15 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             time.sleep(delay)
             try:
                 t.reconnect()
+            except NoRetry:
+                raise
             except SpecopsError:
                 if failures >= tries:
                     raise SpecopsError(f"gave up following {run_id} on {t.host.name} after {tries} "
                                        f"reconnects: the job keeps running; `{t.hint(f'logs -f --run-id {run_id}')}` resumes") from None
             continue
+        if ended:  # (lost, or its folder gone: nothing more will come)
+            raise SpecopsError(ended)
         if chunk:
             write(chunk)
             offset += len(chunk)
@@ -159,6 +170,26 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             return offset, int(code.decode().strip() or 0)
         if not chunk:
             time.sleep(poll)
+
+
+#: a follower with nothing new for this long asks whether the job is still there
+LOST_CHECK_S = 10.0
+
+
+def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[str]]:
+    """(None, None) while the job runs; (its exit code, as exit_code holds it, None) if it ended
+    meanwhile; (None, one line) when no exit code will ever come: lost, or its run folder gone."""
+    res = run_script(t, "job", ["status", "--run-id", validate_run_id(run_id)], changes=False, model=Jobs)
+    if not res.ok:
+        return None, (f"{run_id} on {t.host.name}: its run folder is gone (removed while followed): nothing more "
+                      f"will come; `{t.hint('status')}` lists the runs")
+    j = res.jobs[0]
+    if j.state == JobState.LOST:
+        return None, (f"{run_id} on {t.host.name} is lost ({j.detail}): no exit code will come, the follow ends; "
+                      f"`{t.hint(f'status --run-id {run_id}')}` shows it")
+    if j.ended:
+        return str(j.exit_code if j.exit_code is not None else 1).encode(), None
+    return None, None
 
 
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
