@@ -148,3 +148,27 @@ def test_prepare_data_cheap_checks_first(light_host, tmp_path, row, why):
         assert lines[0].startswith("specops: prepare on light refused: --prepare ") and why in lines[0], lines[0]
         assert "vLLM server" not in r.stdout + r.stderr
         assert not t.exists(f"{t.workdir}/data/t-cheap")
+
+
+def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
+    """push and every command compare with the files on the host (a hash listing), not only with
+    the manifest: a host script edited or deleted there is sent again (it used to say "already in
+    sync", then `ModuleNotFoundError: errlines`)."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stderr
+    with connect(light_host) as t:
+        wd = t.workdir
+        t.check(f"echo 'raise SystemExit(3)' >> {wd}/remote/loglines.py && rm {wd}/remote/errlines.py", "tampering")
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0 and "push light: 2 file(s) sent" in r.stdout, r.stdout + r.stderr
+    assert "2 host file(s) no longer as pushed (edited or deleted there): restoring" in r.stderr, r.stderr
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0 and "already in sync" in r.stdout
+    with connect(light_host) as t:
+        t.check(f"rm {t.workdir}/remote/errlines.py", "deleting a host script")
+    r = inv("status", "--host", "light", "--hosts", hf)  # (any command: the connection pushes first)
+    assert r.returncode == 0 and "ModuleNotFoundError" not in r.stdout + r.stderr, r.stdout + r.stderr
+    with connect(light_host) as t:
+        local = (Path(__file__).parents[1] / "remote" / "errlines.py").read_bytes()
+        assert t.read_bytes(f"{t.workdir}/remote/errlines.py") == local
