@@ -140,3 +140,39 @@ def test_a_training_whose_loss_is_not_finite_fails_pointing_at_inspect_data(pipe
     r = inv("status", *base, "--run-id", rid)
     row = next(ln.split("\t") for ln in r.stdout.splitlines() if ln.startswith(rid + "\t"))
     assert row[2].startswith("failed (exit 1: non-finite loss ("), row
+
+
+def test_a_run_keeps_its_history_and_is_not_resumed_on_new_data_unasked(pipeline_run, hosts_file, work, tmp_path):
+    """A run resumed with other settings or on another dataset is refused unless
+    --continue-on-new-data; every start's data and settings are appended to run.json."""
+    hf = str(hosts_file)
+    base = ["--host", "box", "--hosts", hf, "--no-serve-check"]
+    rid = "t-history-" + str(int(time.time()))
+    r = inv("train", *base, "--config", "configs/demo.yaml", "--run-id", rid, "--dataset", "pipe",
+            "--epochs", "1", "--max-steps", "2", "--follow")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    other = tmp_path / "other.yaml"
+    other.write_text(LONG)
+    r = inv("train", *base, "--config", str(other), "--run-id", rid, "--dataset", "pipe", "--epochs", "1",
+            "--max-steps", "3", "--dry-run")
+    assert r.returncode != 0
+    line = one_line(r)
+    assert line.startswith(f"specops: run {rid} on box was trained on other data or settings (") and \
+        "--continue-on-new-data" in line and "(nothing was started)" in line, line
+    h = inventory.load(hf).get("box")
+    with connect(h) as t:
+        t.check(f"rm -rf {shlex.quote(work + '/data/pipe2')} && cp -a {shlex.quote(work + '/data/pipe')} "
+                f"{shlex.quote(work + '/data/pipe2')}", "another dataset")
+    r = inv("train", *base, "--config", "configs/demo.yaml", "--run-id", rid, "--dataset", "pipe2",
+            "--epochs", "1", "--max-steps", "3")
+    assert r.returncode != 0 and f"dataset {work}/data/pipe -> {work}/data/pipe2" in one_line(r), r.stderr
+    r = inv("train", *base, "--config", "configs/demo.yaml", "--run-id", rid, "--dataset", "pipe2",
+            "--epochs", "1", "--max-steps", "3", "--continue-on-new-data", "--follow")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        t.check(f"rm -rf {shlex.quote(work + '/data/pipe2')}", "cleanup")
+    starts = rec["starts"]
+    assert len(starts) == 2 and [s["data"] for s in starts] == [f"{work}/data/pipe", f"{work}/data/pipe2"], starts
+    assert starts[0]["config"]["max-steps"] == 2 and starts[1]["config"]["max-steps"] == 3
+    assert starts[1]["changed"] == [f"dataset {work}/data/pipe -> {work}/data/pipe2"], starts[1]
