@@ -237,7 +237,8 @@ def free_bytes(path):
 
 
 def gib(b):
-    return f"{b / 2**30:.2f} GiB"
+    """Bytes in a unit that fits (MiB for a small dataset, not "0.00 GiB"), at most GiB."""
+    return contract.human_bytes(b)
 
 
 def reader_of(data):

@@ -172,3 +172,26 @@ def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
     with connect(light_host) as t:
         local = (Path(__file__).parents[1] / "remote" / "errlines.py").read_bytes()
         assert t.read_bytes(f"{t.workdir}/remote/errlines.py") == local
+
+
+def test_fetch_without_a_run_id_names_the_newest_training_run_and_says_a_snapshot(light_host, tmp_path):
+    """No --run-id: the newest *training* run (not a newer extraction), named; a running one is
+    fetched as a snapshot, and fetch says so."""
+    import time
+
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    with connect(light_host) as t:
+        tr = jobs.new_run_id("t") + "-fetchtrain"
+        jobs.start(t, tr, ["sh", "-c", "echo step; sleep 60"], kind="train", lock="train")
+        time.sleep(1.1)
+        ex = jobs.new_run_id("t") + "-fetchextract"
+        jobs.start(t, ex, ["true"], kind="extract")
+        time.sleep(1)
+        try:
+            r = inv("fetch", "--host", "light", "--hosts", hf, "--dest", str(tmp_path))
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert f"fetch: no --run-id given: the newest training run on light, {tr}" in r.stdout, r.stdout
+            assert f"fetch: {tr} is still running: this is a snapshot of it now" in r.stderr, r.stderr
+            assert (tmp_path / tr / "output.log").is_file() and not (tmp_path / ex).exists()
+        finally:
+            jobs.stop(t, tr, grace=2)

@@ -218,7 +218,20 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
     from specops.ops import jobs
     from specops import metrics
 
-    rid = run_id or jobs.get(t, None).run_id
+    if run_id:
+        rid, j = run_id, None
+    else:  # the newest *training* run (not an extraction's or evaluation's), named
+        j = jobs.get(t, None, kind="train")
+        rid = j.run_id
+        t.note(f"fetch: no --run-id given: the newest training run on {t.host.name}, {rid}")
+    if j is None:
+        try:
+            j = jobs.status(t, rid)[0]
+        except SpecopsError:  # (an unknown run id: fetch_run says so in its own words)
+            pass
+    if j is not None and not j.ended:
+        t.note(f"fetch: {rid} is still {j.state}: this is a snapshot of it now (fetch again once it has ended)",
+               "warn")
     into = Path(dest) / rid / "nodes" / t.host.name if node else None
     sel = select_checkpoint(t, rid, checkpoint) if checkpoint else None
     res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node, streams=streams,
