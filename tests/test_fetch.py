@@ -211,3 +211,49 @@ def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
         t.check(f"echo '[1, 2]' > {d}/run.json", "a record that is not an object")
         with pytest.raises(SpecopsError, match="is not a JSON object: the pick was not recorded"):
             record_pick(t, rid, {"checkpoint": "2"})
+
+
+def transfers_of(rid):
+    """Live laptop-side processes (rsync, ssh) whose command line names the run."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if rid in cmd and "invoke" not in cmd and state != "Z" and not cmd.startswith(("sshd", "sh -c")):
+                out.append(f"{p.name} {cmd[:120]}")
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, sig):
+    """SIGTERM or SIGINT (Ctrl-C) of the laptop process mid-fetch: its rsync/ssh processes end
+    with it, and it says in one line what is in place and how to resume; SIGKILL (nothing can run
+    then): its transfers end within seconds all the same."""
+    rid = jobs.new_run_id("t") + f"-sig{int(sig)}"
+    with connect(light_host) as t:
+        make_run(t, rid, big_mib=48)
+    hosts = str(Path(light_host.key).parent / "hosts-light.yaml")
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "light", "--hosts", hosts,
+                          "--run-id", rid, "--dest", str(tmp_path), "--bwlimit", "4000"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 30 and not transfers_of(rid):
+        time.sleep(0.1)
+    assert transfers_of(rid), "no transfer seen"
+    time.sleep(1)
+    p.send_signal(sig)  # (the laptop process alone, not its process group)
+    out, err = p.communicate(timeout=60)
+    if sig != signal.SIGKILL:
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and "Traceback" not in err, err
+        assert lines[-1].startswith(f"specops: fetch {rid} interrupted: ") and "resumes" in lines[-1], err
+    deadline = time.time() + 15
+    while time.time() < deadline and transfers_of(rid):
+        time.sleep(0.2)
+    assert transfers_of(rid) == [], transfers_of(rid)
+    r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--dest", str(tmp_path))
+    assert r.returncode == 0 and "verified (sha256)" in r.stdout, r.stderr
