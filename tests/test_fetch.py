@@ -257,3 +257,52 @@ def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, s
     assert transfers_of(rid) == [], transfers_of(rid)
     r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--dest", str(tmp_path))
     assert r.returncode == 0 and "verified (sha256)" in r.stdout, r.stderr
+
+
+def descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                kids.setdefault(int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def test_a_connection_lost_during_a_fetch_is_one_line(light_host, tmp_path):
+    """The host's sshd goes away mid-fetch (its listener and its sessions): the fetch ends in the
+    one line `connection to H lost ...: run it again, it resumes`, never paramiko's traceback."""
+    from rig import Rig
+
+    rid = jobs.new_run_id("t") + "-droplink"
+    with connect(light_host) as t:
+        make_run(t, rid, big_mib=48)
+    other = Rig().start()  # (its own sshd, the same user and home: the same workdir)
+    try:
+        hf = str(other.write_hosts(tmp_path / "hosts-drop.yaml",
+                                   {"drop": other.host(venv="~/light-venv", workdir="~/specops-light")}))
+        p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "drop", "--hosts", hf,
+                              "--run-id", rid, "--dest", str(tmp_path / "dest"), "--bwlimit", "4000"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.time()
+        while time.time() - t0 < 30 and not transfers_of(rid):
+            time.sleep(0.1)
+        assert transfers_of(rid), "no transfer seen"
+        time.sleep(1)
+        other.proc.send_signal(signal.SIGSTOP)  # (no new session from here on)
+        for pid in descendants(other.proc.pid):  # its sessions (privilege-separated: grandchildren too)
+            os.kill(pid, signal.SIGKILL)
+        other.stop()
+        out, err = p.communicate(timeout=180)
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and "Traceback" not in err, out + err
+        assert lines[-1].startswith("specops: connection to drop lost") and \
+            lines[-1].endswith("run it again, it resumes"), err
+    finally:
+        other.stop()

@@ -25,6 +25,10 @@ CONNECT_TIMEOUT = 10
 KEEPALIVE = 15
 
 
+#: what a dropped link raises under paramiko (a local file's own OSError is not among them)
+LINK_ERRORS = (paramiko.SSHException, EOFError, ConnectionError, TimeoutError, socket.timeout)
+
+
 def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
     return parse_jump(spec, default_user)  # (checked when hosts.yaml is loaded)
 
@@ -154,17 +158,28 @@ class SSHTransport(Transport):
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SpecopsError(f"connection to {self.host.name} lost while running a command: {e}") from None
+            raise self.lost("running a command", e) from None
         return Result(cmd, r.exited, r.stdout, r.stderr)
+
+    def lost(self, what: str, e: BaseException) -> SpecopsError:
+        """The one line of a connection lost mid-operation (never paramiko's traceback)."""
+        return SpecopsError(f"connection to {self.host.name} lost while {what} ({type(e).__name__}: {e}): "
+                            f"run it again, it resumes")
 
     def _put(self, local: str, remote: str) -> None:
         if os.path.getsize(local) >= transfer.RANGE_MIN:  # a large upload: ranged streams, sha256-checked
             transfer.upload_file(self, local, remote, what=f"put {os.path.basename(local)}")
             return
-        self.conn.put(local, remote)
+        try:
+            self.conn.put(local, remote)
+        except LINK_ERRORS as e:
+            raise self.lost(f"sending {os.path.basename(local)}", e) from None
 
     def get(self, remote: str, local: str) -> None:
-        self.conn.get(remote, local)
+        try:
+            self.conn.get(remote, local)
+        except LINK_ERRORS as e:
+            raise self.lost(f"reading {remote}", e) from None
 
     def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         try:
@@ -174,7 +189,7 @@ class SSHTransport(Transport):
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SpecopsError(f"connection to {self.host.name} lost while reading {path}: {e}") from None
+            raise self.lost(f"reading {path}", e) from None
 
     def reconnect(self) -> None:
         """Re-open in place after a drop: a fresh Fabric connection with the same parameters,
@@ -194,7 +209,12 @@ class SSHTransport(Transport):
         best = float("inf")
         for _ in range(max(1, samples)):
             t0 = time.perf_counter()
-            tr.global_request("keepalive@openssh.com", wait=True)
+            try:
+                if tr is None or not tr.is_active():
+                    raise EOFError("the SSH transport is closed")
+                tr.global_request("keepalive@openssh.com", wait=True)
+            except LINK_ERRORS as e:
+                raise self.lost("measuring the link", e) from None
             best = min(best, time.perf_counter() - t0)
         return best
 
