@@ -228,6 +228,14 @@ def transfers_of(rid):
     return out
 
 
+def wait_transfer(rid):
+    t0 = time.time()
+    while time.time() - t0 < 30 and not transfers_of(rid):
+        time.sleep(0.1)
+    assert transfers_of(rid), "no transfer seen"
+    time.sleep(1)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, sig):
     """SIGTERM or SIGINT (Ctrl-C) of the laptop process mid-fetch: its rsync/ssh processes end
@@ -240,11 +248,7 @@ def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, s
     p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "light", "--hosts", hosts,
                           "--run-id", rid, "--dest", str(tmp_path), "--bwlimit", "4000"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.time()
-    while time.time() - t0 < 30 and not transfers_of(rid):
-        time.sleep(0.1)
-    assert transfers_of(rid), "no transfer seen"
-    time.sleep(1)
+    wait_transfer(rid)
     p.send_signal(sig)  # (the laptop process alone, not its process group)
     out, err = p.communicate(timeout=60)
     if sig != signal.SIGKILL:
@@ -290,11 +294,7 @@ def test_a_connection_lost_during_a_fetch_is_one_line(light_host, tmp_path):
         p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "drop", "--hosts", hf,
                               "--run-id", rid, "--dest", str(tmp_path / "dest"), "--bwlimit", "4000"],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        t0 = time.time()
-        while time.time() - t0 < 30 and not transfers_of(rid):
-            time.sleep(0.1)
-        assert transfers_of(rid), "no transfer seen"
-        time.sleep(1)
+        wait_transfer(rid)
         other.proc.send_signal(signal.SIGSTOP)  # (no new session from here on)
         for pid in descendants(other.proc.pid):  # its sessions (privilege-separated: grandchildren too)
             os.kill(pid, signal.SIGKILL)

@@ -12,20 +12,9 @@ from conftest import inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
+from test_train import LONG  # (the long CPU training config)
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
-
-LONG = """train:
-  speculator-type: eagle3
-  draft-vocab-size: 256
-  epochs: 200
-  total-seq-len: 512
-  num-workers: 0
-  on-missing: raise
-  log-freq: 1
-profiles:
-  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
-"""
 
 
 def one_line(r):
@@ -91,7 +80,7 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
     h = inventory.load(hf).get("box")
     with connect(h) as t:
         ds = f"{work}/data/failprep"
-        t.check(f"rm -rf {shlex.quote(ds)} {shlex.quote(work + '/data/.failprep.preparing')}", "no earlier copy")
+        t.check(f"rm -rf {shlex.quote(ds)} {shlex.quote(f'{work}/data/.failprep.preparing')}", "no earlier copy")
         r = inv("prepare-data", *base, "--dataset", "failprep", "--data", str(bad), "--verifier", verifier,
                 "--seq-length", "64")
         assert r.returncode != 0
@@ -161,8 +150,8 @@ def test_a_run_keeps_its_history_and_is_not_resumed_on_new_data_unasked(pipeline
         "--continue-on-new-data" in line and "(nothing was started)" in line, line
     h = inventory.load(hf).get("box")
     with connect(h) as t:
-        t.check(f"rm -rf {shlex.quote(work + '/data/pipe2')} && cp -a {shlex.quote(work + '/data/pipe')} "
-                f"{shlex.quote(work + '/data/pipe2')}", "another dataset")
+        t.check(f"rm -rf {shlex.quote(f'{work}/data/pipe2')} && cp -a {shlex.quote(f'{work}/data/pipe')} "
+                f"{shlex.quote(f'{work}/data/pipe2')}", "another dataset")
     r = inv("train", *base, "--config", "configs/demo.yaml", "--run-id", rid, "--dataset", "pipe2",
             "--epochs", "1", "--max-steps", "3")
     assert r.returncode != 0 and f"dataset {work}/data/pipe -> {work}/data/pipe2" in one_line(r), r.stderr
@@ -171,7 +160,7 @@ def test_a_run_keeps_its_history_and_is_not_resumed_on_new_data_unasked(pipeline
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     with connect(h) as t:
         rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
-        t.check(f"rm -rf {shlex.quote(work + '/data/pipe2')}", "cleanup")
+        t.check(f"rm -rf {shlex.quote(f'{work}/data/pipe2')}", "cleanup")
     starts = rec["starts"]
     assert len(starts) == 2 and [s["data"] for s in starts] == [f"{work}/data/pipe", f"{work}/data/pipe2"], starts
     assert starts[0]["config"]["max-steps"] == 2 and starts[1]["config"]["max-steps"] == 3
