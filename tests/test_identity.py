@@ -187,7 +187,8 @@ def test_a_follower_ends_in_one_line_when_the_job_is_lost_or_its_folder_vanishes
         time.sleep(0.5)
         recs = {rid: json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json"))) for rid in (lost, gone)}
         fs = {rid: follower(hf, "light", rid) for rid in (lost, gone)}
-        time.sleep(3)
+        for f in fs.values():  # (each follows: the log's first line has come)
+            assert "start: sleep 300" in f.stdout.readline()
         t.check(f"kill -9 {recs[lost]['pid']} {recs[lost]['child_pid']}", "the job's supervisor and command die")
         t.check(f"rm -rf {shlex.quote(jobs.run_path(t, gone))}", "its run folder goes")
         try:
@@ -239,3 +240,30 @@ def test_a_changed_host_key_during_a_follow_stops_the_retries_at_once(rig, light
             f.kill()
         with connect(light_host) as t:
             jobs.stop(t, rid, grace=2)
+
+
+def test_status_lists_the_rest_while_run_folders_vanish(light_host):
+    """1,500 run folders removed while `inv status` lists them: no error, the good run listed,
+    each listed folder a whole row."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    hf = hosts_file(light_host)
+    with connect(light_host) as t:
+        good = jobs.new_run_id("t") + "-survivor"
+        jobs.start(t, good, ["true"], kind="test")
+        runs = shlex.quote(jobs.run_path(t, "x").rsplit("/", 1)[0])
+        t.check(f"cd {runs} && for i in $(seq 1500); do mkdir t-many-$i && "
+                f"printf '{{\"run_id\": \"t-many-%s\", \"kind\": \"test\"}}' $i > t-many-$i/job.json; done",
+                "1,500 run folders")
+        p = subprocess.Popen([sys.executable, "-m", "invoke", "status", "--host", "light", "--hosts", hf, "--json"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        t.check(f"cd {runs} && rm -rf t-many-*", "removing them while status lists")
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "Traceback" not in err, err
+        rows = {j["run_id"]: j for j in json.loads(out)}
+        assert rows[good]["state"] == "succeeded"
+        assert all(j["state"] for j in rows.values())
