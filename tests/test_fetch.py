@@ -229,10 +229,12 @@ def transfers_of(rid):
 
 
 def wait_transfer(rid):
-    t0 = time.time()
-    while time.time() - t0 < 120 and not transfers_of(rid):  # (a loaded machine: the fetch starts late)
-        time.sleep(0.1)
-    assert transfers_of(rid), "no transfer seen"
+    """Until a transfer process of the run has been seen (each stream's ssh lives for its batch)."""
+    t0, seen = time.time(), []
+    while time.time() - t0 < 120 and not seen:  # (a loaded machine: the fetch starts late)
+        seen = transfers_of(rid)
+        time.sleep(0.05)
+    assert seen, "no transfer seen"
     time.sleep(1)
 
 

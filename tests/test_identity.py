@@ -3,6 +3,7 @@ the others (issue 24, items 2 and 4). Through `inv`, over the real sshd: forged,
 garbled job records next to real jobs and a stranger's process."""
 
 import json
+import os
 import shlex
 import time
 from pathlib import Path
@@ -203,32 +204,34 @@ def test_a_follower_ends_in_one_line_when_the_job_is_lost_or_its_folder_vanishes
             t.run(f"kill {recs[gone]['pid']} {recs[gone]['child_pid']}")
 
 
-def test_a_changed_host_key_during_a_follow_stops_the_retries_at_once(rig, light_host, tmp_path):
+def test_a_changed_host_key_during_a_follow_stops_the_retries_at_once(light_host, tmp_path):
     """The connection drops while `logs -f` follows, and the host now shows another key: the
-    follower stops at once with the CHANGED line (no five reconnects with backoff)."""
+    follower stops at once with the CHANGED line (no five reconnects with backoff). (Its own sshd,
+    the same user and workdir: only that sshd's sessions are cut.)"""
+    import signal
     import subprocess
 
+    from rig import Rig
+    from test_fetch import descendants
+
+    other = Rig().start()
     kh = tmp_path / "known_hosts"
-    kh.write_text(rig.known_hosts.read_text())
-    hf = str(rig.write_hosts(tmp_path / "hosts-kh.yaml", {"kh": rig.host(venv="~/light-venv",
-                                                                          workdir="~/specops-light",
-                                                                          known_hosts=str(kh))}))
+    kh.write_text(other.known_hosts.read_text())
+    hf = str(other.write_hosts(tmp_path / "hosts-kh.yaml", {"kh": other.host(venv="~/light-venv",
+                                                                              workdir="~/specops-light",
+                                                                              known_hosts=str(kh))}))
     rid = jobs.new_run_id("t") + "-khf"
     with connect(light_host) as t:
         jobs.start(t, rid, ["sh", "-c", "while :; do echo tick; sleep 1; done"], kind="test")
     f = follower(hf, "kh", rid)
     try:
-        time.sleep(4)
-        other = tmp_path / "otherkey"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        assert "start:" in f.stdout.readline()  # (it follows)
+        key = tmp_path / "otherkey"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         name = kh.read_text().split()[0]
-        kh.write_text(f"{name} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
-        # the follower's SSH session ends on the host side (its sshd process, the test user's)
-        ps = subprocess.run(["ps", "-u", rig.user, "-o", "pid=,args="], capture_output=True, text=True).stdout
-        for line in ps.splitlines():
-            pid, _, args = line.strip().partition(" ")
-            if args.startswith("sshd:"):
-                subprocess.run(["kill", pid])
+        kh.write_text(f"{name} {' '.join(key.with_suffix('.pub').read_text().split()[:2])}\n")
+        for pid in descendants(other.proc.pid):  # the follower's SSH session ends, host side
+            os.kill(pid, signal.SIGKILL)
         t0 = time.time()
         out, err = f.communicate(timeout=60)
         lines = err.strip().splitlines()
@@ -238,6 +241,7 @@ def test_a_changed_host_key_during_a_follow_stops_the_retries_at_once(rig, light
     finally:
         if f.poll() is None:
             f.kill()
+        other.stop()
         with connect(light_host) as t:
             jobs.stop(t, rid, grace=2)
 
