@@ -271,3 +271,32 @@ def test_status_lists_the_rest_while_run_folders_vanish(light_host):
         rows = {j["run_id"]: j for j in json.loads(out)}
         assert rows[good]["state"] == "succeeded"
         assert all(j["state"] for j in rows.values())
+
+
+def test_jobs_of_one_run_id_in_two_workdirs_never_reach_each_other(rig, light_host, tmp_path):
+    """Two nodes of a group on one machine run the same run id in two workdirs (the sharded
+    extraction's flake: node0's finished job SIGTERMed node1's). Each job's tag is its own, and a
+    job ending reaps only its own folder's processes, even given the other's tag."""
+    from specops import inventory
+
+    hf2 = str(rig.write_hosts(tmp_path / "hosts-twin.yaml",
+                              {"twin": rig.host(venv="~/light-venv", workdir="~/specops-light-twin")}))
+    rid = jobs.new_run_id("t") + "-twin"
+    with connect(light_host) as t, connect(inventory.load(hf2).get("twin")) as t2:
+        jobs.start(t, rid, ["sleep", "2"], kind="extract")
+        jobs.start(t2, rid, ["sleep", "300"], kind="extract")
+        time.sleep(0.5)
+        a, b = (json.loads(x.read_bytes(jobs.run_path(x, rid, "job.json"))) for x in (t, t2))
+        assert a["tag"] != b["tag"]
+        wait_state = time.time()
+        while jobs.status(t, rid)[0].state == "running" and time.time() - wait_state < 60:
+            time.sleep(0.5)
+        assert jobs.status(t, rid)[0].state == "succeeded"
+        # the worst case, by hand: the first job's end-of-command reaping given the second's tag
+        py = shlex.quote(t.expand("~/light-venv/bin/python3"))
+        code = f"import sys; sys.path.insert(0, 'remote'); import job; job.end_orphans({b['tag']!r}, grace=1)"
+        t.check(f"cd {shlex.quote(t.workdir)} && SPECOPS_JOB_DIR=\"$(pwd)/runs/{rid}\" {py} -c {shlex.quote(code)}",
+                "reaping with the other's tag")
+        time.sleep(1)
+        assert alive(t2, b["child_pid"]) and jobs.status(t2, rid)[0].state == "running"
+        assert jobs.stop(t2, rid, grace=5).state == "stopped"
