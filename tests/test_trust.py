@@ -195,3 +195,30 @@ def test_fetch_without_a_run_id_names_the_newest_training_run_and_says_a_snapsho
             assert (tmp_path / tr / "output.log").is_file() and not (tmp_path / ex).exists()
         finally:
             jobs.stop(t, tr, grace=2)
+
+
+def test_a_relative_dataset_path_is_shown_as_the_absolute_path_it_writes(light_host, tmp_path):
+    """`--dataset ../x` is the workdir's ../x: every line names it as the absolute path."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1]}) + "\n")
+    with connect(light_host) as t:
+        ver, wd = f"{t.workdir}/t-ver-rel", t.workdir
+        t.check(f"mkdir -p {ver} && echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32}}' "
+                f"> {ver}/config.json", "a verifier config")
+    r = inv("prepare-data", "--host", "light", "--hosts", hf, "--data", str(src), "--verifier", ver,
+            "--dataset", "../t-rel-x", "--seq-length", "64", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    absolute = wd.rsplit("/", 1)[0] + "/t-rel-x"
+    assert f"--data-dir {absolute}" in r.stdout and "../t-rel-x" not in r.stdout, r.stdout
+
+
+def test_a_yaml_error_in_a_training_config_is_one_line(light_host, tmp_path):
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  epochs: 3\n   lr: [1\n")
+    r = inv("train", "--host", "light", "--hosts", hf, "--config", str(bad), "--dry-run")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"specops: {bad}: YAML syntax error at line 3, column ") and \
+        lines[0].endswith(": fix the file"), lines[0]

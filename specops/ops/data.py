@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -18,8 +19,9 @@ from specops.host.transport import Transport
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
     """`default` -> <workdir>/data/default; a path (with / or ~) is used as given."""
     v = name_or_path or "default"
-    if "/" in v or v.startswith("~"):
-        return t.expand(v)
+    if "/" in v or v.startswith("~"):  # (a relative path is the workdir's: said as the absolute path it is)
+        p = t.expand(v)
+        return p if p.startswith("/") else posixpath.normpath(f"{t.workdir}/{p}")
     check_name("dataset name", v)  # the one name rule: the path stays under data/
     return f"{t.workdir}/data/{v}"
 
