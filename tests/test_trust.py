@@ -222,3 +222,18 @@ def test_a_yaml_error_in_a_training_config_is_one_line(light_host, tmp_path):
     assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[0].startswith(f"specops: {bad}: YAML syntax error at line 3, column ") and \
         lines[0].endswith(": fix the file"), lines[0]
+
+
+def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
+    """`evaluate --checkpoint 99`: the run's checkpoints (folders with a config.json), in order."""
+    from specops import paths
+
+    ev = paths.remote_module("evaluate")
+    for name in ("0", "2", "10", "interrupted"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+        (tmp_path / "checkpoints" / name / "config.json").write_text("{}")
+    (tmp_path / "checkpoints" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoints" / "empty").mkdir()
+    with pytest.raises(ev.Refused) as e:
+        ev.checkpoint_dir(tmp_path, "99")
+    assert str(e.value) == f"no checkpoint 99 in {tmp_path}/checkpoints (its checkpoints: 0, 2, 10, interrupted)"
