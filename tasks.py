@@ -208,14 +208,15 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
                                  "sample": "files to load fully (default 8)",
                                  "verifier": "verifier model dir on the host (default: the host's `verifier` "
                                              "or the one recorded at extraction)",
-                                 "layers": "expected stored layers per position"})
-def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False):
+                                 "layers": "expected stored layers per position",
+                                 "seed": "which files are loaded fully (default: another sample each run; shown)"})
+def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False, seed=None):
     """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds.
 
     Example: inv inspect-data --host gpu1"""
     def one(t):
         return _inspect.inspect(t, path or f"{t.workdir}/data/default", sample=int(sample),
-                                verifier=verifier or t.host.verifier, layers=_int(layers))
+                                verifier=verifier or t.host.verifier, layers=_int(layers), seed=_int(seed))
 
     with errors():
         res = over(c, host, hosts, "inspect-data", one, as_json=json, show=lambda t, r: views.inspect(r), group=False)
@@ -377,11 +378,13 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
     "serve_check": "before the job starts, vLLM serves the verifier with an untrained draft of the run's config "
                    "for one short request, and a draft it cannot serve is refused with vLLM's root cause "
                    "(default on, cached on the host per verifier, draft config and vLLM version; a group: the "
-                   "first node); --no-serve-check skips it"})
+                   "first node); --no-serve-check skips it",
+    "continue_on_new_data": "resume a run id on another dataset or other settings (refused otherwise; run.json keeps "
+                            "every start's data and settings)"})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
           hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
-          serve_check=True):
+          serve_check=True, continue_on_new_data=False):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
@@ -406,6 +409,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
             views.dry_run_done(h.name)
         return
     kw.update(hidden_states=hidden_states, layers=layers, server_gpus=server_gpus, train_gpus=train_gpus,
+              continue_on_new_data=continue_on_new_data,
               disk_budget_gb=None if disk_budget is None else float(disk_budget), vllm_args=list(vllm_arg or []))
     over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
          show=lambda t, r: views.trained(t.host.name, r, t.hint))

@@ -171,6 +171,16 @@ def main(fn):
     sys.exit(code or 0)
 
 
+def human_bytes(b, top="GiB"):
+    """Bytes in a unit that fits, up to `top`: 512 B, 5.0 MiB, 2.70 GiB (never "0.00 GiB")."""
+    b = float(b)
+    units = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+    for unit, scale in units[[u for u, _ in units].index(top):]:
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}" if unit in ("TiB", "GiB") else f"{b / scale:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
 def read_json(path, default=None):
     """The JSON in a file, or default when it is missing or not JSON."""
     try:

@@ -17,7 +17,7 @@ import re
 import struct
 from pathlib import Path
 
-from contract import Refused
+from contract import Refused, human_bytes
 
 HS_DIR = "hidden_states"
 HS_NAME = re.compile(r"^hs_(\d+)\.safetensors$")
@@ -27,8 +27,8 @@ STATE = "state.json"
 INFO = "dataset_info.json"
 
 def gib(b):
-    """A byte count as the data stage's messages write it."""
-    return f"{b / 2**30:.2f} GiB"
+    """Bytes in a unit that fits (MiB for a small dataset, not "0.00 GiB"), at most GiB."""
+    return human_bytes(b)
 
 
 #: safetensors' own limit on the JSON header (the Rust loader refuses larger ones)

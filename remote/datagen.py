@@ -39,7 +39,9 @@ from pathlib import Path
 import contract
 import vllm_server
 from contract import Refused, emit
-from datafmt import RECORD, gib, hs_files, read_arrow_columns, readable, verifier_config
+from datafmt import RECORD, check_verifier, gib, hs_files, read_arrow_columns, readable, verifier_config
+from datafmt import read_json as read_config
+from errlines import first_error
 
 HEADROOM = 1.10
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -108,6 +110,60 @@ def rows_need_render(src):
     raise Refused(f"{src}: no .json/.jsonl data found")
 
 
+def source_rows(src):
+    """(file, line, row) of every row of the --prepare data (.jsonl lines or .json arrays)."""
+    p = Path(src)
+    for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p]):
+        with open(f, errors="replace") as fh:
+            first = fh.read(1 << 12).lstrip()
+            fh.seek(0)
+            if first.startswith("["):
+                try:
+                    rows = json.load(fh)
+                except ValueError as e:
+                    raise Refused(f"--prepare {f}: not JSON ({e})") from None
+                yield from ((f, None, r) for r in rows)
+                continue
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield f, n, json.loads(line)
+                    except ValueError as e:
+                        raise Refused(f"--prepare {f}: line {n} is not JSON ({e})") from None
+
+
+def verifier_vocab(verifier):
+    """(vocab_size, where it is read) of the verifier, or (None, None)."""
+    cfg, why = read_config(Path(verifier) / "config.json")
+    info = check_verifier(cfg)[0] if not why else None
+    return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
+
+
+def check_rows(src, verifier):
+    """The cheap checks, before any server starts: every row is conversations or input_ids +
+    loss_mask, and a pre-tokenised row's ids lie in the verifier's vocabulary."""
+    vocab, where = verifier_vocab(verifier)
+    n = 0
+    for n, (f, line, row) in enumerate(source_rows(src), 1):
+        at = f"--prepare {f}: row {n}" + (f" (line {line})" if line else "")
+        if isinstance(row, dict) and "input_ids" in row and "loss_mask" in row:
+            ids = row["input_ids"]
+            if not isinstance(ids, list) or not all(type(x) is int for x in ids):
+                raise Refused(f"{at}: input_ids is not a list of integers (nothing was started)")
+            bad = next((j for j, x in enumerate(ids) if x < 0 or (vocab and x >= vocab)), None)
+            if bad is not None:
+                rng = f"[0, {vocab}) ({where})" if vocab else "[0, ...): token ids are never negative"
+                raise Refused(f"{at}: token id {ids[bad]} at position {bad} is outside the verifier's vocabulary "
+                              f"{rng}: were the rows tokenised for another model? (nothing was started)")
+        elif not (isinstance(row, dict) and isinstance(row.get("conversations"), list)):
+            keys = ", ".join(map(str, row)) if isinstance(row, dict) else f"a JSON {type(row).__name__}"
+            raise Refused(f"{at} has neither `conversations` (a list of {{role, content}} turns) nor `input_ids` + "
+                          f"`loss_mask` (it has: {keys or 'nothing'}): fix the rows (nothing was started)")
+    if not n:
+        raise Refused(f"--prepare {src}: no rows in it: nothing to prepare")
+    return n
+
+
 def file_sha256(path):
     import hashlib
 
@@ -170,6 +226,32 @@ def free_bytes(path):
     return shutil.disk_usage(p).free
 
 
+def reader_of(data):
+    """The running job (a train: its run folder holds a train-spec.json) that reads the dataset
+    at data, or None. Any running job counts, its record readable or not."""
+    import job
+
+    me = Path(data).resolve()
+    for rec in job.all_jobs():
+        if rec["state"] != "running" or not rec.get("dir"):
+            continue
+        d = contract.read_json(Path(rec["dir"]) / "train-spec.json")
+        used = d.get("data") if isinstance(d, dict) else None
+        if isinstance(used, str) and Path(os.path.expanduser(used)).resolve() == me:
+            return rec
+    return None
+
+
+def refuse_if_in_use(a, data):
+    """--overwrite replaces what a running train reads (it would die mid-run: `Failed to load
+    hidden states`): refused, naming the run."""
+    rec = reader_of(data) if a.overwrite and (a.prepare or a.extract) else None
+    if rec:
+        raise Refused(f"{data} is the dataset of the running train {rec['run_id']!r} (pid {rec.get('pid')}): "
+                      f"--overwrite would change its files under it; stop it first (`inv stop --run-id "
+                      f"{rec['run_id']}`), wait for its end, or give another --dataset (nothing was changed)")
+
+
 def plan(a):
     """Everything checkable before anything starts. Raises Refused."""
     if not a.verifier:
@@ -188,6 +270,7 @@ def plan(a):
            "custom_code": vllm_server.custom_code(a.verifier), "tensor_parallel": a.tensor_parallel,
            "vllm_args": list(a.vllm_arg)}
     data = Path(a.data_dir)
+    refuse_if_in_use(a, data)
     longest = None
     if a.prepare and a.prepare_later and not Path(a.prepare).exists():
         out["prepare_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
@@ -196,6 +279,8 @@ def plan(a):
             raise Refused(f"--prepare {a.prepare}: no such file on this host")
         out["already_prepared"], out["prepare_sha256"] = check_prepare_source(a, data)
         out["needs_render_server"] = rows_need_render(a.prepare)
+        if not out["already_prepared"]:
+            out["source_rows"] = check_rows(a.prepare, a.verifier)
     if a.extract:
         out["layer_ids"] = parse_layers(a.layers, n)
         check_layers_against_files(a, data, out["layer_ids"])
@@ -243,9 +328,30 @@ def server_cmd(a, info, port):
         tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
 
 
+def beside(data):
+    """Where prepare-data builds the dataset: a hidden folder beside it, moved in at the end (a
+    failed or interrupted prepare leaves nothing in the dataset folder that blocks the re-run)."""
+    data = Path(data)
+    return data.parent / f".{data.name}.preparing"
+
+
+def publish(stage, data, overwrite, source):
+    """The built dataset into its folder: what was there goes only now (with --overwrite all of
+    it but the --prepare source; else what the new files replace), then each entry is renamed in
+    (same filesystem: no copy), the stage removed."""
+    names = {p.name for p in stage.iterdir()}
+    source = Path(source).resolve()
+    for p in list(data.iterdir()):
+        if (overwrite or p.name in names) and not (source == p.resolve() or p.resolve() in source.parents):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for p in list(stage.iterdir()):
+        os.replace(p, data / p.name)
+    stage.rmdir()
+
+
 def prepare_cmd(a, info, url):
     argv = [sys.executable, "-m", "speculators", "prepare-data", "--model", a.verifier,
-            "--data", a.prepare, "--output", str(a.data_dir), "--seq-length", str(a.seq_length),
+            "--data", a.prepare, "--output", str(beside(a.data_dir)), "--seq-length", str(a.seq_length),
             "--no-skip-token-freq"]
     if info["trust_remote_code"]:
         argv += ["--trust-remote-code"]
@@ -278,27 +384,58 @@ def commands(a, info, port=PORT):
     return out
 
 
-def run_cmd(argv, env=None):
+def run_cmd(argv, env=None, keep=1 << 16):
+    """Run argv, its output into this job's log as it comes; a failure is StepFailed with the
+    program's own error line (`ValueError: ...`, `OSError: [Errno 28] No space left on device`)."""
     print(f"[specops] $ {' '.join(argv)}", flush=True)
     t0 = time.time()
-    rc = subprocess.call(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tail = b""
+    while chunk := os.read(p.stdout.fileno(), 1 << 16):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+        tail = (tail + chunk)[-keep:]
+    rc = p.wait()
     if rc != 0:
-        raise RuntimeError(f"{' '.join(argv[2:4])} exited {rc}")
+        why = first_error(tail.decode(errors="replace"))
+        raise vllm_server.StepFailed(f"{' '.join(argv[2:4])} exited {rc}" + (f": {why}" if why else ""))
     return time.time() - t0
 
 
 def execute(a, info):
     data = Path(a.data_dir)
+    made = not data.exists()
     data.mkdir(parents=True, exist_ok=True)
     run_dir = Path(a.result).parent if a.result else data
     res = {"steps": []}
-    if a.overwrite:  # asked for: what would be replaced goes first (the dataset, or only the states)
-        if a.prepare and not info.get("already_prepared"):
-            for p in list(data.iterdir()):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        elif a.extract and (data / "hidden_states").is_dir():
-            shutil.rmtree(data / "hidden_states")
-        print(f"[specops] --overwrite: cleared {data} for the new run", flush=True)
+    stage = beside(data)
+    preparing = a.prepare and not info.get("already_prepared")
+    if preparing:
+        shutil.rmtree(stage, ignore_errors=True)  # (an earlier run's, interrupted)
+    if a.overwrite and preparing:
+        print(f"[specops] --overwrite: the dataset is built beside {data} ({stage.name}) and replaces it at "
+              f"the end", flush=True)
+    elif a.overwrite and a.extract and (data / "hidden_states").is_dir():  # only the states go, first
+        shutil.rmtree(data / "hidden_states")
+        print(f"[specops] --overwrite: cleared {data}/hidden_states for the new run", flush=True)
+    try:
+        return run_steps(a, info, data, run_dir, res, stage)
+    except BaseException:  # (nothing of a failed run blocks the next: no stage, no empty folder)
+        if preparing:
+            shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(data / ".hs_stage", ignore_errors=True)  # (the server's staging; it is stopped)
+        if made and data.is_dir() and not any(data.iterdir()):
+            data.rmdir()
+        raise
+    finally:
+        try:
+            (data / ".hs_stage").rmdir()  # (empty once the states are in hidden_states/)
+        except OSError:
+            pass
+
+
+def run_steps(a, info, data, run_dir, res, stage):
     server = None
     url = None
     try:
@@ -314,6 +451,7 @@ def execute(a, info):
                       f"prepare-data skipped", flush=True)
             else:
                 res["prepare_seconds"] = round(run_cmd(prepare_cmd(a, info, url)), 1)
+                publish(stage, data, a.overwrite, a.prepare)
                 rec = read_record(data)
                 rec["prepared_from"] = {"path": os.path.abspath(a.prepare), "sha256": info.get("prepare_sha256"),
                                         "seq_length": a.seq_length, "when": time.time()}

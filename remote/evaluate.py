@@ -177,8 +177,10 @@ def checkpoint_dir(run, which):
         return p.resolve()
     p = ck / str(which)
     if not (p / "config.json").is_file():
-        have = sorted(x.name for x in ck.iterdir()) if ck.is_dir() else []
-        raise Refused(f"no checkpoint {which} in {ck} (have: {have})")
+        # (the checkpoints, not every file: a folder holding config.json, numbers in order)
+        have = sorted((x.name for x in ck.iterdir() if (x / "config.json").is_file()),
+                      key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)) if ck.is_dir() else []
+        raise Refused(f"no checkpoint {which} in {ck} (its checkpoints: {', '.join(have) or 'none'})")
     return p.resolve()
 
 

@@ -52,6 +52,7 @@ def parse_args(argv=None):
     ap = Args(prog="inspect_data.py")
     ap.add_argument("--path", required=True)
     ap.add_argument("--sample", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None, help="which files are loaded fully (default: a new one each run)")
     ap.add_argument("--verifier", default=None)
     ap.add_argument("--layers", type=int, default=None)
     a = ap.parse_args(argv)
@@ -294,7 +295,7 @@ def read_dataset(root, rep, vocab, vname):
 
 # -- speculators 0.9 --------------------------------------------------------------------------
 
-def inspect_speculators(root, rep, sample, verifier, layers, record):
+def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
     t0 = time.time()
     root = Path(root)
     v = verifier or {}
@@ -395,7 +396,7 @@ def inspect_speculators(root, rep, sample, verifier, layers, record):
         import torch
         from safetensors.torch import load_file
 
-        rng = random.Random(0)
+        rng = random.Random(seed)  # (another sample each run unless --seed repeats one: shown in the result)
         picks = sorted(rng.sample(ids, min(sample, len(ids))))
         for i in picks:
             p = files[i]
@@ -442,7 +443,7 @@ def inspect_speculators(root, rep, sample, verifier, layers, record):
         "rows": n_rows, "columns": cols, "files": len(files), "bytes": total_bytes, "tokens": tokens,
         "hidden_size": hid, "stored_layers": nl, "dtypes": dict(dtypes), "keys": table,
         "input_ids_range": ds.id_range,
-        "sampled": sampled, "header_seconds": round(header_s, 3),
+        "sampled": sampled, "full_checked": len(sampled), "seed": seed, "header_seconds": round(header_s, 3),
     }
 
 
@@ -513,7 +514,8 @@ def main(argv=None):
             rep.bad(root, f"{what}: expected a speculators 0.9 dataset (state.json, data-*.arrow, hidden_states/), "
                     f"legacy v0.3 rows_*/data_*.pt or SpecForge data_*.ckpt")
     elif fmt == "speculators-0.9":
-        summary = inspect_speculators(root, rep, a.sample, verifier, layers, record)
+        seed = a.seed if a.seed is not None else random.SystemRandom().randrange(10**6)
+        summary = inspect_speculators(root, rep, a.sample, verifier, layers, record, seed)
     elif fmt == "legacy-v0.3":
         summary = inspect_torch_files(root, rep, a.sample, "rows_*/data_*.pt", fmt)
     else:

@@ -11,12 +11,18 @@ terminal, stdin from /dev/null, output to runs/R/output.log) and returns at once
 survives the SSH connection. The supervisor runs CMD in that process group, writes
 runs/R/exit_code when it ends and keeps runs/R/job.json up to date. `stop` signals the
 process group (SIGTERM, grace, SIGKILL) and waits until no process of the group is left.
+A pid is taken for the job's only while it is the recorded process (its start time, or the job's
+SPECOPS_JOB tag, in this run folder: remote/procs.py); a job none of whose processes is left is
+`lost` and nothing is signalled. A job.json that cannot be trusted is a row of its own, its
+processes found by their SPECOPS_JOB_DIR.
 Other remote scripts import start_job / stop_job / job_state from here.
 """
 
 import argparse
 import fcntl
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +33,8 @@ from pathlib import Path
 from contract import JobState, check_name, emit, read_json, write_json
 from errlines import first_error
 from loglines import last_meaningful
+from procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_pid, is_torchrun, kill_all,
+                   pid_alive, procs, same_process, start_time, tagged, with_env)
 
 RUNS = Path("runs")
 
@@ -42,89 +50,130 @@ def update_json(path, **fields):
     path = Path(path)
     with open(path.parent / ".specops-job.lock", "w") as lf:
         fcntl.flock(lf, fcntl.LOCK_EX)
-        rec = read_json(path) or {}
+        rec = read_json(path)
+        rec = rec if isinstance(rec, dict) else {}  # (a garbled record: what is written now is kept)
         rec.update(fields)
         write_json(path, rec)
     return rec
 
 
-def pid_alive(pid):
-    """True if pid runs (a zombie, which kill -0 still reports, counts as gone)."""
-    if not pid:
-        return False
+#: job.json's fields and the types they must have: a record of other types is a row of its own
+#: ("? job.json unreadable: ..."), and nothing is signalled on its word
+FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
+          "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
+          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "failed_why": str}
+
+
+#: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
+#: command at once: a training whose loss is NaN learns nothing, however long it runs)
+CHECKS = {
+    "nonfinite-loss": (re.compile(rb"\b((?:train|val)/loss(?:_\d+)?=-?(?:nan|inf))\b", re.I),
+                       "NonFiniteLossError: {0} in the log, the run learned nothing; check the data "
+                       "with inspect-data (`inv inspect-data --sample 1000` loads more files), or lower lr"),
+}
+
+
+def record_problem(rec, name):
+    """Why a job record cannot be trusted (one phrase), or None."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a record"
+    for k, types in FIELDS.items():
+        v = rec.get(k)
+        if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and types is not bool)):
+            return f"{k} is {json.dumps(v)[:40]}, not {'a number' if types in (int, (int, float)) else types.__name__}"
+    for k in ("pid", "pgid", "child_pid"):
+        if rec.get(k) is not None and not is_pid(rec[k]):
+            return f"{k} is {rec[k]}, not a pid"
+    if rec.get("run_id") != name:
+        return f"its run_id {json.dumps(rec.get('run_id'))[:40]} is not this folder's ({name!r}): copied from another run?"
+    return None
+
+
+def read_record(d):
+    """(job.json as a trusted dict, None), or (None, why not: one phrase)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+        text = (d / "job.json").read_text()
+    except OSError as e:
+        return None, e.strerror or str(e)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        rec = json.loads(text)
+    except ValueError as e:
+        return None, f"not JSON ({e})"
+    problem = record_problem(rec, d.name)
+    return (None, problem) if problem else (rec, None)
+
+
+def unreadable(d, why):
+    """The record of a run folder whose job.json cannot be trusted: found by its processes'
+    SPECOPS_JOB_DIR alone (they keep the lock they were started with)."""
+    where = str(d.resolve())
+    pids = with_env(DIR_VAR, where)
+    lock = next((v for v in (environ(p).get(LOCK_VAR) for p in pids) if v), None)
+    try:
+        started = (d / "job.json").stat().st_mtime
     except OSError:
-        return False
+        started = time.time()
+    return {"run_id": d.name, "kind": "?", "unreadable": why, "dir": where, "lock": lock,
+            "pid": pids[0] if pids else None, "started": started}
 
 
-def procs():
-    """(pid, state, ppid, pgid) of every process, from /proc."""
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                f = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                yield int(p.name), f[0], int(f[1]), int(f[2])
-            except (OSError, ValueError, IndexError):
-                continue
+def is_ours(rec, pid, start):
+    """pid is still the job's recorded process (its start time or the job's tag), and of this run
+    folder (its SPECOPS_JOB_DIR, where it has one: a record copied elsewhere names another's)."""
+    return (same_process(pid, start, rec.get("tag"))
+            and environ(pid).get(DIR_VAR, rec.get("dir")) == rec.get("dir"))
 
 
-#: Every process of a job carries SPECOPS_JOB=<its tag> in its environment (set by the supervisor):
-#: that finds the job's processes outside its process group too. torchrun starts each rank in a
-#: session of its own, and a rank whose torchrun died lives on, reparented, holding its GPU.
-TAG_VAR = "SPECOPS_JOB"
-
-
-def tagged(tag):
-    """Live pids whose environment carries this job's tag."""
-    if not tag:
-        return []
-    needle = b"\0" + f"{TAG_VAR}={tag}".encode() + b"\0"
-    out = []
-    for pid, st, _, _ in procs():
-        if st == "Z":
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in b"\0" + env + (b"" if env.endswith(b"\0") else b"\0"):
-            out.append(pid)
-    return out
+def leader_is_ours(rec):
+    """The job's supervisor (its process group's leader) is alive and still the recorded process."""
+    pgid = rec.get("pgid")
+    return is_pid(pgid) and pgid == rec.get("pid") and is_ours(rec, pgid, rec.get("pid_start"))
 
 
 def job_pids(rec):
-    """The job's live processes: its process group and every process carrying its tag."""
-    pgid = rec.get("pgid")
-    group = {p for p, st, _, pg in procs() if pgid and pg == pgid and st != "Z"}
-    return sorted(group | set(tagged(rec.get("tag"))))
-
-
-def kill_all(pids, sig):
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """The job's live processes: those carrying its tag (in its run folder), and the members of its
+    process group while that group is still the job's: its leader alive as recorded, or, once the
+    leader is gone, members started after it that carry no other job's tag (vLLM's engines rename
+    themselves, which overwrites the environment holding the tag). A pid or group id that another
+    process took since is never the job's."""
+    where = rec.get("dir")
+    if rec.get("unreadable"):
+        return sorted(with_env(DIR_VAR, where))
+    tag, pgid, start = rec.get("tag"), rec.get("pgid"), rec.get("pid_start")
+    leader = leader_is_ours(rec)
+    leaderless = is_pid(pgid) and start is not None and start_time(pgid) is None
+    out = []
+    for pid, st, _, pg, t0 in procs():
+        if st == "Z":
+            continue
+        env = environ(pid)
+        if tag and env.get(TAG_VAR) == tag and env.get(DIR_VAR, where) == where:
+            out.append(pid)
+        elif is_pid(pgid) and pg == pgid and (leader or (leaderless and t0 >= start and TAG_VAR not in env)):
+            out.append(pid)
+    return sorted(out)
 
 
 def job_state(d):
-    """The job record of run dir d, with 'state' brought up to date."""
+    """The job record of run dir d, with 'state' brought up to date; None where there is no job.json.
+    A record that cannot be trusted is a row of its own (kind '?', "job.json unreadable: ...")."""
     d = Path(d)
-    rec = read_json(d / "job.json")
-    if rec is None:
+    if not (d / "job.json").exists():
         return None
-    code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
+    rec, why = read_record(d)
+    rec = unreadable(d, why) if rec is None else {**rec, "dir": str(d.resolve())}
+    for k in ("exit_code", "error", "gpu_mib", "subjobs", "age_s", "log_bytes", "last_line"):
+        rec.pop(k, None)  # (what is worked out here, never taken from the file)
+    try:
+        code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
+    except OSError:
+        code = None
+    rc = int(code) if code is not None and code.lstrip("-").isdigit() else None
+    notes = [f"? job.json unreadable: {why}"] if why else []
+    if code is not None and rc is None:
+        notes.append(f"? exit_code unreadable: {code[:40]!r}")
     rec["detail"] = ""
-    if code is not None:
-        rc = int(code)
+    if rc is not None:
         rec["exit_code"] = rc
         if rec.get("stopped_by_user"):
             rec["state"] = JobState.STOPPED.value
@@ -134,14 +183,21 @@ def job_state(d):
             rec["state"] = JobState.KILLED.value
             rec["detail"] = f"signal {-rc}" if rc < 0 else "137: SIGKILL, e.g. out of memory"
         else:
-            rec["state"], rec["detail"] = JobState.FAILED.value, f"exit {rc}"
-    elif pid_alive(rec.get("pid")) or pid_alive(rec.get("child_pid")) or job_pids(rec):
+            rec["state"], rec["detail"] = JobState.FAILED.value, f"exit {rc}" + (
+                f": {rec['failed_why']}" if rec.get("failed_why") else "")
+    elif job_pids(rec):
         rec["state"] = JobState.RUNNING.value
     else:
-        rec["state"], rec["detail"] = JobState.LOST.value, "supervisor gone without an exit code"
-    rec["age_s"] = round(time.time() - rec.get("started", time.time()), 1)
+        rec["state"] = JobState.LOST.value
+        notes = notes or ["supervisor gone without an exit code"]
+    rec["detail"] = "; ".join([rec["detail"]] * bool(rec["detail"]) + notes)
+    started = rec.get("started")
+    rec["age_s"] = round(time.time() - (started if isinstance(started, (int, float)) else time.time()), 1)
     log = d / "output.log"
-    rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
+    try:
+        rec["log_bytes"] = log.stat().st_size if log.is_file() else 0
+    except OSError:
+        rec["log_bytes"] = 0
     rec["last_line"] = last_line(log, rec["log_bytes"])
     if rec["state"] in (JobState.FAILED.value, JobState.KILLED.value):
         rec["error"] = first_error(log_end(log, rec["log_bytes"]))
@@ -162,17 +218,6 @@ def last_line(log, size):
     return last_meaningful(log_end(log, size, 16384))
 
 
-def is_torchrun(pid):
-    try:
-        return b"torch.distributed.run" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def children(pid):
-    return [p for p, _, ppid, _ in procs() if ppid == pid]
-
-
 def gpu_memory_by_pid():
     """{pid: MiB} from nvidia-smi, or {} where there is no NVIDIA GPU."""
     try:
@@ -188,22 +233,59 @@ def gpu_memory_by_pid():
     return res
 
 
+def mtime(p):
+    try:
+        return p.stat().st_mtime
+    except OSError:  # (a folder removed while we list)
+        return None
+
+
+def file_size(p):
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def run_folders(base):
+    """The run folders under base, oldest first; one removed meanwhile is left out."""
+    try:
+        found = [(m, p) for p in Path(base).iterdir() if (m := mtime(p)) is not None]
+    except OSError:
+        return []
+    return [p for _, p in sorted(found)]
+
+
+def safe_state(d):
+    """job_state(d), never an exception: a folder that breaks it is a row saying why; one that
+    vanished meanwhile is None."""
+    try:
+        return job_state(d)
+    except Exception as e:  # (one bad folder never hides the others)
+        if not d.exists():
+            return None
+        return {**unreadable(d, f"{type(e).__name__}: {e}"), "state": JobState.LOST.value,
+                "detail": f"? unreadable: {type(e).__name__}: {e}", "age_s": 0.0, "log_bytes": 0, "last_line": ""}
+
+
 def all_jobs(root=None):
-    out = []
-    base = Path(root or RUNS)
-    if base.is_dir():
-        for d in sorted(base.iterdir(), key=lambda p: p.stat().st_mtime):
-            rec = job_state(d) if (d / "job.json").is_file() else None
-            if rec:
-                out.append(rec)
-    return out
+    return [rec for d in run_folders(root or RUNS) if (rec := safe_state(d))]
+
+
+def holds(rec, lock, run_id):
+    """rec is a running job, other than run_id, that holds lock (a job whose record is unreadable
+    and whose processes carry no lock holds every lock: nothing is started beside an unknown job)."""
+    return (rec["state"] == JobState.RUNNING.value and rec["run_id"] != run_id
+            and (rec.get("lock") == lock or (rec.get("unreadable") and not rec.get("lock"))))
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
-              term="group"):
+              term="group", fail_on=None):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
     term: what `stop` sends SIGTERM to first: the whole process group, or only the command
-    ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves)."""
+    ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves).
+    The supervisor and everything it starts carry the job's tag, run folder and lock in their
+    environment; its start time is recorded: that, not the pid alone, says a process is the job's."""
     d = run_dir(run_id, root)
     base = Path(root or RUNS)
     base.mkdir(parents=True, exist_ok=True)
@@ -211,71 +293,105 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         fcntl.flock(lf, fcntl.LOCK_EX)
         if lock:
             for rec in all_jobs(root):
-                if rec.get("lock") == lock and rec["state"] == JobState.RUNNING.value and rec["run_id"] != run_id:
+                if holds(rec, lock, run_id):
+                    why = f"; its job.json unreadable: {rec['unreadable']}" if rec.get("unreadable") else ""
                     return {"ok": False, "error": f"lock {lock!r} is held by run {rec['run_id']!r} "
-                            f"(pid {rec['pid']}, running {rec['age_s']:.0f}s)", "holder": rec["run_id"]}
-        prev = job_state(d) if (d / "job.json").is_file() else None
+                            f"(pid {rec['pid']}, running {rec['age_s']:.0f}s{why})", "holder": rec["run_id"]}
+        prev = safe_state(d)
         if prev and prev["state"] == JobState.RUNNING.value:
             return {"ok": False, "error": f"run {run_id!r} is already running (pid {prev['pid']})"}
         d.mkdir(parents=True, exist_ok=True)
         (d / "exit_code").unlink(missing_ok=True)
         started = time.time()
+        tag = f"{run_id}.{int(started * 1000)}.{os.urandom(4).hex()}"  # (unique across workdirs)
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
-               "tag": f"{run_id}.{int(started * 1000)}", "state": JobState.STARTING.value, **(extra or {})}
+               "tag": tag, "state": JobState.STARTING.value, **({"fail_on": fail_on} if fail_on else {}),
+               **(extra or {})}
         write_json(d / "job.json", rec)
         log = open(d / "output.log", "ab")
         sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
         if env_file:
             sup += ["--env-file", env_file]
+        env = {**os.environ, TAG_VAR: tag, DIR_VAR: str(d.resolve()), LOCK_VAR: lock or ""}
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True, cwd=cwd, close_fds=True)
+                             start_new_session=True, cwd=cwd, close_fds=True, env=env)
         log.close()
-        rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, state=JobState.RUNNING.value))
+        # (p is this process's unreaped child: its pid cannot have changed hands yet)
+        rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, pid_start=start_time(p.pid),
+                               state=JobState.RUNNING.value))
     return {"ok": True, **rec}
 
 
 def stop_job(d, grace=60.0):
-    """SIGTERM the job's process group, wait up to grace, then SIGKILL every process of the job
-    (its group and its tagged processes in other sessions); wait until they are gone."""
+    """SIGTERM the job (its process group while that is still the job's, else its own processes),
+    wait up to grace, then SIGKILL every process of the job (its group and its tagged processes in
+    other sessions); wait until they are gone. A job none of whose processes is still there is
+    `lost`: nothing is signalled (its recorded pid may be another process's by now)."""
     d = Path(d)
-    rec = job_state(d)
+    rec = safe_state(d)
     if rec is None:
         return {"ok": False, "error": f"no job in {d}"}
-    pgid = rec.get("pgid")
     if rec["state"] != JobState.RUNNING.value:
         return {"ok": True, "already": rec["state"], **rec}
-    rec["stopped_by_user"] = True
-    raw = update_json(d / "job.json", stopped_by_user=True)
+    raw = rec
+    if not rec.get("unreadable"):
+        try:
+            raw = {**update_json(d / "job.json", stopped_by_user=True), "dir": rec["dir"]}
+        except (OSError, ValueError) as e:
+            return {"ok": False, "error": f"cannot record the stop in {d}/job.json: {e}"}
+        if record_problem(raw, d.name):  # (garbled meanwhile)
+            raw = rec
     t0 = time.time()
-    try:
-        child = raw.get("child_pid")
-        if raw.get("term") == "child" and child and pid_alive(child):
-            # A launcher (torchrun) would SIGTERM its workers itself and kill their DataLoader
-            # workers too early: signal the ranks (its children) once, let them save and exit.
-            ranks = [p for p in children(child) if pid_alive(p)] if is_torchrun(child) else []
-            for p in ranks or [child]:
-                os.kill(p, signal.SIGTERM)
-        else:
-            os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    child = raw.get("child_pid")
+    if raw.get("term") == "child" and is_ours(raw, child, raw.get("child_start")):
+        term_command(child)
+    elif leader_is_ours(raw):
+        try:
+            os.killpg(raw["pgid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    else:
+        kill_all(job_pids(raw), signal.SIGTERM)
     killed = False
     while left := job_pids(raw):
         if time.time() - t0 > grace and not killed:
             kill_all(left, signal.SIGKILL)  # (the group and the tagged processes)
             killed = True
         if time.time() - t0 > grace + 30:
-            return {"ok": False, "error": f"processes {left} of the job (group {pgid}) still alive after SIGKILL"}
+            return {"ok": False, "error": f"processes {left} of the job (group {raw.get('pgid')}) still alive "
+                                          f"after SIGKILL"}
         time.sleep(0.2)
     # the supervisor writes exit_code as it ends; give it a moment if it was SIGKILLed
     if not (d / "exit_code").is_file():
         (d / "exit_code").write_text("-9\n" if killed else "-15\n")
-    # jobs this job started (e.g. its vLLM server under RUN/server/) go too
-    for sub in sorted(d.iterdir()):
-        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == JobState.RUNNING.value:
-            stop_job(sub, grace=min(grace, 30))
-    return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **job_state(d)}
+    stop_subjobs(d, min(grace, 30))  # jobs this job started (e.g. its vLLM server under RUN/server/) go too
+    return {"ok": True, "sigkill": killed, "seconds": round(time.time() - t0, 1), **(safe_state(d) or rec)}
+
+
+def term_command(child):
+    """SIGTERM the command. A launcher (torchrun) would SIGTERM its workers itself and kill their
+    DataLoader workers too early: signal the ranks (its children) once, let them save and exit."""
+    ranks = [p for p in children(child) if pid_alive(p)] if is_torchrun(child) else []
+    kill_all(ranks or [child], signal.SIGTERM)
+
+
+def scan(log, pos, pattern, overlap=256):
+    """(the first match of pattern in log from byte pos, the position to scan from next)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except OSError:
+        return None, pos
+    m = pattern.search(data)
+    return (m.group(1).decode(errors="replace") if m else None), max(pos, pos + len(data) - overlap)
+
+
+def stop_subjobs(d, grace):
+    for sub in run_folders(d):
+        if (sub / "job.json").is_file() and (safe_state(sub) or {}).get("state") == JobState.RUNNING.value:
+            stop_job(sub, grace=grace)
 
 
 def supervise(d, env_file=None):
@@ -296,6 +412,7 @@ def supervise(d, env_file=None):
     signal.signal(signal.SIGTERM, lambda *a: None)
     signal.signal(signal.SIGINT, lambda *a: None)
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
+    pos = file_size(d / "output.log")  # (where this start's output begins)
     try:
         child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
     except OSError as e:
@@ -303,26 +420,49 @@ def supervise(d, env_file=None):
         (d / "exit_code").write_text("127\n")
         return 127
     rec["child_pid"] = child.pid
-    try:
-        update_json(d / "job.json", child_pid=child.pid)
-    except OSError as e:  # the supervisor's duty is the exit code: never die before recording it
+    try:  # (child is this process's unreaped child: its start time is surely its own)
+        update_json(d / "job.json", child_pid=child.pid, child_start=start_time(child.pid))
+    except (OSError, ValueError) as e:  # the supervisor's duty is the exit code: never die before recording it
         print(f"[specops] could not record the child's pid in job.json: {e}", flush=True)
-    while True:
-        try:
-            rc = child.wait()
-            break
-        except InterruptedError:
-            continue
+    check = CHECKS.get(rec.get("fail_on"))
+    rc, found = watch(d, child, check, pos)
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
+    if found:  # (the last error line of the log: what `inv status` and the laptop show)
+        print(check[1].format(found), flush=True)
+        rc = 1
+        try:
+            update_json(d / "job.json", failed_why=f"non-finite loss ({found})")
+        except (OSError, ValueError):
+            pass
     # the jobs it started (a vLLM server under RUN/server/) end with it, even when it was killed before
-    # stopping them (their supervisors carry this job's tag: end_orphans would only orphan their servers)
-    for sub in sorted(d.iterdir()):
-        if (sub / "job.json").is_file() and (job_state(sub) or {}).get("state") == JobState.RUNNING.value:
-            stop_job(sub, grace=30)
+    # stopping them (each carries its own tag: end_orphans does not see them)
+    stop_subjobs(d, 30)
     end_orphans(rec.get("tag"))
     end_group()
     (d / "exit_code").write_text(f"{rc}\n")
     return 0
+
+
+def watch(d, child, check, pos, every=5.0):
+    """Wait for the command; with a check, scan its log (from byte pos: this start's) as it grows:
+    the first match stops the command (SIGTERM, as `stop` does). Returns (exit code, the match or None)."""
+    log, found = d / "output.log", None
+    while True:
+        try:
+            rc = child.wait(timeout=every if check else None)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        except InterruptedError:
+            continue
+        if found is None:
+            found, pos = scan(log, pos, check[0])
+            if found:
+                print(f"[specops] {found} in the log: stopping the command (it learns nothing)", flush=True)
+                term_command(child.pid)
+    if check and found is None:
+        found, _ = scan(log, pos, check[0])
+    return rc, found
 
 
 def reap(left, what, where="", grace=10.0):
@@ -342,16 +482,12 @@ def reap(left, what, where="", grace=10.0):
     return found
 
 
-def group_left(pgid):
-    """A left() for reap: the live processes of process group pgid, other than this one."""
-    me = os.getpid()
-    return lambda: [p for p, st, _, g in procs() if g == pgid and p != me and st != "Z"]
-
-
 def end_orphans(tag, grace=10.0):
     """The command has exited: end what it left running (e.g. ranks whose torchrun was killed,
-    in sessions of their own)."""
-    reap(lambda: [p for p in tagged(tag) if p != os.getpid()], "the command", " running", grace)
+    in sessions of their own): its tag, in this run folder (never a job of another workdir)."""
+    me, where = os.getpid(), os.environ.get(DIR_VAR)
+    reap(lambda: [p for p in tagged(tag) if p != me and environ(p).get(DIR_VAR, where) == where],
+         "the command", " running", grace)
 
 
 def end_group(grace=10.0):
@@ -370,6 +506,7 @@ def main():
     s.add_argument("--lock", default=None)
     s.add_argument("--env-file", default=None)
     s.add_argument("--term", choices=["group", "child"], default="group")
+    s.add_argument("--fail-on", choices=sorted(CHECKS), default=None)
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -388,20 +525,20 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
-        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term)
+        res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
+                        fail_on=a.fail_on)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":
         if a.run_id is not None:
-            rec = job_state(run_dir(a.run_id))
+            rec = safe_state(run_dir(a.run_id))
             emit({"ok": rec is not None, "jobs": [rec] if rec else [],
                   **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})
         else:
             jobs = all_jobs()
             for rec in jobs:  # a run's own jobs (an online training's vLLM server, RUN/server/): under it
                 d = RUNS / rec["run_id"]
-                rec["subjobs"] = [s for s in (job_state(x) for x in sorted(d.iterdir()) if (x / "job.json").is_file())
-                                  if s] if d.is_dir() else []
+                rec["subjobs"] = [s for s in (safe_state(x) for x in run_folders(d) if (x / "job.json").is_file()) if s]
             gpu = gpu_memory_by_pid()
             if gpu:
                 for rec in jobs:

@@ -56,11 +56,7 @@ SHARED_GPU_UTILIZATION = "0.4"
 
 def size(b):
     """Bytes for a person: 5.0 MiB, 2.70 TiB."""
-    b = float(b)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if b >= scale:
-            return f"{b / scale:.2f} {unit}" if unit in ("TiB", "GiB") else f"{b / scale:.1f} {unit}"
-    return f"{b:.0f} B"
+    return contract.human_bytes(b, top="TiB")
 
 
 def stage_dir(run_id, workdir=None):

@@ -121,9 +121,14 @@ def main():
     run = Path(spec["run_dir"])
     rec_path = run / "run.json"
     rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {"starts": []}
-    rec.update(spec.get("record", {}))
+    rec.update(spec.get("record", {}))  # (the latest start's; each start's own stays in `starts`)
     rec.update(host=socket.gethostname(), versions=versions(), command=argv, python=sys.executable)
-    rec.setdefault("starts", []).append(time.time())
+    new = spec.get("record", {})
+    rec.setdefault("starts", []).append({
+        "when": time.time(), "data": spec.get("data"), "config": new.get("config"),
+        "config_file": new.get("config_file"), "hidden_states": new.get("hidden_states"),
+        "data_summary": new.get("data_summary"), "changed": new.get("changed_since_last_start") or [],
+        "specops_revision": new.get("specops_revision")})
     resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
     rec_path.write_text(json.dumps(rec, indent=1, default=str))
     online = spec.get("hidden_states") == "online"

@@ -25,7 +25,7 @@ from pathlib import Path
 import contract
 import hostenv
 from contract import Refused, emit
-from job import group_left, job_state, read_json, start_job, stop_job
+from job import job_pids, job_state, start_job, stop_job
 from job import reap as job_reap
 
 REMOTE = Path(__file__).resolve().parent
@@ -123,6 +123,10 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
 
 class ServerDied(RuntimeError):
     pass
+
+
+class StepFailed(RuntimeError):
+    """A program the job ran failed: str(e) is its own error line (its traceback is in the log once)."""
 
 
 PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] )?")
@@ -264,11 +268,12 @@ def reap(server_dir, grace=10.0):
     """End what is left of a server's process group once it has ended: vLLM's engine processes
     outlive a killed API server, and their process titles (setproctitle) overwrite the
     environment that carries the job's tag, so only the group still finds them."""
-    pgid = (read_json(Path(server_dir) / "job.json") or {}).get("pgid")
-    if not pgid:
+    rec = job_state(server_dir)
+    if not rec or not rec.get("pgid"):
         return []
-
-    return job_reap(group_left(pgid), "the vLLM server", f" of its group {pgid}", grace)
+    me = os.getpid()  # (job_pids: the group only while it is still the server's, never a reused id)
+    return job_reap(lambda: [p for p in job_pids(rec) if p != me], "the vLLM server", f" of its group {rec['pgid']}",
+                    grace)
 
 
 def died_line(err, server_dir):
@@ -301,7 +306,7 @@ def server_job(name, kind, result, work):
         res, code = {"ok": True, **work()}, 0
     except Refused as e:
         res, code = {"ok": False, "error": str(e), "refused": True}, 2
-    except ServerDied as e:  # (its log's tail is in the job's log already)
+    except (ServerDied, StepFailed) as e:  # (its log's tail is in the job's log already)
         res, code = {"ok": False, "error": str(e)}, 1
     except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
         import traceback

@@ -101,7 +101,8 @@ FLAGS: dict[str, Number] = {
 
 #: flags numeric in one task only (elsewhere `layers` is a list of layer ids)
 TASK_FLAGS: dict[str, dict[str, Number]] = {
-    "inspect_data": {"layers": _i("the stored layers per position", 4)},
+    "inspect_data": {"layers": _i("the stored layers per position", 4),
+                     "seed": _i("the seed of the files loaded fully", 12345, ge=0, le=2**63)},
     "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
 }
 

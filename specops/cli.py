@@ -39,7 +39,24 @@ class Task(invoke.Task):
         # every numeric flag converted and range-checked, and an empty --host refused, before the
         # body connects to anything
         refuse_empty_where(kwargs)
+        term_as_interrupt()
         return super().__call__(*args, **numbers(self.body.__name__, kwargs))
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def term_as_interrupt() -> None:
+    """SIGTERM (a `kill`, a closing terminal's SIGHUP) is handled as Ctrl-C is: the transfer pools
+    end their rsync/ssh processes, a stage says what is in place and how to resume (no orphans)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, _interrupted)
 
 
 def task(*args, **kwargs):

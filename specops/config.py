@@ -66,8 +66,11 @@ def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
         raise SpecopsError(f"training config {p} not found: pass --config configs/NAME.yaml")
     try:
         raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SpecopsError(f"{p}: YAML error: {e}") from None
+    except yaml.YAMLError as e:  # (one line: where, and what)
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecopsError(f"{p}: YAML syntax error{where}: {what}: fix the file") from None
     if not isinstance(raw, dict):
         raise SpecopsError(f"{p}: top level must be a mapping holding 'train:' (flags) and 'profiles:'")
     extra = set(raw) - {"train", "profiles"}

@@ -17,6 +17,7 @@ name_problem = _mod.name_problem
 NAME_MAX = _mod.NAME_MAX
 SPEEDUP_OFF = _mod.SPEEDUP_OFF
 VLLM_RESERVED = _mod.VLLM_RESERVED
+human_bytes = _mod.human_bytes
 
 
 def check_name(kind: str, value: str) -> str:

@@ -8,3 +8,8 @@ class SpecopsError(Exception):
         super().__init__(message)
         #: Optional extra lines (a log tail, failing rows) shown under the message.
         self.detail = detail
+
+
+class NoRetry(SpecopsError):
+    """A connection failure that retrying cannot mend (a changed or unknown host key, refused
+    authentication): whoever retries on a lost connection stops at once with this line."""

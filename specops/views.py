@@ -137,6 +137,8 @@ def status(host: str, jobs: list) -> None:
 
 
 def stopped(r) -> str:
+    if r.already:  # (an ended or lost run: stop signalled nothing)
+        return f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
     return (f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "")
             + (" (SIGKILL needed)" if r.sigkill else ""))
 
@@ -176,7 +178,8 @@ def inspect(res: dict) -> None:
         table("tensors", ("key", "dtype", "ndim", "files"),
               [[k["key"], k["dtype"], k["ndim"], k["files"]] for k in res["keys"]])
     if res.get("sampled") and isinstance(res["sampled"][0], dict):
-        table(f"{len(res['sampled'])} file(s) fully loaded", ("row", "file", "seq", "loss_mask sum", "|h| mean"),
+        table(f"{len(res['sampled'])} of {res.get('files')} file(s) fully loaded (seed {res.get('seed')}: "
+              f"--seed {res.get('seed')} loads the same ones)", ("row", "file", "seq", "loss_mask sum", "|h| mean"),
               [[s["row"], s["file"], s["seq"], s["loss_mask_sum"], s["abs_mean"]] for s in res["sampled"]])
     for w in res.get("warnings", []):
         line(f"! {w['file']}: {w['what']}", "yellow")

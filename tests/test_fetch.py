@@ -211,3 +211,100 @@ def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
         t.check(f"echo '[1, 2]' > {d}/run.json", "a record that is not an object")
         with pytest.raises(SpecopsError, match="is not a JSON object: the pick was not recorded"):
             record_pick(t, rid, {"checkpoint": "2"})
+
+
+def transfers_of(rid):
+    """Live laptop-side processes (rsync, ssh) whose command line names the run."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if rid in cmd and "invoke" not in cmd and state != "Z" and not cmd.startswith(("sshd", "sh -c")):
+                out.append(f"{p.name} {cmd[:120]}")
+    return out
+
+
+def wait_transfer(rid):
+    """Until a transfer process of the run has been seen (each stream's ssh lives for its batch)."""
+    t0, seen = time.time(), []
+    while time.time() - t0 < 120 and not seen:  # (a loaded machine: the fetch starts late)
+        seen = transfers_of(rid)
+        time.sleep(0.05)
+    assert seen, "no transfer seen"
+    time.sleep(1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, sig):
+    """SIGTERM or SIGINT (Ctrl-C) of the laptop process mid-fetch: its rsync/ssh processes end
+    with it, and it says in one line what is in place and how to resume; SIGKILL (nothing can run
+    then): its transfers end within seconds all the same."""
+    rid = jobs.new_run_id("t") + f"-sig{int(sig)}"
+    with connect(light_host) as t:
+        make_run(t, rid, big_mib=48)
+    hosts = str(Path(light_host.key).parent / "hosts-light.yaml")
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "light", "--hosts", hosts,
+                          "--run-id", rid, "--dest", str(tmp_path), "--bwlimit", "4000"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_transfer(rid)
+    p.send_signal(sig)  # (the laptop process alone, not its process group)
+    out, err = p.communicate(timeout=60)
+    if sig != signal.SIGKILL:
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and "Traceback" not in err, err
+        assert lines[-1].startswith(f"specops: fetch {rid} interrupted: ") and "resumes" in lines[-1], err
+    deadline = time.time() + 15
+    while time.time() < deadline and transfers_of(rid):
+        time.sleep(0.2)
+    assert transfers_of(rid) == [], transfers_of(rid)
+    r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--dest", str(tmp_path))
+    assert r.returncode == 0 and "verified (sha256)" in r.stdout, r.stderr
+
+
+def descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                kids.setdefault(int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def test_a_connection_lost_during_a_fetch_is_one_line(light_host, tmp_path):
+    """The host's sshd goes away mid-fetch (its listener and its sessions): the fetch ends in the
+    one line `connection to H lost ...: run it again, it resumes`, never paramiko's traceback."""
+    from rig import Rig
+
+    rid = jobs.new_run_id("t") + "-droplink"
+    with connect(light_host) as t:
+        make_run(t, rid, big_mib=48)
+    other = Rig().start()  # (its own sshd, the same user and home: the same workdir)
+    try:
+        hf = str(other.write_hosts(tmp_path / "hosts-drop.yaml",
+                                   {"drop": other.host(venv="~/light-venv", workdir="~/specops-light")}))
+        p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "drop", "--hosts", hf,
+                              "--run-id", rid, "--dest", str(tmp_path / "dest"), "--bwlimit", "4000"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_transfer(rid)
+        other.proc.send_signal(signal.SIGSTOP)  # (no new session from here on)
+        for pid in descendants(other.proc.pid):  # its sessions (privilege-separated: grandchildren too)
+            os.kill(pid, signal.SIGKILL)
+        other.stop()
+        out, err = p.communicate(timeout=180)
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and "Traceback" not in err, out + err
+        assert lines[-1].startswith("specops: connection to drop lost") and \
+            lines[-1].endswith("run it again, it resumes"), err
+    finally:
+        other.stop()

@@ -83,14 +83,14 @@ def build(tmp_path):
     return rows
 
 
-def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra, work=None):
+def push_and_inspect(cpu_box, hosts_file, tmp_path, name, *extra, work=None, sample="8"):
     h = inventory.load(str(hosts_file)).get("box")
     remote = f"{work}/data/test-{name}"
     with connect(h) as t:
         t.check(f"rm -rf {remote}", "clean")
         t.sync_up(str(tmp_path), remote)
     return inv("inspect-data", "--host", "box", "--hosts", str(hosts_file), "--path", f"{remote}/set",
-               "--verifier", f"{remote}/cfg", "--sample", "8", *extra)
+               "--verifier", f"{remote}/cfg", "--sample", sample, *extra)
 
 
 def test_valid_data_passes(cpu_box, hosts_file, tmp_path, work):
@@ -229,3 +229,22 @@ def test_convert_failure_leaves_nothing_and_the_rerun_works(cpu_box, hosts_file,
     r = inv(*conv, "--dst", f"{d}/out/new")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     assert "converted 5 rows" in r.stdout and "verdict: OK" in r.stdout
+
+
+def test_the_full_load_sample_is_seeded_shown_and_counted(cpu_box, hosts_file, tmp_path, work):
+    """The files loaded fully differ from run to run (a new seed each time, shown); --seed repeats
+    a sample; the result says how many files were checked in full, of how many."""
+    build(tmp_path)
+    runs = [json.loads(push_and_inspect(cpu_box, hosts_file, tmp_path, "seeded", "--json", work=work,
+                                        sample="3").stdout) for _ in range(3)]
+    assert all(r["full_checked"] == 3 and r["files"] == 8 for r in runs)
+    assert len({r["seed"] for r in runs}) > 1, "the same seed three times"
+    same = [json.loads(push_and_inspect(cpu_box, hosts_file, tmp_path, "seeded", "--json", "--seed", "7",
+                                        work=work, sample="3").stdout) for _ in range(2)]
+    assert same[0]["seed"] == same[1]["seed"] == 7
+    assert [s["file"] for s in same[0]["sampled"]] == [s["file"] for s in same[1]["sampled"]]
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "seeded", "--seed", "7", work=work, sample="3")
+    assert r.returncode == 0 and "3 of 8 file(s) fully loaded (seed 7: --seed 7 loads the same ones)" in r.stdout, \
+        r.stdout
+    r = push_and_inspect(cpu_box, hosts_file, tmp_path, "seeded", "--seed", "abc", work=work)
+    assert r.returncode == 2 and "--seed" in r.stderr and "Traceback" not in r.stderr, r.stderr

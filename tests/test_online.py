@@ -186,7 +186,7 @@ def test_online_stop_then_resume_completes_without_writing_files(half, hosts_fil
         # the same run again: its server starts again, and this time the run completes
         res = train.train(t, config="configs/demo.yaml", run_id=rid, dataset=half, verifier=verifier,
                           hidden_states="online", vllm_args=FAST, overrides={"epochs": 1, "max-steps": 3},
-                          follow=True)
+                          follow=True, continue_on_new_data=True)  # (another config: asked for)
         assert res["exit_code"] == 0, jobs.tail(t, rid, 30)
         full = t.read_bytes(log).decode(errors="replace")
         assert full.count("vLLM server healthy after") == 2

@@ -1,6 +1,7 @@
 """Nothing replaced or mislabelled without asking, one name rule on both sides, hints that act on
 the same host (issue: data and runs you can trust). Over the real sshd."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,120 @@ def test_datagen_refuses_before_any_server(light_host, tmp_path):
         res = _plan(t, base + ["--extract", "--layers", "2,3,5,6"])
         assert res["ok"] is False and "extracted with layer ids [1, 3, 4, 6], not [2, 3, 5, 6]" in res["error"], res
         assert t.read_bytes(f"{data}/specops-data.json").count(b"[1, 3, 4, 6]") == 1
+
+
+@pytest.mark.parametrize("row,why", [
+    ({"text": "hello"}, "row 2 (line 2) has neither `conversations` (a list of {role, content} turns) nor `input_ids` "
+                        "+ `loss_mask` (it has: text): fix the rows (nothing was started)"),
+    ({"input_ids": [1, 2, 32], "loss_mask": [0, 1, 1]},
+     "row 2 (line 2): token id 32 at position 2 is outside the verifier's vocabulary [0, 32) (vocab_size of "),
+    ([1, 2], "row 2 (line 2) has neither `conversations`"),
+])
+def test_prepare_data_cheap_checks_first(light_host, tmp_path, row, why):
+    """Rows speculators would drop (neither conversations nor input_ids + loss_mask: "No samples
+    remain" after a vLLM server's start) or ids outside the verifier's vocabulary: `inv
+    prepare-data` refuses in one line before any server starts, and leaves no dataset folder."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1]}) + "\n" + json.dumps(row) + "\n")
+    with connect(light_host) as t:
+        ver = f"{t.workdir}/t-ver-cheap"
+        t.check(f"mkdir -p {ver} && echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32}}' "
+                f"> {ver}/config.json", "a verifier config")
+        r = inv("prepare-data", "--host", "light", "--hosts", hf, "--data", str(src), "--verifier", ver,
+                "--dataset", "t-cheap", "--seq-length", "64")
+        assert r.returncode != 0
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert lines[0].startswith("specops: prepare on light refused: --prepare ") and why in lines[0], lines[0]
+        assert "vLLM server" not in r.stdout + r.stderr
+        assert not t.exists(f"{t.workdir}/data/t-cheap")
+
+
+def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
+    """push and every command compare with the files on the host (a hash listing), not only with
+    the manifest: a host script edited or deleted there is sent again (it used to say "already in
+    sync", then `ModuleNotFoundError: errlines`)."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stderr
+    with connect(light_host) as t:
+        wd = t.workdir
+        t.check(f"echo 'raise SystemExit(3)' >> {wd}/remote/loglines.py && rm {wd}/remote/errlines.py", "tampering")
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0 and "push light: 2 file(s) sent" in r.stdout, r.stdout + r.stderr
+    assert "2 host file(s) no longer as pushed (edited or deleted there): restoring" in r.stderr, r.stderr
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0 and "already in sync" in r.stdout
+    with connect(light_host) as t:
+        t.check(f"rm {t.workdir}/remote/errlines.py", "deleting a host script")
+    r = inv("status", "--host", "light", "--hosts", hf)  # (any command: the connection pushes first)
+    assert r.returncode == 0 and "ModuleNotFoundError" not in r.stdout + r.stderr, r.stdout + r.stderr
+    with connect(light_host) as t:
+        local = (Path(__file__).parents[1] / "remote" / "errlines.py").read_bytes()
+        assert t.read_bytes(f"{t.workdir}/remote/errlines.py") == local
+
+
+def test_fetch_without_a_run_id_names_the_newest_training_run_and_says_a_snapshot(light_host, tmp_path):
+    """No --run-id: the newest *training* run (not a newer extraction), named; a running one is
+    fetched as a snapshot, and fetch says so."""
+    import time
+
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    with connect(light_host) as t:
+        tr = jobs.new_run_id("t") + "-fetchtrain"
+        jobs.start(t, tr, ["sh", "-c", "echo step; sleep 60"], kind="train", lock="train")
+        time.sleep(1.1)
+        ex = jobs.new_run_id("t") + "-fetchextract"
+        jobs.start(t, ex, ["true"], kind="extract")
+        time.sleep(1)
+        try:
+            r = inv("fetch", "--host", "light", "--hosts", hf, "--dest", str(tmp_path))
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert f"fetch: no --run-id given: the newest training run on light, {tr}" in r.stdout, r.stdout
+            assert f"fetch: {tr} is still running: this is a snapshot of it now" in r.stderr, r.stderr
+            assert (tmp_path / tr / "output.log").is_file() and not (tmp_path / ex).exists()
+        finally:
+            jobs.stop(t, tr, grace=2)
+
+
+def test_a_relative_dataset_path_is_shown_as_the_absolute_path_it_writes(light_host, tmp_path):
+    """`--dataset ../x` is the workdir's ../x: every line names it as the absolute path."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1]}) + "\n")
+    with connect(light_host) as t:
+        ver, wd = f"{t.workdir}/t-ver-rel", t.workdir
+        t.check(f"mkdir -p {ver} && echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32}}' "
+                f"> {ver}/config.json", "a verifier config")
+    r = inv("prepare-data", "--host", "light", "--hosts", hf, "--data", str(src), "--verifier", ver,
+            "--dataset", "../t-rel-x", "--seq-length", "64", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    absolute = wd.rsplit("/", 1)[0] + "/t-rel-x"
+    assert f"--data-dir {absolute}" in r.stdout and "../t-rel-x" not in r.stdout, r.stdout
+
+
+def test_a_yaml_error_in_a_training_config_is_one_line(light_host, tmp_path):
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  epochs: 3\n   lr: [1\n")
+    r = inv("train", "--host", "light", "--hosts", hf, "--config", str(bad), "--dry-run")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"specops: {bad}: YAML syntax error at line 3, column ") and \
+        lines[0].endswith(": fix the file"), lines[0]
+
+
+def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
+    """`evaluate --checkpoint 99`: the run's checkpoints (folders with a config.json), in order."""
+    from specops import paths
+
+    ev = paths.remote_module("evaluate")
+    for name in ("0", "2", "10", "interrupted"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+        (tmp_path / "checkpoints" / name / "config.json").write_text("{}")
+    (tmp_path / "checkpoints" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoints" / "empty").mkdir()
+    with pytest.raises(ev.Refused) as e:
+        ev.checkpoint_dir(tmp_path, "99")
+    assert str(e.value) == f"no checkpoint 99 in {tmp_path}/checkpoints (its checkpoints: 0, 2, 10, interrupted)"

@@ -45,7 +45,8 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], d
     try:
         for t, spec in zip(ts, specs):
             path = train.put_spec(t, spec)
-            jobs.start(t, rid, train.launch_argv(t, path, script), kind=kind, lock=lock, term="child")
+            jobs.start(t, rid, train.launch_argv(t, path, script), kind=kind, lock=lock, term="child",
+                       fail_on="nonfinite-loss" if kind == "train" else None)
             started.append(t)
     except SpecopsError as e:
         for t in started:

@@ -41,25 +41,54 @@ def _not_writable(t, wd: str) -> SpecopsError:
                         f"fix its permissions or set 'workdir' in hosts.yaml")
 
 
+#: between the host's listing and its manifest in push's one reply
+SEP = "@@specops-pushed@@"
+
+
+def host_listing(wd: str) -> str:
+    """The shell that lists sha256 of the pushed folders' files as they are on the host (not as
+    the manifest says: a script edited or deleted there is seen), then the manifest."""
+    dirs = " ".join(shlex.quote(d) for d in (paths.REMOTE, paths.PROFILES))
+    return (f"cd {shlex.quote(wd)} 2>/dev/null && find {dirs} -type f ! -path '*/__pycache__/*' ! -name '*.pyc' "
+            f"-exec sha256sum -- {{}} + 2>/dev/null; echo {SEP}; cat {shlex.quote(paths.MANIFEST)} 2>/dev/null; exit 0")
+
+
+def parse_listing(out: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the host holds: {rel: sha256}, what the manifest says was pushed)."""
+    listing, _, manifest = out.partition(SEP + "\n")
+    held = {}
+    for line in listing.splitlines():
+        digest, sep, rel = line.partition("  ")
+        if sep and len(digest) == 64:
+            held[rel] = digest
+    try:
+        pushed = json.loads(manifest) if manifest.strip() else {}
+    except json.JSONDecodeError:
+        pushed = {}
+    return held, pushed if isinstance(pushed, dict) else {}
+
+
 def push(t) -> list[str]:
-    """Upload changed files; return the relative paths sent (empty: already in sync)."""
+    """Upload the files the host does not hold as they are here (changed here, or edited or
+    deleted there); return the relative paths sent (empty: already in sync)."""
     wd = t.expand(t.host.workdir_path)
     q = shlex.quote(wd)
     mine = local_manifest()
-    # one round trip: make sure the workdir is there and writable, and read what it holds
+    # one round trip: make sure the workdir is there and writable, and hash what it holds
     if t.dry_run:  # read what is there; change nothing
-        r = t.run(f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0", changes=False)
+        r = t.run(host_listing(wd), changes=False)
     else:
         r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
-                  f"cat {shlex.quote(wd + '/' + paths.MANIFEST)} 2>/dev/null; exit 0")
+                  + host_listing(wd))
     if r.exited == NOT_WRITABLE:
         raise _not_writable(t, wd)
-    try:
-        theirs = json.loads(r.stdout) if r.ok and r.stdout.strip() else {}
-    except json.JSONDecodeError:
-        theirs = {}
-    changed = [rel for rel, h in mine.items() if theirs.get(rel) != h]
-    stale = [rel for rel in theirs if rel not in mine]
+    held, pushed = parse_listing(r.stdout if r.ok else "")
+    changed = [rel for rel, h in mine.items() if held.get(rel) != h]
+    restored = [rel for rel in changed if pushed.get(rel) == mine[rel]]  # (pushed as it is here, changed there)
+    if restored:
+        t.note(f"{t.host.name}: {len(restored)} host file(s) no longer as pushed (edited or deleted there): "
+               f"restoring {', '.join(restored[:5])}" + (" ..." if len(restored) > 5 else ""), "warn")
+    stale = [rel for rel in pushed if rel not in mine and rel in held]
     if not changed and not stale:
         return []
     dirs = sorted({os.path.dirname(rel) for rel in changed})

@@ -17,12 +17,16 @@ from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
 from specops.host import hostkeys, transfer
-from specops.errors import SpecopsError
+from specops.errors import NoRetry, SpecopsError
 from specops.inventory import Host, parse_jump
 from specops.host.transport import Result, Transport
 
 CONNECT_TIMEOUT = 10
 KEEPALIVE = 15
+
+
+#: what a dropped link raises under paramiko (a local file's own OSError is not among them)
+LINK_ERRORS = (paramiko.SSHException, EOFError, ConnectionError, TimeoutError, socket.timeout)
 
 
 def _parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
@@ -99,14 +103,14 @@ class SSHTransport(Transport):
         try:
             conn.open()
         except hostkeys.UnknownHostKey as e:
-            raise SpecopsError(
+            raise NoRetry(
                 f"unknown host key for {e.hostname} ({e.key.get_name()} {hostkeys.fingerprint(e.key)}), "
                 f"not in {e.path}: verify the fingerprint, then add it (ssh-keyscan -p {conn.port} {conn.host} "
                 f">> {e.path}) or set accept_new_host_key: true for {h.name!r}"
                 + (f" ({name})" if field != "address" else "")
             ) from None
         except paramiko.BadHostKeyException as e:
-            raise SpecopsError(
+            raise NoRetry(
                 f"host key for {where} ({name}) CHANGED: known_hosts has {e.expected_key.get_name()} "
                 f"{hostkeys.fingerprint(e.expected_key)}, server sent {e.key.get_name()} "
                 f"{hostkeys.fingerprint(e.key)}: if the host was rebuilt, remove the old line with "
@@ -115,7 +119,7 @@ class SSHTransport(Transport):
             ) from None
         except paramiko.AuthenticationException:
             key = self.key_file or "agent/default keys"
-            raise SpecopsError(
+            raise NoRetry(
                 f"authentication refused for {conn.user}@{where} ({name}) (key: {key}): check 'user'/'key'/"
                 f"'{field}' in hosts.yaml and the host's authorized_keys"
             ) from None
@@ -154,17 +158,28 @@ class SSHTransport(Transport):
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SpecopsError(f"connection to {self.host.name} lost while running a command: {e}") from None
+            raise self.lost("running a command", e) from None
         return Result(cmd, r.exited, r.stdout, r.stderr)
+
+    def lost(self, what: str, e: BaseException) -> SpecopsError:
+        """The one line of a connection lost mid-operation (never paramiko's traceback)."""
+        return SpecopsError(f"connection to {self.host.name} lost while {what} ({type(e).__name__}: {e}): "
+                            f"run it again, it resumes")
 
     def _put(self, local: str, remote: str) -> None:
         if os.path.getsize(local) >= transfer.RANGE_MIN:  # a large upload: ranged streams, sha256-checked
             transfer.upload_file(self, local, remote, what=f"put {os.path.basename(local)}")
             return
-        self.conn.put(local, remote)
+        try:
+            self.conn.put(local, remote)
+        except LINK_ERRORS as e:
+            raise self.lost(f"sending {os.path.basename(local)}", e) from None
 
     def get(self, remote: str, local: str) -> None:
-        self.conn.get(remote, local)
+        try:
+            self.conn.get(remote, local)
+        except LINK_ERRORS as e:
+            raise self.lost(f"reading {remote}", e) from None
 
     def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         try:
@@ -174,7 +189,7 @@ class SSHTransport(Transport):
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SpecopsError(f"connection to {self.host.name} lost while reading {path}: {e}") from None
+            raise self.lost(f"reading {path}", e) from None
 
     def reconnect(self) -> None:
         """Re-open in place after a drop: a fresh Fabric connection with the same parameters,
@@ -194,7 +209,12 @@ class SSHTransport(Transport):
         best = float("inf")
         for _ in range(max(1, samples)):
             t0 = time.perf_counter()
-            tr.global_request("keepalive@openssh.com", wait=True)
+            try:
+                if tr is None or not tr.is_active():
+                    raise EOFError("the SSH transport is closed")
+                tr.global_request("keepalive@openssh.com", wait=True)
+            except LINK_ERRORS as e:
+                raise self.lost("measuring the link", e) from None
             best = min(best, time.perf_counter() - t0)
         return best
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import shlex
 from pathlib import Path
 from typing import Optional
 
 from specops.ops import jobs
-from specops.contract import check_name
+from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
@@ -18,8 +19,9 @@ from specops.host.transport import Transport
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
     """`default` -> <workdir>/data/default; a path (with / or ~) is used as given."""
     v = name_or_path or "default"
-    if "/" in v or v.startswith("~"):
-        return t.expand(v)
+    if "/" in v or v.startswith("~"):  # (a relative path is the workdir's: said as the absolute path it is)
+        p = t.expand(v)
+        return p if p.startswith("/") else posixpath.normpath(f"{t.workdir}/{p}")
     check_name("dataset name", v)  # the one name rule: the path stays under data/
     return f"{t.workdir}/data/{v}"
 
@@ -92,8 +94,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
     if "estimate_bytes" in plan and not quiet:
         t.note(f"disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
-                      f"{plan['hidden_size']} x 2 B = {plan['estimate_bytes'] / 2**30:.2f} GiB "
-                      f"(+10%); {plan['free_bytes'] / 2**30:.2f} GiB free; {plan['todo']} file(s) to write, "
+                      f"{plan['hidden_size']} x 2 B = {human_bytes(plan['estimate_bytes'])} "
+                      f"(+10%); {human_bytes(plan['free_bytes'])} free; {plan['todo']} file(s) to write, "
                       f"{plan['done']} already there")
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")

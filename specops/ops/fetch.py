@@ -218,15 +218,41 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
     from specops.ops import jobs
     from specops import metrics
 
-    rid = run_id or jobs.get(t, None).run_id
+    if run_id:
+        rid, j = run_id, None
+    else:  # the newest *training* run (not an extraction's or evaluation's), named
+        j = jobs.get(t, None, kind="train")
+        rid = j.run_id
+        t.note(f"fetch: no --run-id given: the newest training run on {t.host.name}, {rid}")
+    if j is None:
+        try:
+            j = jobs.status(t, rid)[0]
+        except SpecopsError:  # (an unknown run id: fetch_run says so in its own words)
+            pass
+    if j is not None and not j.ended:
+        t.note(f"fetch: {rid} is still {j.state}: this is a snapshot of it now (fetch again once it has ended)",
+               "warn")
     into = Path(dest) / rid / "nodes" / t.host.name if node else None
     sel = select_checkpoint(t, rid, checkpoint) if checkpoint else None
-    res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node, streams=streams,
-                    on_progress=on_progress, only=sel["only"] if sel else None)
+    try:
+        res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node, streams=streams,
+                        on_progress=on_progress, only=sel["only"] if sel else None)
+    except KeyboardInterrupt:  # (Ctrl-C, SIGTERM: the streams' rsync/ssh processes are ended by now)
+        raise SpecopsError(interrupted_line(t, rid, into or Path(dest) / rid)) from None
     out = {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
     if sel:
         out.update({k: v for k, v in sel.items() if k != "only"})
     return out
+
+
+def interrupted_line(t: Transport, rid: str, target: Path) -> str:
+    """What an interrupted fetch leaves, and how to go on: one line."""
+    done = [p for p in target.rglob("*") if p.is_file()] if target.is_dir() else []
+    parts = [p for p in done if p.name.startswith(".")]
+    size = sum(p.stat().st_size for p in done if p.exists())
+    return (f"fetch {rid} interrupted: {len(done) - len(parts)} file(s) and {len(parts)} partial piece(s) "
+            f"({size / 2**20:.1f} MiB) in place in {target}, no transfer left running; "
+            f"`{t.hint(f'fetch --run-id {rid}')}` resumes (files already there are not sent again)")
 
 
 #: the run's record on the host (remote/train.py writes it and keeps its other fields on a resume)

@@ -10,8 +10,10 @@ from specops.host.transport import Transport
 
 
 def inspect(t: Transport, path: str, *, sample: int = 8, verifier: Optional[str] = None,
-            layers: Optional[int] = None) -> dict:
-    args = ["--path", t.expand(path), "--sample", str(sample)]
+            layers: Optional[int] = None, seed: Optional[int] = None) -> dict:
+    """remote/inspect_data.py's verdict; `sample` files loaded fully, picked by `seed` (default:
+    another each run; the result says which, and how many files were loaded fully)."""
+    args = ["--path", t.expand(path), "--sample", str(sample)] + (["--seed", str(seed)] if seed is not None else [])
     if verifier:
         args += ["--verifier", t.expand(verifier)]
     if layers is not None:

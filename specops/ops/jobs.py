@@ -9,7 +9,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from specops.contract import JobState, check_name
-from specops.errors import SpecopsError
+from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
@@ -28,14 +28,17 @@ def run_path(t: Transport, run_id: str, *parts: str) -> str:
 
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-          env: Optional[dict] = None, term: str = "group") -> Optional[Started]:
+          env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None) -> Optional[Started]:
     """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
-    go through `env`, which travels as a 0600 file, never on a command line."""
+    go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
+    remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
+    if fail_on:
+        args += ["--fail-on", fail_on]
     if env:
         remote_env = run_path(t, run_id) + ".env"  # (the values never appear in a command)
         t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
@@ -123,6 +126,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
     write = write or t.log
     where = None
     failures = 0
+    checked = time.monotonic()
     while True:
         try:
             if where is None:  # (needs the host's $HOME: inside the retry loop too)
@@ -130,7 +134,13 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             log, code_file = where
             code = t.read_bytes(code_file)
             chunk = t.read_bytes(log, offset)
+            ended = None
+            if code is None and not chunk and until_end and time.monotonic() - checked > LOST_CHECK_S:
+                checked = time.monotonic()
+                code, ended = still_running(t, run_id)
             failures = 0
+        except NoRetry:  # (a changed host key: no reconnect can mend it)
+            raise
         except SpecopsError:
             if not reconnect or failures >= tries:
                 raise
@@ -140,11 +150,15 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             time.sleep(delay)
             try:
                 t.reconnect()
+            except NoRetry:
+                raise
             except SpecopsError:
                 if failures >= tries:
                     raise SpecopsError(f"gave up following {run_id} on {t.host.name} after {tries} "
                                        f"reconnects: the job keeps running; `{t.hint(f'logs -f --run-id {run_id}')}` resumes") from None
             continue
+        if ended:  # (lost, or its folder gone: nothing more will come)
+            raise SpecopsError(ended)
         if chunk:
             write(chunk)
             offset += len(chunk)
@@ -156,6 +170,26 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             return offset, int(code.decode().strip() or 0)
         if not chunk:
             time.sleep(poll)
+
+
+#: a follower with nothing new for this long asks whether the job is still there
+LOST_CHECK_S = 10.0
+
+
+def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[str]]:
+    """(None, None) while the job runs; (its exit code, as exit_code holds it, None) if it ended
+    meanwhile; (None, one line) when no exit code will ever come: lost, or its run folder gone."""
+    res = run_script(t, "job", ["status", "--run-id", validate_run_id(run_id)], changes=False, model=Jobs)
+    if not res.ok:
+        return None, (f"{run_id} on {t.host.name}: its run folder is gone (removed while followed): nothing more "
+                      f"will come; `{t.hint('status')}` lists the runs")
+    j = res.jobs[0]
+    if j.state == JobState.LOST:
+        return None, (f"{run_id} on {t.host.name} is lost ({j.detail}): no exit code will come, the follow ends; "
+                      f"`{t.hint(f'status --run-id {run_id}')}` shows it")
+    if j.ended:
+        return str(j.exit_code if j.exit_code is not None else 1).encode(), None
+    return None, None
 
 
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
@@ -191,11 +225,11 @@ def run_following(t: Transport, run_id: str) -> Optional[int]:
 
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
-                 write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
+                 write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
     under --dry-run."""
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on)
     if j is None:
         return None
     t.note(f"{kind} started on {t.host.name}: run {run_id} (pid {j.pid}); "

@@ -120,6 +120,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         v = summary["violations"][0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
+    refuse_draft_vocab(cfg, summary.get("verifier_vocab_size"), summary.get("verifier_config"))
     rec = summary.get("record") or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
@@ -135,6 +136,16 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     }
+
+
+def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) -> None:
+    """A draft vocabulary larger than the verifier's fails deep in speculators (`IndexError: index
+    1024 is out of bounds`): refused at plan time, a dry run shows it."""
+    n = cfg["flags"].get("draft-vocab-size")
+    if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
+        raise SpecopsError(f"{cfg['path']}: draft-vocab-size {n} is larger than the verifier's vocabulary ({vocab} "
+                           f"tokens, vocab_size in {where}): set draft-vocab-size to {vocab} or less (configs/demo.yaml "
+                           f"has 128) (nothing was started)")
 
 
 def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
@@ -187,6 +198,44 @@ def refuse_running(t: Transport, rid: str) -> list:
     return js
 
 
+#: a run's budget: changed on a resume without asking (train longer); any other setting or the data is asked
+BUDGET = frozenset({"epochs", "max-steps"})
+
+
+def changes_since(t: Transport, rid: str, spec: dict) -> list[str]:
+    """What differs from the run's last start (its run.json): the dataset, the settings (the budget
+    aside). Empty for a new run."""
+    raw = t.read_bytes(jobs.run_path(t, rid, "run.json"))
+    try:
+        rec = json.loads(raw) if raw else None
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict):
+        return []
+    now = spec["record"]
+    out = []
+    was_data, now_data = (rec.get("data_summary") or {}).get("path"), (now.get("data_summary") or {}).get("path")
+    if was_data and was_data != now_data:
+        out.append(f"dataset {was_data} -> {now_data}")
+    was, cfg = rec.get("config"), now.get("config") or {}
+    if isinstance(was, dict):
+        keys = sorted(k for k in set(was) | set(cfg) if k not in BUDGET and was.get(k) != cfg.get(k))
+        out += [f"{k} {was.get(k)!r} -> {cfg.get(k)!r}" for k in keys]
+    return out
+
+
+def refuse_new_data(t: Transport, rid: str, spec: dict, allowed: bool) -> None:
+    """Resuming a run id on another dataset or other settings mixes two trainings in one run:
+    refused unless asked for (--continue-on-new-data); what changed is recorded in run.json's starts."""
+    changed = changes_since(t, rid, spec)
+    if changed and not allowed:
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise SpecopsError(f"run {rid} on {t.host.name} was trained on other data or settings ({shown}): resuming it "
+                           f"mixes them in one run; pass --continue-on-new-data to go on from its checkpoint anyway "
+                           f"(run.json keeps every start), or give a new --run-id (nothing was started)")
+    spec["record"]["changed_since_last_start"] = changed
+
+
 def preflight_serve(t: Transport, spec: dict, host_jobs: list, *, vllm_args: Optional[list], enabled: bool
                     ) -> Optional[dict]:
     """The draft-serves preflight before a training starts (check.serve_gate), unless another
@@ -203,7 +252,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
-          serve_check: bool = True) -> Optional[dict]:
+          serve_check: bool = True, continue_on_new_data: bool = False) -> Optional[dict]:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped); None under --dry-run.
@@ -221,12 +270,13 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                      hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
                      server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args)
     host_jobs = refuse_running(t, rid)
+    refuse_new_data(t, rid, spec, continue_on_new_data)
     served = preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
     fresh = not t.exists(spec["run_dir"], "-d")
     path = put_spec(t, spec)
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                                 stop_on_interrupt=False, term="child")
+                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss")
     except SpecopsError:
         if fresh and not t.exists(f"{spec['run_dir']}/job.json", "-f"):  # a refused start leaves no run folder
             t.run(f"rm -rf {shlex.quote(spec['run_dir'])}")

@@ -272,7 +272,7 @@ class Download(_Session):
                 if r.prefix:
                     self.hq.put(r)
             batches = self._batches(n) if self.work else []
-            self.pool = _Pool(len(batches))  # (the batches are the streams: a small rsync group rides along)
+            self.pool = _Pool(len(batches), self.t.host.name)  # (the batches are the streams: a small rsync group rides along)
             self.aborted = False
             try:
                 self.pool.run(batches, self._run_batch)

@@ -85,8 +85,8 @@ class Batch:
 class _Pool:
     """Runs batches on `streams` threads; a refused stream hands its batch to the others."""
 
-    def __init__(self, streams: int):
-        self.streams = streams
+    def __init__(self, streams: int, host: str = "the host"):
+        self.streams, self.host = streams, host
         self.q: "queue.Queue[Batch]" = queue.Queue()
         self.lock = threading.Lock()
         self.alive = 0
@@ -132,7 +132,8 @@ class _Pool:
                                 self.q.put(b)
                                 return
                         if backoff > 4:  # the last stream standing keeps being refused
-                            raise SpecopsError(f"the host keeps refusing SSH connections: {e}") from None
+                            raise SpecopsError(f"connection to {self.host} lost: it keeps refusing SSH connections "
+                                               f"({e}): run it again, it resumes") from None
                         time.sleep(backoff)
                         backoff *= 2
                     except _Lost as e:
@@ -140,7 +141,8 @@ class _Pool:
                             break
                         e.rest.tries = b.tries + 1
                         if e.rest.tries > 3:
-                            raise SpecopsError(f"a transfer stream failed 3 times: {e.why}") from None
+                            raise SpecopsError(f"connection to {self.host} lost: a transfer stream failed 3 times "
+                                               f"({e.why}): run it again, it resumes") from None
                         self.q.put(e.rest)
                         break
         except BaseException as e:  # noqa: BLE001 - reported by run()

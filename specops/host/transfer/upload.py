@@ -141,7 +141,7 @@ class Upload(_Session):
                 {e.rel: _sha256(self.sources[e.rel]) for e in self.big}), daemon=True)
             hasher.start()
             batches = self._batches(n) if self.work else []
-            self.pool = _Pool(len(batches))
+            self.pool = _Pool(len(batches), self.t.host.name)
             self.pool.run(batches, self._run_batch)
             hasher.join()
             self.note_refused(self.pool, len(batches))

@@ -1,0 +1,130 @@
+"""The host's processes, read from /proc (stdlib; used by job.py): which one is whose.
+
+A pid names a process only until it exits: pids are reused (pid_max is often 32768, and a busy
+host goes round it), and so is a process group id once its last member is gone. A job's process
+is therefore recognised by what the kernel keeps for its whole life: its start time
+(/proc/<pid>/stat field 22, clock ticks since boot, recorded when the job starts it) or the job's
+tag in its environment (SPECOPS_JOB, set when the job starts, inherited by what it starts).
+SPECOPS_JOB_DIR (the run folder) and SPECOPS_JOB_LOCK ride along, so a job whose job.json was
+lost or garbled is still found, and still holds its lock.
+"""
+
+import os
+from pathlib import Path
+
+#: Every process of a job carries SPECOPS_JOB=<its tag> in its environment (set by job.py): that
+#: finds the job's processes outside its process group too. torchrun starts each rank in a
+#: session of its own, and a rank whose torchrun died lives on, reparented, holding its GPU.
+TAG_VAR = "SPECOPS_JOB"
+DIR_VAR = "SPECOPS_JOB_DIR"
+LOCK_VAR = "SPECOPS_JOB_LOCK"
+
+
+def is_pid(v):
+    """A plausible pid: a positive int (a bool, a string, a float from a garbled record: no)."""
+    return type(v) is int and v > 0
+
+
+def stat_fields(pid):
+    """/proc/<pid>/stat after the command name (fields 3 on: state, ppid, pgid, ...), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid):
+    """The process's start time (stat field 22, clock ticks since boot); None if it is gone or a
+    zombie (a zombie, which kill -0 still reports, has ended)."""
+    if not is_pid(pid):
+        return None
+    f = stat_fields(pid)
+    if not f or f[0] in ("Z", "X"):
+        return None
+    try:
+        return int(f[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid):
+    """True if pid runs (a zombie counts as gone)."""
+    return start_time(pid) is not None
+
+
+def procs():
+    """(pid, state, ppid, pgid, start time) of every process, from /proc."""
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            f = stat_fields(p.name)
+            try:
+                yield int(p.name), f[0], int(f[1]), int(f[2]), int(f[19])
+            except (TypeError, ValueError, IndexError):
+                continue
+
+
+def environ(pid):
+    """The process's environment as a dict ({} when it cannot be read: gone, another user's)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out.setdefault(k.decode(errors="replace"), v.decode(errors="replace"))
+    return out
+
+
+def with_env(var, value):
+    """Live pids whose environment holds var=value."""
+    if not value:
+        return []
+    return [pid for pid, st, _, _, _ in procs() if st != "Z" and environ(pid).get(var) == value]
+
+
+def tagged(tag):
+    """Live pids whose environment carries this job's tag."""
+    return with_env(TAG_VAR, tag)
+
+
+def same_process(pid, start, tag):
+    """pid is still the process a job recorded: alive, and its start time is the recorded one, or
+    it carries the job's tag. A reused pid (another process since) is neither."""
+    now = start_time(pid)
+    if now is None:
+        return False
+    if start is not None and now == start:
+        return True
+    return bool(tag) and environ(pid).get(TAG_VAR) == tag
+
+
+def kill_all(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def children(pid):
+    return [p for p, _, ppid, _, _ in procs() if ppid == pid]
+
+
+def is_torchrun(pid):
+    try:
+        return b"torch.distributed.run" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def group_left(pgid):
+    """A left() for job.reap: the live processes of process group pgid, other than this one
+    (for the caller's own group, which cannot change hands while the caller lives)."""
+    me = os.getpid()
+    return lambda: [p for p, st, _, g, _ in procs() if g == pgid and p != me and st != "Z"]
+
+
+__all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
+           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left"]
