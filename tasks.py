@@ -364,6 +364,7 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
     "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
     "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
+    "nodes": "a `scheduler: slurm` host: nodes of the batch job, one torchrun each (default: its slurm.nodes)",
     "rdzv_host": "with a group: rendezvous address of the first host as the others reach it "
                  "(default: its hosts.yaml address)", "rdzv_port": "rendezvous port (default 29500)",
     "hidden_states": HIDDEN_STATES,
@@ -381,10 +382,11 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
           hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
-          serve_check=True):
+          serve_check=True, nodes=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
-    With a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
+    With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
+    submits a batch job, one torchrun per node (--nodes). --hidden-states online
     runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop). First,
     vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it).
 
@@ -405,7 +407,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         for h in hs if dry_run else []:
             views.dry_run_done(h.name)
         return
-    kw.update(hidden_states=hidden_states, layers=layers, server_gpus=server_gpus, train_gpus=train_gpus,
+    kw.update(nodes=_int(nodes), hidden_states=hidden_states, layers=layers, server_gpus=server_gpus, train_gpus=train_gpus,
               disk_budget_gb=None if disk_budget is None else float(disk_budget), vllm_args=list(vllm_arg or []))
     over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
          show=lambda t, r: views.trained(t.host.name, r, t.hint))

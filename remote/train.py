@@ -113,6 +113,8 @@ def main():
     ap.add_argument("--print", action="store_true", help="print the command and exit")
     a = ap.parse_args()
     spec = json.loads(Path(a.spec).read_text())
+    if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
+        spec = launch.slurm_node(spec)
     argv = command(spec)
     if a.print:
         print(json.dumps(argv))
@@ -124,8 +126,11 @@ def main():
     rec.update(spec.get("record", {}))
     rec.update(host=socket.gethostname(), versions=versions(), command=argv, python=sys.executable)
     rec.setdefault("starts", []).append(time.time())
+    if spec.get("slurm_job_id"):  # (the run's record keeps every Slurm job it ran as)
+        rec["slurm_job_ids"] = [*rec.get("slurm_job_ids", []), spec["slurm_job_id"]]
     resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
-    rec_path.write_text(json.dumps(rec, indent=1, default=str))
+    if not (spec.get("scheduler") == "slurm" and spec.get("node_rank")):  # (a Slurm job's run dir is shared: its first node writes the record)
+        rec_path.write_text(json.dumps(rec, indent=1, default=str))
     online = spec.get("hidden_states") == "online"
     print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}"
           + (" (online hidden states)" if online else ""), flush=True)

@@ -1,0 +1,221 @@
+"""Slurm clusters against a real Slurm (tests/slurmrig.py: munged, slurmctld, two slurmd on
+loopback), the login node reached through the real sshd: `inv check` through srun, refusals
+before anything is queued, and a training submitted, followed, stopped (interrupted checkpoint)
+and fetched; a failing job reports its exit code."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, inv, wait_for
+from rig import Rig
+from slurmrig import PARTITION, SlurmRig, have_slurm
+from specops import inventory
+from specops.host.connection import connect
+from specops.ops import jobs
+from specops.slurm import queue
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not have_slurm(), reason="Slurm is not installed: bash .ci/system-deps installs it")]
+
+
+@pytest.fixture(scope="session")
+def slurm(rig):
+    s = SlurmRig(rig.user).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def login(slurm):
+    """The cluster's login node: an sshd whose login environment carries SLURM_CONF, as a cluster's does."""
+    r = Rig(env={"SLURM_CONF": str(slurm.conf)}).start()
+    yield r
+    r.stop()
+
+
+def cluster_host(login, rig, work, **slurm_fields):
+    return login.host(venv=f"{rig.home}/ml-env", workdir=str(work), scheduler="slurm",
+                      slurm={"partition": PARTITION, "time": "00:20:00", **slurm_fields})
+
+
+@pytest.fixture(scope="session")
+def cluster_hosts(login, rig, work):
+    return login.write_hosts(login.root / "hosts.yaml", {
+        "cluster": cluster_host(login, rig, work),
+        "cluster-nopart": cluster_host(login, rig, work, partition="gpu-huge"),
+        "cluster-wide": cluster_host(login, rig, work, nodes=3),
+        "cluster-gpus": cluster_host(login, rig, work, gpus_per_node=4),
+        "cluster-long": cluster_host(login, rig, work, time="02:00:00"),
+        "cluster-feature": cluster_host(login, rig, work, constraint="nosuchfeature"),
+        "cluster-unshared": {**cluster_host(login, rig, work), "workdir": f"{rig.home}/specops-unshared"},
+    })
+
+
+def queued(slurm) -> list:
+    return slurm.queue()
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("cluster-nopart", "unknown partition 'gpu-huge' (slurm.partition in hosts.yaml); the cluster's partitions: "
+                       "debug (nothing was submitted)"),
+    ("cluster-wide", "3 nodes asked; partition debug has 2: ask for at most 2 (--nodes or slurm.nodes) "
+                     "(nothing was submitted)"),
+    ("cluster-gpus", "4 GPUs per node asked; partition debug's nodes have at most 2"),
+    ("cluster-long", "time limit 02:00:00 asked; partition debug allows at most 00:30:00"),
+    ("cluster-unshared", "workdir"),
+])
+def test_bad_request_one_line_nothing_queued(slurm, cluster_hosts, name, expect):
+    before = queued(slurm)
+    r = inv("train", "--host", name, "--hosts", str(cluster_hosts), "--dataset", "pipe", "--run-id", "s-refused")
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith("specops: train on ") and expect in first, r.stderr
+    assert queued(slurm) == before
+    if name == "cluster-unshared":
+        assert "is not known to be shared with the compute nodes: run `inv check" in first, first
+
+
+def test_nodes_flag_over_the_partition(slurm, cluster_hosts):
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--nodes", "5", "--run-id", "s-five")
+    assert r.returncode != 0 and "5 nodes asked; partition debug has 2" in r.stderr, r.stderr
+
+
+def test_queue_parses_a_real_pending_job(slurm):
+    """scontrol's own output for a held job and a finished one, through the parser."""
+    jid = slurm.cmd("sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    try:
+        j = queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]
+        assert j.job_state == "pending" and j.reason == "JobHeldUser" and not j.nodes
+        assert j.describe() == f"Slurm job {jid} PENDING (JobHeldUser)"
+    finally:
+        slurm.cmd("scancel", jid)
+    jid = slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
+    j = wait_for(lambda: (lambda x: x if x.job_state.terminal else None)(
+        queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]), 60, "the failing job's end")
+    assert (j.state, j.exit_code, j.job_state) == ("FAILED", 3, "failed") and j.describe().startswith(
+        f"Slurm job {jid} FAILED, exit 3")
+    rec = queue.records(slurm.cmd("scontrol", "-o", "show", "partition").stdout)
+    nodes = queue.sinfo_nodes(slurm.cmd("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N|%G|%T").stdout)
+    p = queue.Partition.of(rec[0], nodes)
+    assert (p.name, p.total_nodes, p.gpus_per_node, p.max_time_s) == (PARTITION, 2, 2, 1800)
+
+
+@pytest.fixture(scope="session")
+def cluster_checked(slurm, cluster_hosts, cpu_box):
+    r = inv("check", "--host", "cluster", "--hosts", str(cluster_hosts))
+    return r
+
+
+def test_check_runs_on_a_compute_node_and_shows_the_partition(slurm, cluster_checked):
+    r = cluster_checked
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "slurm partition" in out and "debug: UP, 2 node(s)" in out and "2 GPU(s) per node" in out, out[-3000:]
+    assert "shared workdir" in out and "seen by the 1 node(s) of an allocation" in out
+    # the preflight ran as a job step on a compute node (Slurm's record of it), not on the login node
+    shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
+    assert any(j.get("JobName") == "sh" and j.get("NodeList", "").startswith("node") for j in shown), shown
+
+
+LONG = """train:
+  speculator-type: eagle3
+  draft-vocab-size: 256
+  epochs: 200
+  total-seq-len: 512
+  num-workers: 0
+  on-missing: raise
+  log-freq: 1
+profiles:
+  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
+"""
+
+
+@pytest.mark.heavy
+def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "s-long-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    # --dry-run: the script and the command, nothing queued or written
+    before = queued(slurm)
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "#SBATCH --partition=debug" in r.stdout and "#SBATCH --time=00:20:00" in r.stdout, r.stdout[-3000:]
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c" in r.stdout
+    assert "remote/train.py --spec" in r.stdout and "sbatch --parsable" in r.stdout
+    assert queued(slurm) == before
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    with connect(h) as t:
+        assert not t.exists(jobs.run_path(t, rid))
+
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))
+        jid = rec["job_ids"][-1]
+        assert f"submitted as Slurm job {jid}" in " ".join(r.stdout.split()), r.stdout[-2000:]
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 300, "the first training step")
+        st = inv("status", *base, "--run-id", rid, "--json")
+        assert st.returncode == 0, st.stderr
+        row = json.loads(st.stdout)[0]
+        assert row["state"] == "running" and row["slurm_job_id"] == jid and row["nodes"].startswith("node"), row
+        assert f"Slurm job {jid} RUNNING on node" in row["detail"]
+        # the same run id while it runs: refused
+        r2 = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid)
+        assert r2.returncode != 0 and f"already running on cluster (Slurm job {jid})" in r2.stderr, r2.stderr
+
+        follower = subprocess.Popen([sys.executable, "-m", "invoke", "logs", *base, "--run-id", rid, "-f"],
+                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        steps = (t.read_bytes(log) or b"").count(b"train/loss=")
+        wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") > steps + 1, 180, "more steps")
+        r = inv("stop", *base, "--run-id", rid, "--grace", "120")
+        assert r.returncode == 0, r.stderr
+        assert f"stop {rid}: stopped" in r.stdout, r.stdout
+        out, _ = follower.communicate(timeout=120)
+        full = t.read_bytes(log)
+        assert out == full, "logs -f lost or changed bytes"
+        ckpt = jobs.run_path(t, rid, "checkpoints", "interrupted")
+        assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint"
+        j = jobs.status(t, rid)[0]
+        assert j.state == "stopped" and f"Slurm job {jid}" in j.detail, j.describe
+        assert jid not in queued(slurm)
+        run = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        assert run["slurm_job_ids"] == [jid] and run["run_id"] == rid
+
+    dest = tmp_path / "runs"
+    r = inv("fetch", *base, "--run-id", rid, "--dest", str(dest))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads((dest / rid / "run.json").read_text())["slurm_job_ids"] == [jid]
+    assert (dest / rid / "checkpoints" / "interrupted" / "model.safetensors").is_file()
+    assert "#SBATCH --job-name=specops-" + rid in (dest / rid / "slurm-job.sh").read_text()
+
+
+@pytest.mark.heavy
+def test_failing_job_reports_its_exit_code(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text(LONG.replace("speculator-type: eagle3", "speculator-type: no-such-draft"))
+    rid = "s-broken-" + str(int(time.time()))
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--config", str(cfg), "--dataset", "pipe",
+            "--follow", "--run-id", rid)
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"specops: train {rid} on cluster failed (Slurm job ") and "FAILED, exit " in first, first
+    assert "no-such-draft" in first, first
+    st = inv("status", "--host", "cluster", "--hosts", str(cluster_hosts), "--run-id", rid)
+    assert "failed" in st.stdout and "FAILED, exit" in " ".join(st.stdout.split()), st.stdout
+
+
+@pytest.mark.heavy
+def test_slurm_refuses_an_unknown_feature_nothing_queued(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    before = queued(slurm)
+    r = inv("train", "--host", "cluster-feature", "--hosts", str(cluster_hosts), "--dataset", "pipe",
+            "--config", "configs/demo.yaml", "--run-id", "s-feature")
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert "Slurm refuses the job: " in first and "(nothing was submitted)" in first, r.stderr
+    assert queued(slurm) == before
