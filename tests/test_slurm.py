@@ -18,12 +18,12 @@ from specops.host.connection import connect
 from specops.ops import jobs
 from specops.slurm import queue
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not have_slurm(), reason="Slurm is not installed: bash .ci/system-deps installs it")]
+pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture(scope="session")
 def slurm(rig):
+    assert have_slurm(), "Slurm is not installed (slurmctld, slurmd, munged, sbatch): `bash .ci/system-deps` installs it"
     s = SlurmRig(rig.user).start()
     yield s
     s.stop()
