@@ -5,11 +5,14 @@ Debian's slurm-wlm (22.05) is built with several slurmd per host: `slurmd -N nod
 `debug` (2 CPUs, 2 fake GPUs each: device files that are symlinks to /dev/null). Everything
 (config, keys, state, logs) lives in one temp dir; each daemon is stopped by its recorded PID.
 Every Slurm command needs SLURM_CONF (else it looks the controller up in DNS): `env()` gives it.
+The slurmd run in a mount namespace of their own where `node_local` is an empty tmpfs: a folder
+the login node sees but the compute nodes do not (a workdir that is not shared).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -37,6 +40,7 @@ class SlurmRig:
         self.conf = self.root / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
         self.munge_sock = self.root / "munge" / "munge.socket.2"
+        self.node_local = self.root / "node-local"
 
     # -- munge ---------------------------------------------------------------------------
     def _munge(self) -> None:
@@ -138,9 +142,16 @@ PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES MaxTime={MAX_TIME}
             [shutil.which("slurmctld") or "/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)],
             env=env, stdout=subprocess.DEVNULL, stderr=open(self.root / "slurmctld.err", "ab"))
         self._wait(lambda: self.cmd("scontrol", "ping", check=False).returncode == 0, "slurmctld", "slurmctld")
+        self.node_local.mkdir()
+        pw = pwd.getpwnam(self.user)
+        os.chown(self.node_local, pw.pw_uid, pw.pw_gid)
+        slurmd = shutil.which("slurmd") or "/usr/sbin/slurmd"
         for n in NODES:
+            # (unshare execs sh, sh execs slurmd: the PID is slurmd's)
+            node = (f"mount -t tmpfs -o mode=1777 specops-node-local {self.node_local} && "
+                    f"exec {slurmd} -D -N {n} -f {self.conf}")
             self.procs[f"slurmd-{n}"] = subprocess.Popen(
-                [shutil.which("slurmd") or "/usr/sbin/slurmd", "-D", "-N", n, "-f", str(self.conf)],
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", node],
                 env=env, stdout=subprocess.DEVNULL, stderr=open(self.root / f"slurmd-{n}.err", "ab"))
         self._wait(self._idle, "both nodes idle", "slurmctld", timeout=30)
         return self

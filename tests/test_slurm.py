@@ -43,7 +43,7 @@ def cluster_host(login, rig, work, **slurm_fields):
 
 
 @pytest.fixture(scope="session")
-def cluster_hosts(login, rig, work):
+def cluster_hosts(login, rig, work, slurm):
     return login.write_hosts(login.root / "hosts.yaml", {
         "cluster": cluster_host(login, rig, work),
         "cluster-nopart": cluster_host(login, rig, work, partition="gpu-huge"),
@@ -52,6 +52,7 @@ def cluster_hosts(login, rig, work):
         "cluster-long": cluster_host(login, rig, work, time="02:00:00"),
         "cluster-feature": cluster_host(login, rig, work, constraint="nosuchfeature"),
         "cluster-unshared": {**cluster_host(login, rig, work), "workdir": f"{rig.home}/specops-unshared"},
+        "cluster-local": {**cluster_host(login, rig, work), "workdir": str(slurm.node_local)},
     })
 
 
@@ -119,6 +120,22 @@ def test_check_runs_on_a_compute_node_and_shows_the_partition(slurm, cluster_che
     # the preflight ran as a job step on a compute node (Slurm's record of it), not on the login node
     shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
     assert any(j.get("JobName") == "sh" and j.get("NodeList", "").startswith("node") for j in shown), shown
+
+
+def test_a_workdir_the_nodes_do_not_share_is_found_and_refused(slurm, cluster_hosts):
+    """cluster-local's workdir is a folder the compute nodes cover with a tmpfs of their own."""
+    base = ["--host", "cluster-local", "--hosts", str(cluster_hosts)]
+    r = inv("check", *base)
+    out = " ".join(r.stdout.split())
+    assert r.returncode != 0 and "shared workdir" in out and f"do not see {slurm.node_local}/.specops/slurm-probe" \
+        in out, r.stdout[-2000:] + r.stderr[-2000:]
+    before = queued(slurm)
+    r = inv("train", *base, "--dataset", "pipe", "--run-id", "s-local")
+    first = r.stderr.strip().splitlines()[0]
+    assert r.returncode != 0 and first.startswith(
+        f"specops: train on cluster-local: workdir {slurm.node_local} is not shared with the compute nodes "
+        f"(compute node(s) ") and "put `workdir:` and `venv:` on the cluster's shared filesystem" in first, r.stderr
+    assert queued(slurm) == before
 
 
 LONG = """train:
@@ -219,3 +236,13 @@ def test_slurm_refuses_an_unknown_feature_nothing_queued(slurm, cluster_hosts, c
     first = r.stderr.strip().splitlines()[0]
     assert "Slurm refuses the job: " in first and "(nothing was submitted)" in first, r.stderr
     assert queued(slurm) == before
+
+
+def test_online_and_nodes_where_they_do_not_apply(slurm, cluster_hosts):
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--hidden-states", "online", "--run-id", "s-on")
+    first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    assert r.returncode != 0 and first.startswith("specops: --hidden-states online on cluster: a Slurm job trains on "
+                                                  "extracted hidden states for now: `inv extract") \
+        and first.endswith("first, then train offline (nothing was submitted)"), r.stderr
+    r = inv("train", "--host", "local", "--nodes", "2", "--run-id", "s-local-nodes")
+    assert r.returncode != 0 and "--nodes is for a `scheduler: slurm` host; local is one host" in r.stderr, r.stderr

@@ -47,13 +47,15 @@ def slurm_check(t: Transport, args: list) -> Check:
     except SpecopsError as e:
         return Check(ok=False, rows=[CheckRow(name="slurm partition", value=str(e), ok=False,
                                               hint="fix slurm: in hosts.yaml")])
-    one = dataclasses.replace(req, nodes=1, time="10")
-    res = run_script(t, "check", args, changes=False, model=Check, via=script.srun_prefix(one))
     shared = cluster.probe_shared(t, dataclasses.replace(req, time="5"))
-    res.rows[:0] = [row, CheckRow(name="shared workdir", value=f"{shared['workdir']}: " + (
+    rows = [row, CheckRow(name="shared workdir", value=f"{shared['workdir']}: " + (
         f"seen by the {shared['nodes']} node(s) of an allocation" if shared["shared"] else shared["error"]),
         ok=bool(shared["shared"]), hint="put workdir and venv on the cluster's shared filesystem")]
-    res.ok = res.ok and bool(shared["shared"])
+    if not shared["shared"]:  # (the preflight's scripts are not there either)
+        return Check(ok=False, rows=rows)
+    res = run_script(t, "check", args, changes=False, model=Check, via=script.srun_prefix(dataclasses.replace(
+        req, nodes=1, time="10")))
+    res.rows[:0] = rows
     return res
 
 

@@ -88,7 +88,8 @@ def probe_shared(t: Transport, request: Request) -> dict:
     else:
         blind = [s[0] for s in seen if len(s) < 2 or s[1] != token]
         res = {"shared": not blind and len(seen) == request.nodes,
-               "error": f"compute node(s) {', '.join(blind)} do not see {probe}" if blind else None}
+               "error": f"compute node(s) {', '.join(blind)} do not see {probe}" if blind else
+               None if len(seen) == request.nodes else f"{len(seen)} of {request.nodes} node(s) answered srun"}
     res.update(workdir=wd, nodes=request.nodes, checked=time.time())
     if res["shared"] is not None:
         t.put_text(json.dumps(res), f"{wd}/{VERDICT}", label="(shared-workdir verdict)", whole=True)
