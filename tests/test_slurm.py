@@ -17,6 +17,7 @@ from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
 from specops.slurm import queue
+from test_train import LONG  # (the long CPU training of the SSH host's tests)
 
 pytestmark = [pytest.mark.integration]
 
@@ -138,17 +139,6 @@ def test_a_workdir_the_nodes_do_not_share_is_found_and_refused(slurm, cluster_ho
     assert queued(slurm) == before
 
 
-LONG = """train:
-  speculator-type: eagle3
-  draft-vocab-size: 256
-  epochs: 200
-  total-seq-len: 512
-  num-workers: 0
-  on-missing: raise
-  log-freq: 1
-profiles:
-  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
-"""
 
 
 @pytest.mark.heavy
