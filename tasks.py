@@ -537,16 +537,19 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
 
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
                                "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of "
-                               "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
-def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500):
+                               "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500",
+                               "nodes": "a `scheduler: slurm` host: nodes of the batch job (default: its slurm.nodes)"})
+def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500, nodes=None):
     """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce.
+
+    A `scheduler: slurm` host: one batch job, one torchrun per node (--nodes).
 
     Example: inv dist-check --host @pair"""
     from specops.group.distcheck import dist_check as _dist_check
 
     with errors():
         res = _dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port),
-                          connect=open_host)
+                          connect=open_host, nodes=_int(nodes))
     r0 = res["ranks"][0]
     views.line(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} (want {r0['want']}) on "
                f"every rank: " + ", ".join(f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}"

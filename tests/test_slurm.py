@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, inv, wait_for
-from rig import Rig
+from rig import Rig, free_port
 from slurmrig import PARTITION, SlurmRig, have_slurm
 from specops import inventory
 from specops.host.connection import connect
@@ -53,6 +53,7 @@ def cluster_hosts(login, rig, work, slurm):
         "cluster-long": cluster_host(login, rig, work, time="02:00:00"),
         "cluster-feature": cluster_host(login, rig, work, constraint="nosuchfeature"),
         "cluster-unshared": {**cluster_host(login, rig, work), "workdir": f"{rig.home}/specops-unshared"},
+        "cluster-pair": {**cluster_host(login, rig, work, nodes=2), "env": {"GLOO_SOCKET_IFNAME": "lo"}},
         "cluster-local": {**cluster_host(login, rig, work), "workdir": str(slurm.node_local)},
     })
 
@@ -236,3 +237,15 @@ def test_online_and_nodes_where_they_do_not_apply(slurm, cluster_hosts):
         and first.endswith("first, then train offline (nothing was submitted)"), r.stderr
     r = inv("train", "--host", "local", "--nodes", "2", "--run-id", "s-local-nodes")
     assert r.returncode != 0 and "--nodes is for a `scheduler: slurm` host; local is one host" in r.stderr, r.stderr
+
+
+@pytest.mark.heavy
+def test_two_node_dist_check_as_one_job(slurm, cluster_hosts, cluster_checked):
+    """One batch job over node1 and node2: a torchrun per node, the rendezvous on the first node."""
+    r = inv("dist-check", "--host", "cluster-pair", "--hosts", str(cluster_hosts), "--rdzv-port", str(free_port()))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "world 2, all-reduce sum 3.0 (want 3.0)" in r.stdout and "node 0" in r.stdout and "node 1" in r.stdout
+    rid = r.stdout.split("dist-check ", 1)[1].split(":", 1)[0]
+    shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
+    job = [j for j in shown if j.get("JobName") == f"specops-{rid}"]
+    assert job and job[0]["NodeList"] == "node[1-2]" and job[0]["JobState"] == "COMPLETED", job
