@@ -202,6 +202,44 @@ def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_
     assert (dest / rid / "checkpoints" / "interrupted" / "model.safetensors").is_file()
     assert "#SBATCH --job-name=specops-" + rid in (dest / rid / "slurm-job.sh").read_text()
 
+    # the same run id again: a new job of the same run (its record keeps both job ids)
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--max-steps", "1",
+            "--follow")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        ids = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"]
+        assert len(ids) == 2 and ids[0] == jid and ids[1] != jid, ids
+        assert json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["slurm_job_ids"] == ids
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and j.slurm_job_id == ids[1] and f"Slurm job {ids[1]} COMPLETED, exit 0" \
+            in j.detail, j.describe
+
+
+@pytest.mark.heavy
+def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    """Both nodes held by other jobs: the run waits in the queue with Slurm's reason; stop cancels it."""
+    blockers = [slurm.cmd("sbatch", "--parsable", "--exclusive", "-w", n, "-o", "/dev/null", "--wrap", "sleep 300")
+                .stdout.strip() for n in ("node1", "node2")]
+    rid = "s-pending-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    try:
+        wait_for(lambda: all(queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", b).stdout)[b].state == "RUNNING"
+                             for b in blockers), 60, "the blocking jobs to run")
+        r = inv("train", *base, "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        st = inv("status", *base, "--run-id", rid, "--json")
+        row = json.loads(st.stdout)[0]
+        assert row["state"] == "pending" and row["reason"] in ("Resources", "Priority"), row
+        assert f"Slurm job {row['slurm_job_id']} PENDING ({row['reason']})" == row["detail"]
+        table = inv("status", *base)
+        assert rid in table.stdout and "pending (Slurm job" in " ".join(table.stdout.split()), table.stdout
+        r = inv("stop", *base, "--run-id", rid)
+        assert r.returncode == 0 and f"stop {rid}: stopped" in r.stdout, r.stdout + r.stderr
+        assert row["slurm_job_id"] not in queued(slurm)
+    finally:
+        for b in blockers:
+            slurm.cmd("scancel", b)
+
 
 @pytest.mark.heavy
 def test_failing_job_reports_its_exit_code(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
@@ -249,3 +287,27 @@ def test_two_node_dist_check_as_one_job(slurm, cluster_hosts, cluster_checked):
     shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
     job = [j for j in shown if j.get("JobName") == f"specops-{rid}"]
     assert job and job[0]["NodeList"] == "node[1-2]" and job[0]["JobState"] == "COMPLETED", job
+
+
+@pytest.mark.heavy
+def test_extract_runs_as_a_slurm_job(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
+    """`inv extract` on a slurm host: the extraction (hf backend) is a batch job on a compute node."""
+    from conftest import LAYERS
+
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    src, dst = f"{work}/data/pipe", f"{work}/data/pipe-slurm"
+    with connect(h) as t:
+        t.check(f"rm -rf {dst} && mkdir -p {dst} && cp {src}/*.json {src}/*.arrow {dst}/", "copy the prepared rows")
+    r = inv("extract", "--host", "cluster", "--hosts", str(cluster_hosts), "--backend", "hf", "--dataset", dst,
+            "--verifier", f"{work}/models/tiny-llama", "--layers", LAYERS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rid = r.stdout.split("(run ", 1)[1].split(")", 1)[0]
+    with connect(h) as t:
+        jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
+        assert f"submitted as Slurm job {jid}" in " ".join(r.stdout.split())
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and j.kind == "extract" and f"Slurm job {jid} COMPLETED, exit 0" in j.detail
+    done = queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]
+    assert done.nodes.startswith("node") and done.state == "COMPLETED"
+    r = inv("inspect-data", "--host", "cluster", "--hosts", str(cluster_hosts), "--path", dst, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]

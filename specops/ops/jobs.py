@@ -48,7 +48,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     if t.host.is_slurm:
-        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes)
+        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
@@ -61,17 +61,27 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     return res
 
 
+#: the lock that guards one host's GPUs (one training at a time): Slurm gives each job its own
+GPU_LOCK = "train"
+
+
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
-           nodes: Optional[int] = None) -> Optional[Started]:
+           nodes: Optional[int] = None, lock: Optional[str] = None) -> Optional[Started]:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
-    shared workdir, `sbatch --test-only`) before anything is written, then submitted."""
+    shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
+    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
     s = t.host.slurm
+    lock = None if lock == GPU_LOCK else lock
+    for j in cluster.status(t) if lock else []:
+        if getattr(j, "lock", None) == lock and not j.ended and j.run_id != run_id:
+            raise SpecopsError(f"cannot start {kind} on {t.host.name}: lock {lock!r} is held by run {j.run_id!r} "
+                               f"({j.detail}) (nothing was submitted)")
     job = script.BatchJob(name=f"specops-{run_id}", workdir=t.workdir, run_dir=run_path(t, run_id), command=list(argv),
                           request=script.Request.of(s, nodes=nodes), setup=tuple(s.setup),
                           env_file=run_path(t, run_id) + ".env" if env else None)
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
-    jid = cluster.submit(t, job, text, run_id, kind)
+    jid = cluster.submit(t, job, text, run_id, kind, lock=lock)
     return None if jid is None else Started(ok=True, run_id=run_id, slurm_job_id=jid)
 
 

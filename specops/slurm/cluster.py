@@ -140,7 +140,7 @@ def check_job(t: Transport, job: BatchJob, kind: str) -> str:
     return text
 
 
-def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str) -> Optional[str]:
+def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock: Optional[str] = None) -> Optional[str]:
     """Write the script (from check_job), submit it (`sbatch --parsable`) and record the job id;
     the job id, None under --dry-run (the script and the command are planned)."""
     path = f"{job.run_dir}/{SCRIPT}"
@@ -158,7 +158,8 @@ def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str) -> Op
     job_id = r.stdout.strip().splitlines()[-1].split(";")[0]
     rec = record(t, run_id) or {"run_id": run_id, "kind": kind, "job_ids": []}
     rec["job_ids"].append(job_id)
-    rec.update(submitted=time.time(), stopped=False, nodes=job.request.nodes, partition=job.request.partition)
+    rec.update(submitted=time.time(), stopped=False, nodes=job.request.nodes, partition=job.request.partition,
+               lock=lock)
     _write_record(t, run_id, rec)
     return job_id
 
@@ -214,7 +215,7 @@ def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[q
                age_s=round(time.time() - rec.get("submitted", time.time()), 1), log_bytes=size,
                last_line=paths.remote_module("loglines").last_meaningful(tail), exit_code=exit_code, error=err,
                slurm_job_id=jid, slurm_state=sj.state if sj else None, nodes=sj.nodes if sj else "",
-               reason=sj.reason if sj else "")
+               reason=sj.reason if sj else "", lock=rec.get("lock"))
 
 
 def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
