@@ -365,6 +365,7 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
     "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
     "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
+    "nodes": "a `scheduler: slurm` host: nodes of the batch job, one torchrun each (default: its slurm.nodes)",
     "rdzv_host": "with a group: rendezvous address of the first host as the others reach it "
                  "(default: its hosts.yaml address)", "rdzv_port": "rendezvous port (default 29500)",
     "hidden_states": HIDDEN_STATES,
@@ -384,10 +385,11 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
           hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
-          serve_check=True, continue_on_new_data=False):
+          serve_check=True, continue_on_new_data=False, nodes=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
-    With a group, one torchrun per host (c10d rendezvous on the first). --hidden-states online
+    With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
+    submits a batch job, one torchrun per node (--nodes). --hidden-states online
     runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop). First,
     vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it).
 
@@ -408,8 +410,8 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         for h in hs if dry_run else []:
             views.dry_run_done(h.name)
         return
-    kw.update(hidden_states=hidden_states, layers=layers, server_gpus=server_gpus, train_gpus=train_gpus,
-              continue_on_new_data=continue_on_new_data,
+    kw.update(nodes=_int(nodes), hidden_states=hidden_states, layers=layers, server_gpus=server_gpus,
+              train_gpus=train_gpus, continue_on_new_data=continue_on_new_data,
               disk_budget_gb=None if disk_budget is None else float(disk_budget), vllm_args=list(vllm_arg or []))
     over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
          show=lambda t, r: views.trained(t.host.name, r, t.hint))
@@ -539,16 +541,19 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
 
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
                                "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of "
-                               "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500"})
-def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500):
+                               "the first host (default: its hosts.yaml address)", "rdzv_port": "default 29500",
+                               "nodes": "a `scheduler: slurm` host: nodes of the batch job (default: its slurm.nodes)"})
+def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=29500, nodes=None):
     """Prove a multi-node launch: torchrun on every host, c10d rendezvous, gloo all-reduce.
+
+    A `scheduler: slurm` host: one batch job, one torchrun per node (--nodes).
 
     Example: inv dist-check --host @pair"""
     from specops.group.distcheck import dist_check as _dist_check
 
     with errors():
         res = _dist_check(targets(c, host, hosts), nproc=int(nproc), rdzv_host=rdzv_host, port=int(rdzv_port),
-                          connect=open_host)
+                          connect=open_host, nodes=_int(nodes))
     r0 = res["ranks"][0]
     views.line(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} (want {r0['want']}) on "
                f"every rank: " + ", ".join(f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}"

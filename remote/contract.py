@@ -47,6 +47,7 @@ class Refused(Exception):
 
 class JobState(str, enum.Enum):
     STARTING = "starting"
+    PENDING = "pending"  # (queued by a scheduler: Slurm, not started yet)
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

@@ -29,6 +29,8 @@ def start(spec_path):
     import launch as _launch
 
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
+        spec = _launch.slurm_node(spec)
     argv = _launch.torchrun(spec) + [str(HERE / "dist_check.py")]
     print(f"[specops] dist-check {Path(spec['run_dir']).name}: $ {' '.join(argv)}", flush=True)
     hostenv.apply(os.getcwd(), spec.get("kind") or "cpu")

@@ -5,10 +5,24 @@ The spec fields read: nnodes, node_rank, rdzv_endpoint, local_addr, nproc, run_d
 - several:      ... --nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT
                     --rdzv-id <run id> --rdzv-conf is_host=0|1 [--local-addr ADDR]
 The program and its arguments follow (a script path, or `-m module ...`).
+A Slurm job's spec (scheduler: slurm) is the same on every node: slurm_node() fills in this
+node's fields from Slurm's environment (SLURM_NNODES, SLURM_NODEID) and the batch shell's
+SPECOPS_RDZV_ADDR (the allocation's first node), before torchrun() builds the command.
 """
 
+import os
 import sys
 from pathlib import Path
+
+
+def slurm_node(spec, env=None):
+    """spec with this node's torchrun fields, from the Slurm task's environment."""
+    env = os.environ if env is None else env
+    nodes = int(env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or 1)
+    rank = int(env.get("SLURM_NODEID") or 0)
+    addr = env.get("SPECOPS_RDZV_ADDR") or "127.0.0.1"
+    return {**spec, "nnodes": nodes, "node_rank": rank, "rdzv_endpoint": f"{addr}:{spec.get('rdzv_port') or 29500}",
+            "slurm_job_id": env.get("SLURM_JOB_ID")}
 
 
 def torchrun(spec, python=None):

@@ -113,6 +113,8 @@ def main():
     ap.add_argument("--print", action="store_true", help="print the command and exit")
     a = ap.parse_args()
     spec = json.loads(Path(a.spec).read_text())
+    if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
+        spec = launch.slurm_node(spec)
     argv = command(spec)
     if a.print:
         print(json.dumps(argv))
@@ -129,8 +131,12 @@ def main():
         "config_file": new.get("config_file"), "hidden_states": new.get("hidden_states"),
         "data_summary": new.get("data_summary"), "changed": new.get("changed_since_last_start") or [],
         "specops_revision": new.get("specops_revision")})
+    if spec.get("slurm_job_id"):  # (the run's record keeps every Slurm job it ran as)
+        rec["starts"][-1]["slurm_job_id"] = spec["slurm_job_id"]
+        rec["slurm_job_ids"] = [*rec.get("slurm_job_ids", []), spec["slurm_job_id"]]
     resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
-    rec_path.write_text(json.dumps(rec, indent=1, default=str))
+    if not (spec.get("scheduler") == "slurm" and spec.get("node_rank")):  # (a Slurm job's run dir is shared: its first node writes the record)
+        rec_path.write_text(json.dumps(rec, indent=1, default=str))
     online = spec.get("hidden_states") == "online"
     print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}"
           + (" (online hidden states)" if online else ""), flush=True)

@@ -28,6 +28,79 @@ MAX_GPUS = 1024
 VLLM_RESERVED = contract.VLLM_RESERVED
 
 
+#: Slurm's time limit forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+SLURM_TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
+def slurm_seconds(text: str) -> Optional[int]:
+    """A Slurm time limit in seconds (None for UNLIMITED/INFINITE); ValueError saying the forms."""
+    t = str(text).strip()
+    if t.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, dash, rest = t.partition("-")
+    if not dash:
+        days, rest = "0", t
+    parts = rest.split(":")
+    ok = days.isdigit() and all(x.isdigit() for x in parts) and 1 <= len(parts) <= 3
+    if not ok:
+        raise ValueError(f"{text!r} is not a Slurm time limit (give {SLURM_TIME_FORMS}, e.g. 04:00:00)")
+    n = [int(x) for x in parts]
+    if dash:  # D-HH[:MM[:SS]]
+        h, m, s = (n + [0, 0])[:3]
+    elif len(n) == 1:  # minutes
+        h, m, s = 0, n[0], 0
+    elif len(n) == 2:  # MM:SS
+        h, m, s = 0, n[0], n[1]
+    else:
+        h, m, s = n
+    return int(days) * 86400 + h * 3600 + m * 60 + s
+
+
+class Slurm(BaseModel):
+    """What a job of a `scheduler: slurm` host asks Slurm for (sbatch's options), and the lines
+    each node runs first. The host's address/user/key are its login node."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    #: default: the cluster's default partition
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    #: sbatch --time (default: the partition's default)
+    time: Optional[str] = None
+    nodes: int = Field(default=1, ge=1, le=MAX_GPUS)
+    gpus_per_node: int = Field(default=0, ge=0, le=MAX_GPUS)
+    constraint: Optional[str] = None
+    #: shell lines each node runs before specops' command (e.g. `module load cuda/12.4`)
+    setup: list[str] = Field(default_factory=list)
+
+    @field_validator("partition", "account", "qos", "constraint")
+    @classmethod
+    def _word(cls, v):
+        if v is not None and (not v.strip() or any(ch.isspace() for ch in v)):
+            raise ValueError(f"{v!r}: give one word, no spaces")
+        return v
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v):
+        if v is not None and slurm_seconds(v) is None:
+            raise ValueError(f"{v!r}: give a limit ({SLURM_TIME_FORMS}); leave it out for the partition's default")
+        return v
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, v):
+        for line in v:
+            if not line.strip() or "\n" in line:
+                raise ValueError("every setup entry is one non-empty shell line")
+        return v
+
+    @property
+    def time_s(self) -> Optional[int]:
+        return None if self.time is None else slurm_seconds(self.time)
+
+
 class Host(BaseModel):
     """One host entry. Unknown keys and wrong types are errors."""
 
@@ -68,6 +141,10 @@ class Host(BaseModel):
     #: Extra arguments for every vLLM server specops starts there, after its own (e.g.
     #: ["--enable-expert-parallel"]); a run's `--vllm-arg`s come after these.
     vllm_args: list[str] = Field(default_factory=list)
+    #: `slurm`: the host is a cluster's login node; jobs run on compute nodes through Slurm
+    #: (sbatch, squeue, scontrol, scancel, sinfo), with the settings under `slurm:`.
+    scheduler: Optional[Literal["slurm"]] = None
+    slurm: Optional[Slurm] = None
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -104,9 +181,17 @@ class Host(BaseModel):
 
     @model_validator(mode="after")
     def _tensor_parallel_default(self):
+        if self.scheduler == "slurm":
+            self.slurm = self.slurm or Slurm()
+            if self.gpus is None:  # (a node's GPUs: what --nproc defaults to)
+                self.gpus = self.slurm.gpus_per_node
         if self.tensor_parallel is None:
             self.tensor_parallel = self.gpus or 1
         return self
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.scheduler == "slurm"
 
     # Defaults that depend on other fields.
     @property
@@ -276,7 +361,8 @@ def _field_error(path: Path, host: str, err: dict) -> str:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if err["type"] == "extra_forbidden":
-        allowed = ", ".join(k for k in Host.model_fields if k != "name")
+        model = Slurm if len(err["loc"]) > 1 and err["loc"][0] == "slurm" else Host
+        allowed = ", ".join(k for k in model.model_fields if k != "name")
         msg = f"unknown field (allowed: {allowed})"
     elif "input" in err and err["type"] not in ("missing", "value_error"):
         msg = f"{msg} (got {err['input']!r})"
@@ -336,6 +422,17 @@ def load(explicit: Optional[str] = None) -> Inventory:
         if "tensor_parallel" in fields and h.gpus is not None and h.tensor_parallel > max(h.gpus, 1):
             raise SpecopsError(f"{path}: host {name!r}, field 'tensor_parallel': {h.tensor_parallel} is more than "
                                f"the host's gpus ({h.gpus}): one vLLM server spans at most the host's GPUs")
+        if "slurm" in fields and not h.is_slurm:
+            raise SpecopsError(f"{path}: host {name!r}, field 'slurm': only for a cluster's login node: add "
+                               f"`scheduler: slurm` (or drop `slurm:`)")
+        if h.is_slurm and not (h.workdir and h.venv):
+            raise SpecopsError(f"{path}: host {name!r}, field '{'venv' if h.workdir else 'workdir'}': a slurm host "
+                               f"needs `workdir:` and `venv:` on the filesystem its compute nodes share (e.g. "
+                               f"/shared/$USER/specops and /shared/$USER/ml-env)")
+        if h.is_slurm and "gpus" in fields and h.gpus != h.slurm.gpus_per_node:
+            raise SpecopsError(f"{path}: host {name!r}, field 'gpus': {h.gpus} differs from slurm.gpus_per_node "
+                               f"({h.slurm.gpus_per_node}): a slurm host's GPUs are per node; give only "
+                               f"slurm.gpus_per_node")
         if h.venv_existing and not h.venv:
             raise SpecopsError(f"{path}: host {name!r}, field 'venv_existing': needs `venv:` set to that "
                                f"environment (e.g. /opt/torch/.venv)")

@@ -129,7 +129,8 @@ def age(seconds: float) -> str:
 def status(host: str, jobs: list) -> None:
     """One row per run, then one per job it started itself (`RUN/server`: an online run's vLLM server)."""
     def row(j, name):
-        return [name, j.kind, j.describe, age(j.age_s), j.pid or "", "" if j.gpu_mib is None else j.gpu_mib,
+        pid = j.pid or (f"job {j.slurm_job_id}" if getattr(j, "slurm_job_id", None) else "")  # (Slurm's job id)
+        return [name, j.kind, j.describe, age(j.age_s), pid, "" if j.gpu_mib is None else j.gpu_mib,
                 j.last_line]
 
     table(f"runs on {host}", ("run id", "kind", "state", "age", "pid", "GPU MiB", "last line"),

@@ -58,7 +58,8 @@ def ensure_user(name: str) -> pwd.struct_passwd:
 
 class Rig:
     def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
-                 max_startups: str = "100:30:200", max_sessions: int = 100):
+                 max_startups: str = "100:30:200", max_sessions: int = 100, env: dict | None = None):
+        extra_env = env
         self.root = Path(tempfile.mkdtemp(prefix="specops-rig-"))
         self.root.chmod(0o755)
         self.address, self.netns = address, netns
@@ -95,6 +96,8 @@ class Rig:
         links = pip_find_links()
         if links:
             env += f",PIP_FIND_LINKS={links}"
+        for k, v in (extra_env or {}).items():  # (the login environment, e.g. a cluster's SLURM_CONF)
+            env += f",{k}={v}"
         opts = ",".join(f'environment="{kv}"' for kv in env.split(","))
         (self.root / "authorized_keys").write_text(f"{opts} {pub}\n")
         (self.root / "authorized_keys").chmod(0o644)

@@ -69,7 +69,8 @@ def test_no_import_cycles():
 
 
 #: who may import whom: the host layer knows no stage, the stages no group, the base modules none
-LAYERS = {"host": ("host",), "ops": ("host", "ops"), "group": ("host", "ops", "group")}
+LAYERS = {"host": ("host",), "slurm": ("host", "slurm"), "ops": ("host", "slurm", "ops"),
+          "group": ("host", "slurm", "ops", "group")}
 BASE = ("inventory", "contract", "payloads", "errors", "paths", "config", "profiles", "metrics", "args", "synth")
 
 
@@ -87,7 +88,7 @@ def test_layers_import_downwards_only():
 
 
 def test_every_package_says_what_lives_there():
-    for d in ("host", "ops", "group"):
+    for d in ("host", "slurm", "ops", "group"):
         doc = ast.get_docstring(ast.parse((LIB / d / "__init__.py").read_text())) or ""
         assert len(doc.splitlines()) >= 2, d
 

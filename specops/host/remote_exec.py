@@ -41,12 +41,15 @@ def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
 
 
 def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None,
-               changes: bool = True, model: Optional[Type[M]] = None):
+               changes: bool = True, model: Optional[Type[M]] = None, via: Optional[str] = None):
     """Run a remote script; return its payload (a dict carrying ``ok``, or ``model`` validated).
-    Under --dry-run a script that changes the host (changes=True) is planned, not run: None."""
+    Under --dry-run a script that changes the host (changes=True) is planned, not run: None.
+    via: a launcher the whole command runs under (e.g. `srun --nodes=1 ...`: on a compute node)."""
     h = t.host
     t.ensure_pushed()
     cmd = script_command(t, script, args)
+    if via:
+        cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
     if t.dry_run and changes:
         t.plan(f"run: {cmd}")
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Optional
@@ -9,7 +10,8 @@ from typing import Optional
 from specops import paths
 from specops.config import load_config
 from specops.errors import SpecopsError
-from specops.payloads import Check
+from specops.payloads import Check, CheckRow
+from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 
@@ -27,9 +29,33 @@ def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
             "--kind", h.profile, "--min-free-gb", str(min_free_gb)]
     if h.gpus is not None:
         args += ["--gpus", str(h.gpus)]
+    if h.is_slurm:
+        return slurm_check(t, args)
     res = run_script(t, "check", args, changes=False, model=Check)
     if absent and res.rows:
         soften(res, absent)
+    return res
+
+
+def slurm_check(t: Transport, args: list) -> Check:
+    """A slurm host: the partition's state (sinfo), the preflight on a compute node (srun), and
+    the proof that the compute nodes share the workdir (the verdict a submission needs)."""
+    req = script.Request.of(t.host.slurm)
+    try:
+        part = cluster.judge_request(t, req, "check")
+        row = CheckRow(name="slurm partition", value=part.describe(), ok=True)
+    except SpecopsError as e:
+        return Check(ok=False, rows=[CheckRow(name="slurm partition", value=str(e), ok=False,
+                                              hint="fix slurm: in hosts.yaml")])
+    shared = cluster.probe_shared(t, dataclasses.replace(req, time="5"))
+    rows = [row, CheckRow(name="shared workdir", value=f"{shared['workdir']}: " + (
+        f"seen by the {shared['nodes']} node(s) of an allocation" if shared["shared"] else shared["error"]),
+        ok=bool(shared["shared"]), hint="put workdir and venv on the cluster's shared filesystem")]
+    if not shared["shared"]:  # (the preflight's scripts are not there either)
+        return Check(ok=False, rows=rows)
+    res = run_script(t, "check", args, changes=False, model=Check, via=script.srun_prefix(dataclasses.replace(
+        req, nodes=1, time="10")))
+    res.rows[:0] = rows
     return res
 
 

@@ -13,6 +13,7 @@ from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
+from specops.slurm import cluster, script
 
 
 def new_run_id(kind: str) -> str:
@@ -27,23 +28,37 @@ def run_path(t: Transport, run_id: str, *parts: str) -> str:
     return "/".join([t.workdir, "runs", validate_run_id(run_id), *parts])
 
 
+def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
+    """The job's environment as a 0600 file of KEY=VALUE lines beside its run dir (the values never
+    appear in a command); its path, None when there is none."""
+    if not env:
+        return None
+    remote_env = run_path(t, run_id) + ".env"
+    t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
+            "preparing the env file")
+    t.put_text("".join(f"{k}={v}\n" for k, v in env.items()), remote_env, label="(env)", private=True)
+    return remote_env
+
+
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
-          env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None) -> Optional[Started]:
+          env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
+          nodes: Optional[int] = None) -> Optional[Started]:
     """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
-    remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job)."""
+    remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
+    A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
+    slurm.nodes)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
+    if t.host.is_slurm:
+        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
     if fail_on:
         args += ["--fail-on", fail_on]
-    if env:
-        remote_env = run_path(t, run_id) + ".env"  # (the values never appear in a command)
-        t.check(f"mkdir -p {shlex.quote(os.path.dirname(remote_env))} && umask 077 && : > {shlex.quote(remote_env)}",
-                "preparing the env file")
-        t.put_text("".join(f"{k}={v}\n" for k, v in env.items()), remote_env, label="(env)", private=True)
+    remote_env = put_env(t, run_id, env)
+    if remote_env:
         args += ["--env-file", remote_env]
     res = run_script(t, "job", [*args, "--", *argv], model=Started)
     if res is not None and not res.ok:
@@ -51,7 +66,43 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     return res
 
 
+#: the lock that guards one host's GPUs (one training at a time): Slurm gives each job its own
+GPU_LOCK = "train"
+
+
+def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
+           nodes: Optional[int] = None, lock: Optional[str] = None) -> Optional[Started]:
+    """A slurm host: argv as every node's command of one batch job, checked (the partition, the
+    shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
+    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
+    s = t.host.slurm
+    lock = None if lock == GPU_LOCK else lock
+    for j in cluster.status(t) if lock else []:
+        if getattr(j, "lock", None) == lock and not j.ended and j.run_id != run_id:
+            raise SpecopsError(f"cannot start {kind} on {t.host.name}: lock {lock!r} is held by run {j.run_id!r} "
+                               f"({j.detail}) (nothing was submitted)")
+    job = script.BatchJob(name=f"specops-{run_id}", workdir=t.workdir, run_dir=run_path(t, run_id), command=list(argv),
+                          request=script.Request.of(s, nodes=nodes), setup=tuple(s.setup),
+                          env_file=run_path(t, run_id) + ".env" if env else None)
+    text = cluster.check_job(t, job, kind)
+    put_env(t, run_id, env)
+    jid = cluster.submit(t, job, text, run_id, kind, lock=lock)
+    return None if jid is None else Started(ok=True, run_id=run_id, slurm_job_id=jid)
+
+
 def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
+    """The host's jobs (one run's, or all); a slurm host's batch jobs from Slurm, with the login
+    node's own jobs."""
+    if t.host.is_slurm:
+        mine = [j for j in cluster.status(t) if run_id is None or j.run_id == run_id]
+        if run_id is not None and mine:
+            return mine
+        if run_id is None:
+            return mine + _status(t, None)
+    return _status(t, run_id)
+
+
+def _status(t: Transport, run_id: Optional[str]) -> list[Job]:
     res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []),
                      changes=False, model=Jobs)
     if not res.ok:
@@ -110,7 +161,9 @@ def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
 
 
 def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
-    """SIGTERM, grace, SIGKILL; None under --dry-run."""
+    """SIGTERM, grace, SIGKILL; None under --dry-run. A slurm host's batch job: through Slurm."""
+    if t.host.is_slurm and cluster.record(t, validate_run_id(run_id)):
+        return cluster.stop(t, run_id, grace)
     res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped)
     if res is not None and not res.ok:
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")
@@ -125,6 +178,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
     byte last written: no line is lost or repeated. Returns (offset, exit code or None)."""
     write = write or t.log
     where = None
+    slurm_end = cluster.end_watcher(t, run_id) if t.host.is_slurm and cluster.record(t, run_id) else None
     failures = 0
     checked = time.monotonic()
     while True:
@@ -133,6 +187,9 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
                 where = run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
             log, code_file = where
             code = t.read_bytes(code_file)
+            if code is None and slurm_end is not None:  # (a cancelled job's batch shell writes none)
+                ended = slurm_end()
+                code = None if ended is None else str(ended).encode()
             chunk = t.read_bytes(log, offset)
             ended = None
             if code is None and not chunk and until_end and time.monotonic() - checked > LOST_CHECK_S:
@@ -225,14 +282,16 @@ def run_following(t: Transport, run_id: str) -> Optional[int]:
 
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
-                 write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None) -> Optional[int]:
+                 write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
+                 nodes: Optional[int] = None) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
     under --dry-run."""
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes)
     if j is None:
         return None
-    t.note(f"{kind} started on {t.host.name}: run {run_id} (pid {j.pid}); "
+    how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
+    t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")
     if detach:
         return None

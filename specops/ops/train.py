@@ -16,6 +16,7 @@ from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
+from specops.slurm import cluster, script
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
 #: training), auto (offline when the files are there or fit the disk budget, else online)
@@ -187,13 +188,32 @@ def launch_argv(t: Transport, spec_path: str, script: str = "train") -> list[str
     return [t.expand(t.host.python), f"remote/{script}.py", "--spec", spec_path]
 
 
+#: the c10d rendezvous port of a Slurm job's torchruns (on the allocation's first node)
+RDZV_PORT = 29500
+
+
+def slurm_settings(t: Transport, hidden_states: str, serve_check: bool) -> tuple[str, bool]:
+    """A slurm host trains offline (on extracted files) and runs no draft-serves preflight on its
+    login node; what it cannot do yet is refused."""
+    if hidden_states == "online":
+        raise SpecopsError(f"--hidden-states online on {t.host.name}: a Slurm job trains on extracted hidden "
+                           f"states for now: `{t.hint('extract')}` first, then train offline (nothing was submitted)")
+    if hidden_states == "auto":
+        t.note(f"hidden states: offline (a Slurm job on {t.host.name} trains on the dataset's extracted files)")
+    if serve_check:
+        t.note(f"draft-serves preflight: not run on {t.host.name} (a Slurm login node; vLLM would serve there, "
+               f"not on a compute node)")
+    return "offline", False
+
+
 def refuse_running(t: Transport, rid: str) -> list:
     """A run id that is running is refused before anything is written for it (its spec stays).
     Returns the host's jobs."""
     js = jobs.status(t)
     for j in js:
         if j.run_id == rid and not j.ended:
-            raise SpecopsError(f"train {rid} is already running on {t.host.name} (pid {j.pid}): "
+            raise SpecopsError(f"train {rid} is already {j.state.value} on {t.host.name} ("
+                               + (f"Slurm job {getattr(j, 'slurm_job_id', '')}" if t.host.is_slurm else f"pid {j.pid}") + "): "
                                f"`{t.hint(f'logs -f --run-id {rid}')}` follows it (nothing was changed)")
     return js
 
@@ -252,7 +272,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
-          serve_check: bool = True, continue_on_new_data: bool = False) -> Optional[dict]:
+          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> Optional[dict]:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped); None under --dry-run.
@@ -264,11 +284,23 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     extracts (default: the dataset's extraction record, else speculators' default); disk_budget_gb:
     what auto allows the hidden states on the host's disk (default: the free space at the data
     dir, less 10%); server_gpus / train_gpus: CUDA_VISIBLE_DEVICES of the server and the trainer
-    (default: half and half); vllm_args: more vLLM server arguments (after the host's)."""
+    (default: half and half); vllm_args: more vLLM server arguments (after the host's).
+    nodes: a slurm host's nodes for this run (default: its slurm.nodes): one batch job, one
+    torchrun per node (specops/slurm)."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
+    h = t.host
+    extra = None
+    if h.is_slurm:  # (the partition first, before the data is read or anything written)
+        hidden_states, serve_check = slurm_settings(t, hidden_states, serve_check)
+        cluster.judge_request(t, script.Request.of(h.slurm, nodes=nodes), "train")
+        cluster.refuse_unshared(t, "train")
+        extra = {"nnodes": nodes or h.slurm.nodes, "scheduler": "slurm", "rdzv_port": RDZV_PORT}
+    elif nodes is not None:
+        raise SpecopsError(f"--nodes is for a `scheduler: slurm` host; {h.name} is one host (several hosts train "
+                           f"with `--host @group`) (nothing was started)")
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
                      hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
-                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args)
+                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args, extra=extra)
     host_jobs = refuse_running(t, rid)
     refuse_new_data(t, rid, spec, continue_on_new_data)
     served = preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
@@ -276,9 +308,10 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     path = put_spec(t, spec)
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss")
+                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes)
     except SpecopsError:
-        if fresh and not t.exists(f"{spec['run_dir']}/job.json", "-f"):  # a refused start leaves no run folder
+        marker = cluster.RECORD if h.is_slurm else "job.json"
+        if fresh and not t.exists(f"{spec['run_dir']}/{marker}", "-f"):  # a refused start leaves no run folder
             t.run(f"rm -rf {shlex.quote(spec['run_dir'])}")
         raise
     if follow and code not in (None, 0):

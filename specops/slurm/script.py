@@ -1,0 +1,103 @@
+"""The sbatch script of a run, rendered from typed inputs (no connection, no I/O).
+
+One task per node (`srun --ntasks-per-node=1`); each runs the host's setup lines, then the run's
+node command (the host venv's interpreter, e.g. `remote/train.py --spec ...`), which reads its
+rank from Slurm's environment (SLURM_NNODES, SLURM_NODEID) and the rendezvous address from
+SPECOPS_RDZV_ADDR: the first node of the allocation, as `scontrol show node` gives its address.
+The batch shell records srun's exit code in RUN/exit_code.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from specops.inventory import Slurm
+
+#: the variable the batch shell sets to the first node's address (remote/launch.py reads it)
+RDZV_VAR = "SPECOPS_RDZV_ADDR"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one allocation asks Slurm for (sbatch's and srun's options alike)."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: Optional[str] = None
+    constraint: Optional[str] = None
+
+    @classmethod
+    def of(cls, s: Slurm, *, nodes: Optional[int] = None, time: Optional[str] = None) -> "Request":
+        return cls(nodes=nodes or s.nodes, gpus_per_node=s.gpus_per_node, partition=s.partition,
+                   account=s.account, qos=s.qos, time=time or s.time, constraint=s.constraint)
+
+    def options(self) -> list[str]:
+        """`--partition=...` and the others: sbatch's header lines and srun's arguments."""
+        out = [f"--nodes={self.nodes}", "--ntasks-per-node=1"]
+        for k in ("partition", "account", "qos", "time", "constraint"):
+            v = getattr(self, k)
+            if v:
+                out.append(f"--{k}={v}")
+        if self.gpus_per_node:
+            out.append(f"--gpus-per-node={self.gpus_per_node}")
+        return out
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """One run's job: what it asks for, where it runs and writes, and each node's command."""
+
+    name: str
+    workdir: str
+    run_dir: str
+    command: Sequence[str]
+    request: Request
+    setup: Sequence[str] = field(default_factory=tuple)
+    env_file: Optional[str] = None
+
+    @property
+    def output(self) -> str:
+        return f"{self.run_dir}/output.log"
+
+    @property
+    def exit_file(self) -> str:
+        return f"{self.run_dir}/exit_code"
+
+    def node_shell(self) -> str:
+        """What each node's task runs: the setup lines, the run's environment, then the command."""
+        lines = list(self.setup)
+        if self.env_file:  # (KEY=VALUE lines, 0600; exported as they are, never evaluated)
+            lines.append(f'while IFS= read -r kv; do export "$kv"; done < {shlex.quote(self.env_file)}')
+        lines.append("exec " + shlex.join(self.command))
+        return "\n".join(lines)
+
+
+def render(job: BatchJob) -> str:
+    """The sbatch script: the header from the request, srun starting one task per node."""
+    head = [f"--job-name={job.name}", *job.request.options(), f"--chdir={job.workdir}", f"--output={job.output}",
+            "--open-mode=append"]
+    q = shlex.quote
+    return "\n".join([
+        "#!/bin/bash",
+        *(f"#SBATCH {shlex.quote(o)}" for o in head),
+        f"# specops: {job.name}: one task per node; the rendezvous on the allocation's first node",
+        f"rm -f {q(job.exit_file)}",
+        'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'{RDZV_VAR}=$(scontrol -o show node "$first" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
+        f'export {RDZV_VAR}="${{{RDZV_VAR}:-$first}}"',
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell())}",
+        "rc=$?",
+        f'echo "$rc" > {q(job.exit_file)}',
+        'exit "$rc"',
+        "",
+    ])
+
+
+def srun_prefix(request: Request) -> str:
+    """`srun OPTIONS` for one command on the allocation's nodes (e.g. the preflight on a compute node)."""
+    return shlex.join(["srun", *request.options()])

@@ -1,0 +1,313 @@
+"""Slurm clusters against a real Slurm (tests/slurmrig.py: munged, slurmctld, two slurmd on
+loopback), the login node reached through the real sshd: `inv check` through srun, refusals
+before anything is queued, and a training submitted, followed, stopped (interrupted checkpoint)
+and fetched; a failing job reports its exit code."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, inv, wait_for
+from rig import Rig, free_port
+from slurmrig import PARTITION, SlurmRig, have_slurm
+from specops import inventory
+from specops.host.connection import connect
+from specops.ops import jobs
+from specops.slurm import queue
+from test_train import LONG  # (the long CPU training of the SSH host's tests)
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="session")
+def slurm(rig):
+    assert have_slurm(), "Slurm is not installed (slurmctld, slurmd, munged, sbatch): `bash .ci/system-deps` installs it"
+    s = SlurmRig(rig.user).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def login(slurm):
+    """The cluster's login node: an sshd whose login environment carries SLURM_CONF, as a cluster's does."""
+    r = Rig(env={"SLURM_CONF": str(slurm.conf)}).start()
+    yield r
+    r.stop()
+
+
+def cluster_host(login, rig, work, **slurm_fields):
+    return login.host(venv=f"{rig.home}/ml-env", workdir=str(work), scheduler="slurm",
+                      slurm={"partition": PARTITION, "time": "00:20:00", **slurm_fields})
+
+
+@pytest.fixture(scope="session")
+def cluster_hosts(login, rig, work, slurm):
+    return login.write_hosts(login.root / "hosts.yaml", {
+        "cluster": cluster_host(login, rig, work),
+        "cluster-nopart": cluster_host(login, rig, work, partition="gpu-huge"),
+        "cluster-wide": cluster_host(login, rig, work, nodes=3),
+        "cluster-gpus": cluster_host(login, rig, work, gpus_per_node=4),
+        "cluster-long": cluster_host(login, rig, work, time="02:00:00"),
+        "cluster-feature": cluster_host(login, rig, work, constraint="nosuchfeature"),
+        "cluster-unshared": {**cluster_host(login, rig, work), "workdir": f"{rig.home}/specops-unshared"},
+        "cluster-pair": {**cluster_host(login, rig, work, nodes=2), "env": {"GLOO_SOCKET_IFNAME": "lo"}},
+        "cluster-local": {**cluster_host(login, rig, work), "workdir": str(slurm.node_local)},
+    })
+
+
+def queued(slurm) -> list:
+    return slurm.queue()
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("cluster-nopart", "unknown partition 'gpu-huge' (slurm.partition in hosts.yaml); the cluster's partitions: "
+                       "debug (nothing was submitted)"),
+    ("cluster-wide", "3 nodes asked; partition debug has 2: ask for at most 2 (--nodes or slurm.nodes) "
+                     "(nothing was submitted)"),
+    ("cluster-gpus", "4 GPUs per node asked; partition debug's nodes have at most 2"),
+    ("cluster-long", "time limit 02:00:00 asked; partition debug allows at most 00:30:00"),
+    ("cluster-unshared", "workdir"),
+])
+def test_bad_request_one_line_nothing_queued(slurm, cluster_hosts, name, expect):
+    before = queued(slurm)
+    r = inv("train", "--host", name, "--hosts", str(cluster_hosts), "--dataset", "pipe", "--run-id", "s-refused")
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith("specops: train on ") and expect in first, r.stderr
+    assert queued(slurm) == before
+    if name == "cluster-unshared":
+        assert "is not known to be shared with the compute nodes: run `inv check" in first, first
+
+
+def test_nodes_flag_over_the_partition(slurm, cluster_hosts):
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--nodes", "5", "--run-id", "s-five")
+    assert r.returncode != 0 and "5 nodes asked; partition debug has 2" in r.stderr, r.stderr
+
+
+def test_queue_parses_a_real_pending_job(slurm):
+    """scontrol's own output for a held job and a finished one, through the parser."""
+    jid = slurm.cmd("sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    try:
+        j = queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]
+        assert j.job_state == "pending" and j.reason == "JobHeldUser" and not j.nodes
+        assert j.describe() == f"Slurm job {jid} PENDING (JobHeldUser)"
+    finally:
+        slurm.cmd("scancel", jid)
+    jid = slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 3").stdout.strip()
+    j = wait_for(lambda: (lambda x: x if x.job_state.terminal else None)(
+        queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]), 60, "the failing job's end")
+    assert (j.state, j.exit_code, j.job_state) == ("FAILED", 3, "failed") and j.describe().startswith(
+        f"Slurm job {jid} FAILED, exit 3")
+    rec = queue.records(slurm.cmd("scontrol", "-o", "show", "partition").stdout)
+    nodes = queue.sinfo_nodes(slurm.cmd("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N|%G|%T").stdout)
+    p = queue.Partition.of(rec[0], nodes)
+    assert (p.name, p.total_nodes, p.gpus_per_node, p.max_time_s) == (PARTITION, 2, 2, 1800)
+
+
+@pytest.fixture(scope="session")
+def cluster_checked(slurm, cluster_hosts, cpu_box):
+    r = inv("check", "--host", "cluster", "--hosts", str(cluster_hosts))
+    return r
+
+
+def test_check_runs_on_a_compute_node_and_shows_the_partition(slurm, cluster_checked):
+    r = cluster_checked
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "slurm partition" in out and "debug: UP, 2 node(s)" in out and "2 GPU(s) per node" in out, out[-3000:]
+    assert "shared workdir" in out and "seen by the 1 node(s) of an allocation" in out
+    # the preflight ran as a job step on a compute node (Slurm's record of it), not on the login node
+    shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
+    assert any(j.get("JobName") == "sh" and j.get("NodeList", "").startswith("node") for j in shown), shown
+
+
+def test_a_workdir_the_nodes_do_not_share_is_found_and_refused(slurm, cluster_hosts):
+    """cluster-local's workdir is a folder the compute nodes cover with a tmpfs of their own."""
+    base = ["--host", "cluster-local", "--hosts", str(cluster_hosts)]
+    r = inv("check", *base)
+    out = " ".join(r.stdout.split())
+    assert r.returncode != 0 and "shared workdir" in out and f"do not see {slurm.node_local}/.specops/slurm-probe" \
+        in out, r.stdout[-2000:] + r.stderr[-2000:]
+    before = queued(slurm)
+    r = inv("train", *base, "--dataset", "pipe", "--run-id", "s-local")
+    first = r.stderr.strip().splitlines()[0]
+    assert r.returncode != 0 and first.startswith(
+        f"specops: train on cluster-local: workdir {slurm.node_local} is not shared with the compute nodes "
+        f"(compute node(s) ") and "put `workdir:` and `venv:` on the cluster's shared filesystem" in first, r.stderr
+    assert queued(slurm) == before
+
+
+
+
+@pytest.mark.heavy
+def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "s-long-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    # --dry-run: the script and the command, nothing queued or written
+    before = queued(slurm)
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "#SBATCH --partition=debug" in r.stdout and "#SBATCH --time=00:20:00" in r.stdout, r.stdout[-3000:]
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c" in r.stdout
+    assert "remote/train.py --spec" in r.stdout and "sbatch --parsable" in r.stdout
+    assert queued(slurm) == before
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    with connect(h) as t:
+        assert not t.exists(jobs.run_path(t, rid))
+
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        rec = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))
+        jid = rec["job_ids"][-1]
+        assert f"submitted as Slurm job {jid}" in " ".join(r.stdout.split()), r.stdout[-2000:]
+        log = jobs.run_path(t, rid, "output.log")
+        wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 300, "the first training step")
+        st = inv("status", *base, "--run-id", rid, "--json")
+        assert st.returncode == 0, st.stderr
+        row = json.loads(st.stdout)[0]
+        assert row["state"] == "running" and row["slurm_job_id"] == jid and row["nodes"].startswith("node"), row
+        assert f"Slurm job {jid} RUNNING on node" in row["detail"]
+        # the same run id while it runs: refused
+        r2 = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid)
+        assert r2.returncode != 0 and f"already running on cluster (Slurm job {jid})" in r2.stderr, r2.stderr
+
+        follower = subprocess.Popen([sys.executable, "-m", "invoke", "logs", *base, "--run-id", rid, "-f"],
+                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        steps = (t.read_bytes(log) or b"").count(b"train/loss=")
+        wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") > steps + 1, 180, "more steps")
+        r = inv("stop", *base, "--run-id", rid, "--grace", "120")
+        assert r.returncode == 0, r.stderr
+        assert f"stop {rid}: stopped" in r.stdout, r.stdout
+        out, _ = follower.communicate(timeout=120)
+        full = t.read_bytes(log)
+        assert out == full, "logs -f lost or changed bytes"
+        ckpt = jobs.run_path(t, rid, "checkpoints", "interrupted")
+        assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint"
+        j = jobs.status(t, rid)[0]
+        assert j.state == "stopped" and f"Slurm job {jid}" in j.detail, j.describe
+        assert jid not in queued(slurm)
+        run = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        assert run["slurm_job_ids"] == [jid] and run["run_id"] == rid
+
+    dest = tmp_path / "runs"
+    r = inv("fetch", *base, "--run-id", rid, "--dest", str(dest))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads((dest / rid / "run.json").read_text())["slurm_job_ids"] == [jid]
+    assert (dest / rid / "checkpoints" / "interrupted" / "model.safetensors").is_file()
+    assert "#SBATCH --job-name=specops-" + rid in (dest / rid / "slurm-job.sh").read_text()
+
+    # the same run id again: a new job of the same run (its record keeps both job ids)
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--max-steps", "1",
+            "--follow")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        ids = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"]
+        assert len(ids) == 2 and ids[0] == jid and ids[1] != jid, ids
+        assert json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["slurm_job_ids"] == ids
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and j.slurm_job_id == ids[1] and f"Slurm job {ids[1]} COMPLETED, exit 0" \
+            in j.detail, j.describe
+
+
+@pytest.mark.heavy
+def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    """Both nodes held by other jobs: the run waits in the queue with Slurm's reason; stop cancels it."""
+    blockers = [slurm.cmd("sbatch", "--parsable", "--exclusive", "-w", n, "-o", "/dev/null", "--wrap", "sleep 300")
+                .stdout.strip() for n in ("node1", "node2")]
+    rid = "s-pending-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    try:
+        wait_for(lambda: all(queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", b).stdout)[b].state == "RUNNING"
+                             for b in blockers), 60, "the blocking jobs to run")
+        r = inv("train", *base, "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        st = inv("status", *base, "--run-id", rid, "--json")
+        row = json.loads(st.stdout)[0]
+        assert row["state"] == "pending" and row["reason"] in ("Resources", "Priority"), row
+        assert f"Slurm job {row['slurm_job_id']} PENDING ({row['reason']})" == row["detail"]
+        table = inv("status", *base)
+        assert rid in table.stdout and "pending (Slurm job" in " ".join(table.stdout.split()), table.stdout
+        r = inv("stop", *base, "--run-id", rid)
+        assert r.returncode == 0 and f"stop {rid}: stopped" in r.stdout, r.stdout + r.stderr
+        assert row["slurm_job_id"] not in queued(slurm)
+    finally:
+        for b in blockers:
+            slurm.cmd("scancel", b)
+
+
+@pytest.mark.heavy
+def test_failing_job_reports_its_exit_code(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text(LONG.replace("speculator-type: eagle3", "speculator-type: no-such-draft"))
+    rid = "s-broken-" + str(int(time.time()))
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--config", str(cfg), "--dataset", "pipe",
+            "--follow", "--run-id", rid)
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"specops: train {rid} on cluster failed (Slurm job ") and "FAILED, exit " in first, first
+    assert "no-such-draft" in first, first
+    st = inv("status", "--host", "cluster", "--hosts", str(cluster_hosts), "--run-id", rid)
+    assert "failed" in st.stdout and "FAILED, exit" in " ".join(st.stdout.split()), st.stdout
+
+
+@pytest.mark.heavy
+def test_slurm_refuses_an_unknown_feature_nothing_queued(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    before = queued(slurm)
+    r = inv("train", "--host", "cluster-feature", "--hosts", str(cluster_hosts), "--dataset", "pipe",
+            "--config", "configs/demo.yaml", "--run-id", "s-feature")
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert "Slurm refuses the job: " in first and "(nothing was submitted)" in first, r.stderr
+    assert queued(slurm) == before
+
+
+def test_online_and_nodes_where_they_do_not_apply(slurm, cluster_hosts):
+    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--hidden-states", "online", "--run-id", "s-on")
+    first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    assert r.returncode != 0 and first.startswith("specops: --hidden-states online on cluster: a Slurm job trains on "
+                                                  "extracted hidden states for now: `inv extract") \
+        and first.endswith("first, then train offline (nothing was submitted)"), r.stderr
+    r = inv("train", "--host", "local", "--nodes", "2", "--run-id", "s-local-nodes")
+    assert r.returncode != 0 and "--nodes is for a `scheduler: slurm` host; local is one host" in r.stderr, r.stderr
+
+
+@pytest.mark.heavy
+def test_two_node_dist_check_as_one_job(slurm, cluster_hosts, cluster_checked):
+    """One batch job over node1 and node2: a torchrun per node, the rendezvous on the first node."""
+    r = inv("dist-check", "--host", "cluster-pair", "--hosts", str(cluster_hosts), "--rdzv-port", str(free_port()))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "world 2, all-reduce sum 3.0 (want 3.0)" in r.stdout and "node 0" in r.stdout and "node 1" in r.stdout
+    rid = r.stdout.split("dist-check ", 1)[1].split(":", 1)[0]
+    shown = queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout)
+    job = [j for j in shown if j.get("JobName") == f"specops-{rid}"]
+    assert job and job[0]["NodeList"] == "node[1-2]" and job[0]["JobState"] == "COMPLETED", job
+
+
+@pytest.mark.heavy
+def test_extract_runs_as_a_slurm_job(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
+    """`inv extract` on a slurm host: the extraction (hf backend) is a batch job on a compute node."""
+    from conftest import LAYERS
+
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    src, dst = f"{work}/data/pipe", f"{work}/data/pipe-slurm"
+    with connect(h) as t:
+        t.check(f"rm -rf {dst} && mkdir -p {dst} && cp {src}/*.json {src}/*.arrow {dst}/", "copy the prepared rows")
+    r = inv("extract", "--host", "cluster", "--hosts", str(cluster_hosts), "--backend", "hf", "--dataset", dst,
+            "--verifier", f"{work}/models/tiny-llama", "--layers", LAYERS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rid = r.stdout.split("(run ", 1)[1].split(")", 1)[0]
+    with connect(h) as t:
+        jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
+        assert f"submitted as Slurm job {jid}" in " ".join(r.stdout.split())
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and j.kind == "extract" and f"Slurm job {jid} COMPLETED, exit 0" in j.detail
+    done = queue.jobs(slurm.cmd("scontrol", "-o", "show", "job", jid).stdout)[jid]
+    assert done.nodes.startswith("node") and done.state == "COMPLETED"
+    r = inv("inspect-data", "--host", "cluster", "--hosts", str(cluster_hosts), "--path", dst, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]
