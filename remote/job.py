@@ -126,6 +126,7 @@ def job_state(d):
     if code is not None:
         rc = int(code)
         rec["exit_code"] = rc
+        rec["ended"] = (d / "exit_code").stat().st_mtime  # (the supervisor writes it when the job ends)
         if rec.get("stopped_by_user"):
             rec["state"] = JobState.STOPPED.value
         elif rc == 0:

@@ -103,6 +103,8 @@ FLAGS: dict[str, Number] = {
 TASK_FLAGS: dict[str, dict[str, Number]] = {
     "inspect_data": {"layers": _i("the stored layers per position", 4)},
     "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
+    "plan": {"sample": _i("how many rows to measure on", 32, ge=2)},
+    "pipeline": {"sample": _i("how many rows --plan-first measures on", 32, ge=2)},
 }
 
 

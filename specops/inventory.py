@@ -68,6 +68,17 @@ class Host(BaseModel):
     #: Extra arguments for every vLLM server specops starts there, after its own (e.g.
     #: ["--enable-expert-parallel"]); a run's `--vllm-arg`s come after these.
     vllm_args: list[str] = Field(default_factory=list)
+    #: What an hour of this host costs (any currency), for `inv plan`'s cost column: the whole host's
+    #: (`price_per: host`, the default) or one GPU's (`price_per: gpu`: times `gpus`).
+    price_per_hour: Optional[float] = Field(default=None, ge=0, le=1e6)
+    price_per: Literal["host", "gpu"] = "host"
+
+    @field_validator("price_per_hour", mode="before")
+    @classmethod
+    def _price(cls, v):
+        if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            return None if v is None else float(v)
+        raise ValueError(f"must be a number, the price of an hour (e.g. 3.5) (got {v!r})")
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -336,6 +347,9 @@ def load(explicit: Optional[str] = None) -> Inventory:
         if "tensor_parallel" in fields and h.gpus is not None and h.tensor_parallel > max(h.gpus, 1):
             raise SpecopsError(f"{path}: host {name!r}, field 'tensor_parallel': {h.tensor_parallel} is more than "
                                f"the host's gpus ({h.gpus}): one vLLM server spans at most the host's GPUs")
+        if h.price_per == "gpu" and "price_per" in fields and not h.gpus:
+            raise SpecopsError(f"{path}: host {name!r}, field 'price_per': gpu prices each GPU, but the host's "
+                               f"`gpus` is not set: set gpus: N, or price_per: host")
         if h.venv_existing and not h.venv:
             raise SpecopsError(f"{path}: host {name!r}, field 'venv_existing': needs `venv:` set to that "
                                f"environment (e.g. /opt/torch/.venv)")
