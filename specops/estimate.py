@@ -4,8 +4,9 @@ specops/ops/plan.py, the table specops/views.py.
 
 The model, a stage at a time (each figure keeps the measurement it rests on):
 - data (prepare + extract, one job and one vLLM server, as `inv pipeline` runs them): the job's
-  fixed part (its wall less the time inside prepare-data and generate-offline-data: the server's
-  start and stop) once, plus the time inside those two commands scaled by the rows (full / sample).
+  fixed part (its wall less the rows' own time as speculators logs it: prepare-data's
+  preprocessing, generate-offline-data's elapsed; the rest is the server's start and stop and each
+  command's own start) once, plus the rows' time scaled by the rows (full / sample).
   Online runs prepare only (its server renders conversations; none for pre-tokenised rows).
 - train: the run's start (job start to its first logged step), then per epoch the training tokens
   (the full data's tokens x train_data_ratio) at the median step's tokens/s (each step's tokens over
@@ -18,7 +19,9 @@ The model, a stage at a time (each figure keeps the measurement it rests on):
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 import statistics
 from typing import Optional
 
@@ -93,13 +96,39 @@ def train_hours(m: dict, *, tokens_full: float, epochs: int, train_ratio: float 
             "tokens": tokens_full * epochs, "tokens_per_s": tps}
 
 
+#: speculators' own timings in a data job's log: prepare-data's preprocessing (python logging
+#: timestamps around it) and generate-offline-data's "Timing: 2.4s elapsed" (its requests)
+_STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.]+ - INFO - \s*"
+PREP_START = re.compile(_STAMP + r"Starting dataset preprocessing")
+PREP_END = re.compile(_STAMP + r"Dataset preprocessing complete")
+EXTRACT_ELAPSED = re.compile(r"Timing: ([\d.]+)s elapsed")
+
+
+def _stamp(text: str) -> float:
+    return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def datagen_work(log: str) -> dict:
+    """The seconds a data job's log says its rows took, less the commands' own start: prepare_work_s
+    (speculators' preprocessing: first start to last end), extract_work_s (generate-offline-data's
+    elapsed); None where the log does not say."""
+    starts, ends = PREP_START.findall(log), PREP_END.findall(log)
+    prep = _stamp(ends[-1]) - _stamp(starts[0]) if starts and ends else None
+    ex = EXTRACT_ELAPSED.findall(log)
+    return {"prepare_work_s": prep, "extract_work_s": sum(float(x) for x in ex) if ex else None}
+
+
 def data_hours(m: dict, *, scale: float, mode: str) -> dict:
     """prepare (+ extract offline) for the full rows from the sample's data job: its fixed part
-    once (the job's wall less the time inside prepare-data and generate-offline-data), the rest x
-    scale. m: {wall_s, prepare_s, extract_s}."""
-    inner = m["prepare_s"] + m["extract_s"]
-    fixed = max(m["wall_s"] - inner, 0.0)
-    variable = m["prepare_s"] + (m["extract_s"] if mode == "offline" else 0.0)
+    once (the job's wall less the rows' own time: the server's start and stop, each command's
+    start), the rows' time x scale. m: {wall_s, prepare_s, extract_s} (the commands' walls) and,
+    where the log said, prepare_work_s / extract_work_s (the rows' time inside them)."""
+    prep = m.get("prepare_work_s") if m.get("prepare_work_s") is not None else m["prepare_s"]
+    ex = m.get("extract_work_s") if m.get("extract_work_s") is not None else m["extract_s"]
+    fixed = max(m["wall_s"] - prep - ex, 0.0)
+    if mode != "offline":  # (no generate-offline-data: its command's own start goes too)
+        fixed = max(fixed - (m["extract_s"] - ex), 0.0)
+    variable = prep + (ex if mode == "offline" else 0.0)
     return {"seconds": fixed + variable * scale, "fixed_s": fixed, "variable_s": variable * scale}
 
 
@@ -156,9 +185,11 @@ def rows(m: dict, *, epochs: int, gpus: int, price_per_hour: Optional[float] = N
         d = data_hours(m["data"], scale=scale, mode=mode)
         tr = train_hours(t, tokens_full=tokens_full, epochs=epochs, train_ratio=train_ratio)
         dm = m["data"]
-        data_basis = (f"{m['rows_sample']} rows in {dm['wall_s']:.0f} s (prepare {dm['prepare_s']:.0f} s"
-                      + (f", extract {dm['extract_s']:.0f} s at {dm['tokens'] / max(dm['extract_s'], 1e-9):.0f} "
-                         f"tokens/s" if mode == "offline" else "")
+        pw = dm.get("prepare_work_s") if dm.get("prepare_work_s") is not None else dm["prepare_s"]
+        ew = dm.get("extract_work_s") if dm.get("extract_work_s") is not None else dm["extract_s"]
+        data_basis = (f"{m['rows_sample']} rows in {dm['wall_s']:.0f} s (prepare {pw:.1f} s"
+                      + (f", extract {ew:.1f} s at {dm['tokens'] / max(ew, 1e-9):.0f} tokens/s"
+                         if mode == "offline" else "")
                       + f"; {d['fixed_s']:.0f} s fixed) x {scale:.1f}")
         ts, tk = t["step_s"] or {}, t["tokens_per_s"] or {}
         train_basis = (f"{t['timed_steps']} steps: {ts.get('min', 0):.2f}/{ts.get('median', 0):.2f}/"

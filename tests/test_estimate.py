@@ -97,7 +97,7 @@ def test_rows_make_the_table_per_mode_with_totals_costs_and_auto():
     assert tr["cost"] == pytest.approx(tr["gpu_hours"] * 4.0)
     assert off["seconds"] == pytest.approx(d["seconds"] + tr["seconds"])
     assert off["cost"] == pytest.approx(off["hours"] * 8 * 4.0)
-    assert "10 rows in 50 s (prepare 5 s, extract 10 s at 80 tokens/s; 35 s fixed) x 100.0" == d["basis"]
+    assert "10 rows in 50 s (prepare 5.0 s, extract 10.0 s at 80 tokens/s; 35 s fixed) x 100.0" == d["basis"]
     assert "5 steps: 0.40/0.50/0.90 s per step (min/median/max), 300/400/500 tokens/s" in tr["basis"]
     assert p["auto"]["mode"] == "offline"  # (156 MiB fit a TiB)
     cpu = E.rows(measured(), epochs=1, gpus=0)
@@ -158,3 +158,27 @@ def test_pipeline_yes_needs_plan_first():
     from conftest import inv
 
     assert "--yes answers --plan-first" in _refused(inv("pipeline", "--data", "x.jsonl", "--yes"), 2)
+
+
+LOG = """[specops] vLLM server healthy after 95s
+2026-12-01 20:57:31,289 - speculators.data_generation.preprocessing - INFO -   Starting dataset preprocessing
+Map (num_proc=1):   0%|          | 0/8 [00:00<?, ? examples/s]2026-12-01 20:57:32,123 - x - INFO -   Per-turn fan-out
+2026-12-01 20:57:32,499 - speculators.data_generation.preprocessing - INFO -   Dataset preprocessing complete
+[20:57:57] INFO     EAGLE Offline Data Generation   generate_offline_data.py:496
+           INFO     Timing: 2.4s elapsed, 4.6       generate_offline_data.py:356
+"""
+
+
+def test_datagen_work_reads_speculators_own_timings_from_the_log():
+    w = E.datagen_work(LOG)
+    assert w["prepare_work_s"] == pytest.approx(1.21) and w["extract_work_s"] == pytest.approx(2.4)
+    assert E.datagen_work("no timings here") == {"prepare_work_s": None, "extract_work_s": None}
+    # the commands' own start (25.7 - 1.21 s, 24.93 - 2.4 s) is fixed, with the server's
+    m = {"wall_s": 149.0, "prepare_s": 25.7, "extract_s": 24.93, **w}
+    off = E.data_hours(m, scale=3, mode="offline")
+    assert off["fixed_s"] == pytest.approx(149.0 - 1.21 - 2.4) and off["variable_s"] == pytest.approx(3 * 3.61)
+    on = E.data_hours(m, scale=3, mode="online")  # (no generate-offline-data at all)
+    assert on["fixed_s"] == pytest.approx(149.0 - 1.21 - 24.93) and on["variable_s"] == pytest.approx(3 * 1.21)
+    # without the log's figures the commands' walls scale whole
+    assert E.data_hours({"wall_s": 100.0, "prepare_s": 10.0, "extract_s": 30.0}, scale=2,
+                        mode="offline")["seconds"] == pytest.approx(60 + 80)

@@ -164,9 +164,11 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         for mode in modes:
             with t.step(f"plan: {steps} training step(s) {mode} on the sample"):
                 trained[mode] = measure_train(t, mode, dataset=sdir if mode == "offline" else odir, **kw)
+    log = (t.read_bytes(jobs.run_path(t, dg["run_id"], "output.log"), limit=16 << 20) or b"").decode("utf-8", "replace")
     measured = {"rows_total": total, "rows_sample": n, "tokens_sample": tokens,
                 "data": {"wall_s": wall, "prepare_s": float(dg.get("prepare_seconds") or 0.0),
-                         "extract_s": float(ex.get("seconds") or 0.0), "tokens": tokens, "run_id": dg["run_id"]},
+                         "extract_s": float(ex.get("seconds") or 0.0), "tokens": tokens, "run_id": dg["run_id"],
+                         **estimate.datagen_work(log)},
                 "bytes_per_token": hs_bytes / max(tokens, 1), "bytes_per_token_basis": bpt_basis,
                 "hidden_state_bytes": hs_bytes, "train": trained, "free_bytes": shape.get("free_bytes")}
     gpus = h.gpus if h.gpus is not None else (0 if h.profile == "cpu" else 1)
