@@ -67,6 +67,24 @@ def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier,
     assert plan["modes"]["online"]["disk_bytes"] == 0
     assert plan["auto"]["mode"] == "offline" and plan["auto"]["fits"]  # (a few hundred KiB fit any disk)
 
+    # pipeline --plan-first: the plan (offline only, smaller), then a stop that asks for --yes
+    def runs():
+        r = inv("status", "--host", "box", "--hosts", str(hosts_file), "--json")
+        assert r.returncode == 0, r.stderr
+        return {j["run_id"] for j in json.loads(r.stdout)}
+
+    before = runs()
+    r = inv("pipeline", *args, "--plan-first", "--hidden-states", "offline", "--sample", "4")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
+    assert "# plan offline on box" in r.stdout and "# plan online" not in r.stdout
+    assert re.search(r"next: inv pipeline .*--plan-first --yes", r.stdout), r.stdout[-2000:]
+    ran = runs() - before
+    assert ran and all("-plan-" in x for x in ran), ran  # (nothing but the plan's own jobs)
+    with connect(h) as t:
+        again = json.loads(t.read_bytes(f"{work}/data/planned/plan.json"))
+        assert again["sample_rows"] == 4 and list(again["modes"]) == ["offline"]
+        assert not t.exists(f"{work}/data/planned/state.json")  # (the dataset itself: not prepared yet)
+
     # the run it priced: the pipeline on the same dataset, then fetch shows planned vs actual
     dest = tmp_path / "runs"
     r = inv("pipeline", *args, "--dest", str(dest), "--max-steps", "4")

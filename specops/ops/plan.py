@@ -63,11 +63,7 @@ def sample_file(t: Transport, path: str, rows: int, tmp: Path) -> str:
 def expected_seconds(t: Transport, data_dir: str) -> tuple[float, str]:
     """How long this plan will take, said first: the last plan's own wall on this dataset, else a
     guess by profile."""
-    raw = t.read_bytes(f"{data_dir}/{PLAN}")
-    try:
-        last = json.loads(raw) if raw else None
-    except ValueError:
-        last = None
+    last = read_plan(t, data_dir)
     if last and last.get("plan_seconds") and last.get("host") == t.host.name:
         return float(last["plan_seconds"]), "the last plan of this dataset here"
     return GUESS_S.get(t.host.profile, 300.0), f"a first plan on a {t.host.profile} host"
