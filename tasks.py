@@ -6,6 +6,8 @@
 """
 
 
+import contextlib
+
 from invoke import Collection, Exit
 
 from specops.ops import bootstrap as _bootstrap
@@ -513,10 +515,11 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     if is_multi(c, host):
         raise Exit("specops: plan measures one host: give --host NAME (the host the run will use)", code=2)
     with session(c, host, hosts, dry_run) as t:
-        p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
-                          seq_length=int(seq_length), sample=int(sample), steps=int(steps), epochs=_int(epochs),
-                          hidden_states=hidden_states, backend=backend, vllm_args=list(vllm_arg or []),
-                          disk_budget_gb=None if disk_budget is None else float(disk_budget))
+        with views.progress_to_stderr() if json else contextlib.nullcontext():
+            p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
+                              seq_length=int(seq_length), sample=int(sample), steps=int(steps), epochs=_int(epochs),
+                              hidden_states=hidden_states, backend=backend, vllm_args=list(vllm_arg or []),
+                              disk_budget_gb=None if disk_budget is None else float(disk_budget))
         if p is not None:
             views.as_json(p) if json else views.plan(p)
             if not json:

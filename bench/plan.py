@@ -76,7 +76,7 @@ def main() -> int:
               f"config {pipeline.DEMO_CONFIG}; user {rig.user}")
 
         plan_wall, out = cli("plan", *common, "--sample", str(a.sample), "--steps", str(a.steps), "--json")
-        plan = json.loads(out[out.index("{"):])
+        plan = json.loads(out)  # (--json: progress and logs on stderr, one document on stdout)
         print(f"plan: {plan_wall:.1f} s wall (CLI); auto would take {plan['auto']['mode']}")
         for mode, r in plan["modes"].items():
             for s in r["stages"]:

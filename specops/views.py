@@ -426,3 +426,11 @@ def plan_versus(v: Optional[dict]) -> None:
     table(f"planned vs actual ({v['mode']}; plan {v['plan']})", ["stage", "planned h", "actual h", "error", "runs"],
           [[r["stage"], _hours(r["planned_s"]), _hours(r["actual_s"]),
             "" if r["error"] is None else f"{r['error'] * 100:+.0f}%", ",".join(r["runs"])] for r in v["rows"]])
+
+
+@contextlib.contextmanager
+def progress_to_stderr():
+    """Progress lines and followed logs on stderr while a task's result goes to stdout as JSON (so
+    `inv plan --json | jq` reads one document)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
