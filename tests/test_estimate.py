@@ -1,6 +1,8 @@
 """The plan's arithmetic (specops/estimate.py) on numbers: step times from metric records, the
 short run's parts, the extrapolation of each stage, auto's choice, the price."""
 
+import re
+
 import pytest
 
 from specops import estimate as E
@@ -182,3 +184,36 @@ def test_datagen_work_reads_speculators_own_timings_from_the_log():
     # without the log's figures the commands' walls scale whole
     assert E.data_hours({"wall_s": 100.0, "prepare_s": 10.0, "extract_s": 30.0}, scale=2,
                         mode="offline")["seconds"] == pytest.approx(60 + 80)
+
+
+def test_the_table_names_each_figure_and_its_basis(capsys):
+    from specops import views
+
+    m = measured()
+    p = {**E.rows(m, epochs=2, gpus=8, price_per_hour=4.0, per="gpu"), "measured": {**m, "bytes_per_token_basis":
+         "measured: the sample's hidden-state files"}, "host": "gpu1", "config": "configs/eagle3.yaml",
+         "plan_seconds": 95.0, "price_per_hour": 4.0, "price_per": "gpu", "gpus": 8, "path": "/w/data/d/plan.json"}
+    views.plan(p)
+    out = capsys.readouterr().out
+    assert "plan gpu1: 10 of 1000 row(s) measured (800 tokens, x 100.0 to the file's 80000 tokens), 2 epoch(s)" in out
+    assert "# plan offline on gpu1 (8 GPU(s), 4/h per gpu)" in out and "# plan online on gpu1" in out
+    assert "stage\ttokens\thours\tdisk\tGPU-hours\tcost\tmeasured on" in out
+    off = [ln.split("\t") for ln in out.splitlines() if ln.startswith(("prepare + extract\t", "total\t"))]
+    assert off[0][3] == "156.25 MiB" and float(off[0][5]) == pytest.approx(float(off[0][4]) * 4.0, abs=0.01)
+    assert "auto would take: offline (the hidden states need 156.25 MiB, within the disk budget" in out
+    assert re.search(r"total wall time \(offline\): [\d.]+ h \(\d+ s\); plan kept in /w/data/d/plan.json", out)
+    views.plan({**p, "price_per_hour": None, "modes": {k: {**v, "stages": [{**s, "cost": None} for s in v["stages"]],
+                                                         "cost": None} for k, v in p["modes"].items()}})
+    assert "(no price_per_hour)" in capsys.readouterr().out
+
+
+def test_planned_vs_actual_rows(capsys):
+    from specops import views
+
+    views.plan_versus({"mode": "offline", "plan": "/w/plan.json", "rows": [
+        {"stage": "train", "planned_s": 3600.0, "actual_s": 3000.0, "error": 0.2, "runs": ["R"]},
+        {"stage": "total", "planned_s": 3600.0, "actual_s": None, "error": None, "runs": []}]})
+    out = capsys.readouterr().out
+    assert "# planned vs actual (offline; plan /w/plan.json)" in out and "train\t1.000\t0.833\t+20%\tR" in out
+    views.plan_versus(None)
+    assert capsys.readouterr().out == ""
