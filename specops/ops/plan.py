@@ -23,7 +23,7 @@ from specops.ops import bootstrap, data, jobs, train
 PLAN = "plan.json"
 #: what a plan takes before it has run once on a host, by profile (seconds: a vLLM server start,
 #: the sample's data job, two short trainings, one with its own server); later: the last plan's
-GUESS_S = {"cpu": 300.0, "cuda": 150.0}
+GUESS_S = {"cpu": 360.0, "cuda": 150.0}
 
 
 def count_rows(t: Transport, path: str) -> int:
@@ -98,7 +98,7 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
                                        tokens=tokens, train_ratio=train_ratio)
     except ValueError as e:
         raise SpecopsError(f"plan: the {mode} training {rid} on {t.host.name}: {e} (see `{t.hint(f'logs --run-id {rid}')}`)")
-    return {**m, "run_id": rid}
+    return {**m, "run_id": rid, "ended": job.ended}
 
 
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
@@ -170,7 +170,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     gpus = h.gpus if h.gpus is not None else (0 if h.profile == "cpu" else 1)
     out = estimate.rows(measured, epochs=n_epochs, gpus=gpus, price_per_hour=h.price_per_hour, per=h.price_per,
                         disk_budget=None if disk_budget_gb is None else disk_budget_gb * 2**30, train_ratio=ratio)
-    plan = {"host": h.name, "created": time.time(), "data_file": str(data_file), "data_dir": ddir, "verifier": ver,
+    # (the host's clock when the plan's last job ended: `versus` counts the data jobs started after it)
+    host_end = max((float(x.get("ended") or 0) for x in trained.values()), default=0.0) or None
+    plan = {"host": h.name, "created": time.time(), "host_clock_end": host_end, "data_file": str(data_file), "data_dir": ddir, "verifier": ver,
             "config": cfg["path"], "config_flags": cfg["flags"], "hidden_states": hidden_states, "layers": layers,
             "seq_length": seq_length, "sample_rows": n, "steps": steps, "gpus": gpus,
             "price_per_hour": h.price_per_hour, "price_per": h.price_per, "measured": measured, **out,
@@ -225,7 +227,8 @@ def versus(t: Transport, run_id: str) -> Optional[dict]:
         return None
     lock = "data-" + hashlib.sha1(ddir.encode()).hexdigest()[:12]
     all_jobs = jobs.status(t)
-    mine = [j for j in all_jobs if getattr(j, "lock", None) == lock and (j.started or 0) >= plan["created"]
+    since = plan.get("host_clock_end") or plan["created"]
+    mine = [j for j in all_jobs if getattr(j, "lock", None) == lock and (j.started or 0) >= since
             and j.state.value == "succeeded"]
     walls = [job_wall(j) for j in mine]
     data_actual = sum(w for w in walls if w) if mine else None
