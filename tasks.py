@@ -35,7 +35,7 @@ OVERWRITE = "replace a dataset prepared from another file or with another --seq-
 VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
 COMMON = {"host": HOST, "hosts": HOSTS}
 PLAN_HELP = {"sample": "rows of --data measured (default 32; the first ones)",
-             "steps": "training steps measured per mode (default 6; one epoch of the sample at most)",
+             "steps": "training steps measured per mode (default 10; one epoch of the sample at most)",
              "epochs": "epochs of the whole run (default: the config's)",
              "hidden_states": "offline or online: plan that mode only; auto (default): both, and which auto takes"}
 
@@ -501,7 +501,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     "disk_budget": "auto: GiB of hidden states the host's disk may hold (default: the free space, less 10%)",
     "vllm_arg": VLLM_ARG, **PLAN_HELP})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
-         epochs=None, hidden_states="auto", sample=32, steps=6, backend="vllm", disk_budget=None, vllm_arg=None,
+         epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
          json=False, dry_run=False):
     """Measure a short sample of the real stages on the host and price the whole run.
 

@@ -103,7 +103,7 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
 
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
-            steps: int = 6, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
+            steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
             vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> Optional[dict]:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
