@@ -49,6 +49,17 @@ def cli(*args, timeout=3600):
     return dt, p.stdout
 
 
+def real_train(t, rid, tmp, plan):
+    """The real run's own step figures, measured the way the plan measures its sample's."""
+    from specops import estimate
+
+    j = jobs.status(t, rid)[0]
+    d = tmp / rid
+    d.mkdir(exist_ok=True)
+    return estimate.train_measurement(P.train_records(t, rid, d), started=j.started, ended=j.ended,
+                                      tokens=plan["tokens_full"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=50)
@@ -86,6 +97,7 @@ def main() -> int:
         rid = re.search(r"pipeline done: run (\S+)", out).group(1)
         with connect(h) as t:
             v = P.versus(t, rid)
+            real = {"offline": real_train(t, rid, tmp, plan)}
         print(f"real: pipeline {real_wall:.1f} s wall (CLI: bootstrap, check, data job, inspect, train, fetch)")
         print("--- planned vs actual (offline: the demo's pipeline) ---")
         for r in v["rows"]:
@@ -100,9 +112,17 @@ def main() -> int:
             orid = re.search(r"train (\S+) on bench: finished", out).group(1)
             with connect(h) as t:
                 j = jobs.status(t, orid)[0]
+                real["online"] = real_train(t, orid, tmp, plan)
             on = (plan["modes"]["online"]["stages"][-1]["seconds"], j.ended - j.started)
             print(f"  online train       planned {on[0]:8.1f} s  actual {on[1]:8.1f} s  error "
                   f"{(on[0] - on[1]) / on[1] * 100:+6.1f}%")
+        print("--- where the training's error comes from: the sample's steps vs the real run's ---")
+        for mode, r in real.items():
+            s_ = plan["measured"]["train"][mode]
+            print(f"  {mode:7} median tokens/s: sample {s_['tokens_per_s']['median']:.0f} ({s_['timed_steps']} steps) vs "
+                  f"real {r['tokens_per_s']['median']:.0f} ({r['timed_steps']} steps); start: sample "
+                  f"{s_['startup_s']:.0f} s vs real {r['startup_s']:.0f} s; real min/median/max step "
+                  f"{r['step_s']['min']:.2f}/{r['step_s']['median']:.2f}/{r['step_s']['max']:.2f} s")
         tot = v["rows"][-1]
         print("--- summary ---")
         print(f"whole run (offline): planned {tot['planned_s']:.1f} s, actual {tot['actual_s']:.1f} s, error "
