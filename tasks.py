@@ -6,6 +6,8 @@
 """
 
 
+import contextlib
+
 from invoke import Collection, Exit
 
 from specops.ops import bootstrap as _bootstrap
@@ -17,6 +19,7 @@ from specops.ops import inspect_data as _inspect
 from specops import inventory, views
 from specops.ops import jobs as _jobs
 from specops.ops import pipeline as _pipeline
+from specops.ops import plan as _plan
 from specops.ops import regenerate as _regenerate
 from specops.ops import train as _train
 from specops.errors import SpecopsError
@@ -31,6 +34,10 @@ VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
 OVERWRITE = "replace a dataset prepared from another file or with another --seq-length (never without it)"
 VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
 COMMON = {"host": HOST, "hosts": HOSTS}
+PLAN_HELP = {"sample": "rows of --data measured (default 32; the first ones)",
+             "steps": "training steps measured per mode (default 10; one epoch of the sample at most)",
+             "epochs": "epochs of the whole run (default: the config's)",
+             "hidden_states": "offline or online: plan that mode only; auto (default): both, and which auto takes"}
 
 
 def _int(x):
@@ -120,8 +127,12 @@ def status(c, host=None, hosts=None, run_id=None, json=False, kind=None):
         js = _jobs.status(t, run_id)
         return [j for j in js if j.kind in kinds] if kinds else js
 
-    outs = over(c, host, hosts, "status", rows, as_json=json,
-                show=lambda t, rows: views.status(t.host.name, rows),
+    def show(t, rows):
+        views.status(t.host.name, rows)
+        if run_id and rows and rows[0].kind == "train" and rows[0].ended:  # (its dataset's plan, if any)
+            views.plan_versus(_plan.versus(t, run_id))
+
+    outs = over(c, host, hosts, "status", rows, as_json=json, show=show,
                 describe=lambda rows: f"{len(rows)} run(s), running: "
                 + (", ".join(j.run_id for j in rows if not j.ended) or "none"))
     if is_multi(c, host) and not json:
@@ -200,7 +211,7 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
 
     over(c, host, hosts, f"fetch {run_id}", one, describe=views.fetched_summary,
          show=lambda t, r: views.fetched_checkpoint(r) if checkpoint else (
-             views.fetched(r), views.next_step(t.hint(f"evaluate --run-id {r['run_id']}"),
+             views.fetched(r), views.plan_versus(_plan.versus(t, r["run_id"])), views.next_step(t.hint(f"evaluate --run-id {r['run_id']}"),
                                                "serve the draft with the verifier: acceptance and speedup")))
 
 
@@ -456,21 +467,70 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "hidden_states": "offline (default: extracted files), online (the training's own vLLM server, nothing stored) "
                      "or auto (offline when the files fit the disk budget)",
     "disk_budget": "auto: GiB of hidden states the host's disk may hold (default: the free space, less 10%)",
-    "vllm_arg": VLLM_ARG})
+    "vllm_arg": VLLM_ARG, "plan_first": "first `inv plan` (measured on a sample, priced), then stop unless --yes",
+    "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"]})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
-             disk_budget=None, dry_run=False, vllm_arg=None):
+             disk_budget=None, dry_run=False, vllm_arg=None, plan_first=False, yes=False, sample=32):
     """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
 
     Example: inv pipeline --host gpu1 --data convs.jsonl"""
     if not data:
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
+    if yes and not plan_first:
+        raise Exit("specops: --yes answers --plan-first: add --plan-first (or drop --yes)", code=2)
     with session(c, host, hosts, dry_run) as t:
+        if plan_first:
+            p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
+                              seq_length=int(seq_length), sample=int(sample), hidden_states=hidden_states,
+                              backend=backend, vllm_args=list(vllm_arg or []),
+                              disk_budget_gb=None if disk_budget is None else float(disk_budget))
+            if p is None:  # --dry-run
+                return
+            views.plan(p)
+            if not yes:
+                views.next_step(t.hint(f"pipeline --data {data} --plan-first --yes" + (
+                    f" --dataset {dataset}" if dataset else "") + f" --hidden-states {hidden_states}"),
+                    "nothing spent beyond the plan: --yes runs it")
+                return
         _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
                       seq_length=int(seq_length), config=config, dest=dest, on_inspect=views.inspect,
                       overrides={"max-steps": int(max_steps)} if max_steps else None, regenerate=regenerate,
                       hidden_states=hidden_states, vllm_args=list(vllm_arg or []),
                       disk_budget_gb=None if disk_budget is None else float(disk_budget))
+
+
+@task(name="plan", iterable=["vllm_arg"], help={
+    **COMMON, "dry_run": DRY_RUN, "json": JSON, "data": "conversations/pre-tokenised .jsonl (laptop file or host path)",
+    "dataset": DATA, "verifier": VERIFIER, "config": "training config (default configs/eagle3.yaml)",
+    "layers": "layer ids", "seq_length": "max tokens per row (default 2048)", "backend": "vllm (default) or hf",
+    "disk_budget": "auto: GiB of hidden states the host's disk may hold (default: the free space, less 10%)",
+    "vllm_arg": VLLM_ARG, **PLAN_HELP})
+def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
+         epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
+         json=False, dry_run=False):
+    """Measure a short sample of the real stages on the host and price the whole run.
+
+    prepare + extract on --sample rows, a few training steps offline and online (the real verifier
+    and config), then per mode: stage | tokens | hours | disk | GPU-hours | cost, what auto takes and
+    why; kept with the dataset (plan.json), shown beside the actual hours by status and fetch.
+
+    Example: inv plan --host gpu1 --data convs.jsonl --config configs/eagle3.yaml"""
+    if not data:
+        raise Exit("specops: plan needs --data FILE (.jsonl: the rows the run will train on)", code=2)
+    if is_multi(c, host):
+        raise Exit("specops: plan measures one host: give --host NAME (the host the run will use)", code=2)
+    with session(c, host, hosts, dry_run) as t:
+        with views.progress_to_stderr() if json else contextlib.nullcontext():
+            p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
+                              seq_length=int(seq_length), sample=int(sample), steps=int(steps), epochs=_int(epochs),
+                              hidden_states=hidden_states, backend=backend, vllm_args=list(vllm_arg or []),
+                              disk_budget_gb=None if disk_budget is None else float(disk_budget))
+        if p is not None:
+            views.as_json(p) if json else views.plan(p)
+            if not json:
+                views.next_step(t.hint(f"pipeline --data {data} --hidden-states {p['auto']['mode']}"
+                                       + (f" --dataset {dataset}" if dataset else "")), "the run this plan priced")
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "host": "the host (default: the built-in local, on CPU; a cuda host trains "
@@ -596,5 +656,6 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
 
 
 ns = Collection(hosts, bootstrap, check, push, status, clean, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train, regenerate, pipeline, demo, dist_check, wheelhouse, evaluate)
+                prepare_data, extract, make_verifier, train, regenerate, plan, pipeline, demo, dist_check, wheelhouse,
+                evaluate)
 ns.configure({"specops": {"host": None, "hosts": None}})

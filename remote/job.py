@@ -175,6 +175,7 @@ def job_state(d):
     rec["detail"] = ""
     if rc is not None:
         rec["exit_code"] = rc
+        rec["ended"] = (d / "exit_code").stat().st_mtime  # (the supervisor writes it when the job ends)
         if rec.get("stopped_by_user"):
             rec["state"] = JobState.STOPPED.value
         elif rc == 0:

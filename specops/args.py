@@ -104,6 +104,8 @@ TASK_FLAGS: dict[str, dict[str, Number]] = {
     "inspect_data": {"layers": _i("the stored layers per position", 4),
                      "seed": _i("the seed of the files loaded fully", 12345, ge=0, le=2**63)},
     "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
+    "plan": {"sample": _i("how many rows to measure on", 32, ge=2)},
+    "pipeline": {"sample": _i("how many rows --plan-first measures on", 32, ge=2)},
 }
 
 

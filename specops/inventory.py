@@ -145,6 +145,17 @@ class Host(BaseModel):
     #: (sbatch, squeue, scontrol, scancel, sinfo), with the settings under `slurm:`.
     scheduler: Optional[Literal["slurm"]] = None
     slurm: Optional[Slurm] = None
+    #: What an hour of this host costs (any currency), for `inv plan`'s cost column: the whole host's
+    #: (`price_per: host`, the default) or one GPU's (`price_per: gpu`: times `gpus`).
+    price_per_hour: Optional[float] = Field(default=None, ge=0, le=1e6)
+    price_per: Literal["host", "gpu"] = "host"
+
+    @field_validator("price_per_hour", mode="before")
+    @classmethod
+    def _price(cls, v):
+        if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            return None if v is None else float(v)
+        raise ValueError(f"must be a number, the price of an hour (e.g. 3.5) (got {v!r})")
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -433,6 +444,9 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(f"{path}: host {name!r}, field 'gpus': {h.gpus} differs from slurm.gpus_per_node "
                                f"({h.slurm.gpus_per_node}): a slurm host's GPUs are per node; give only "
                                f"slurm.gpus_per_node")
+        if h.price_per == "gpu" and "price_per" in fields and not h.gpus:
+            raise SpecopsError(f"{path}: host {name!r}, field 'price_per': gpu prices each GPU, but the host's "
+                               f"`gpus` is not set: set gpus: N, or price_per: host")
         if h.venv_existing and not h.venv:
             raise SpecopsError(f"{path}: host {name!r}, field 'venv_existing': needs `venv:` set to that "
                                f"environment (e.g. /opt/torch/.venv)")

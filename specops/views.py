@@ -388,3 +388,53 @@ def cleaned(host: str, res: dict, *, dry_run: bool = False) -> None:
          + (": " + ", ".join(gone) if gone else ""))
     for rid, why in res.get("kept") or []:
         line(f"  kept {rid}: {why}")
+
+
+# -- inv plan -----------------------------------------------------------------------------
+def _hours(s: Optional[float]) -> str:
+    return "" if s is None else f"{s / 3600:.3f}"
+
+
+def plan(p: dict) -> None:
+    """`inv plan`: one table per hidden-states mode (stage | tokens | hours | disk | GPU-hours |
+    cost | measured on), what auto would take and why, and the whole run's wall time."""
+    from specops.estimate import size
+
+    m = p["measured"]
+    line(f"plan {p['host']}: {m['rows_sample']} of {m['rows_total']} row(s) measured ({m['tokens_sample']} tokens, "
+         f"x {p['scale']:.1f} to the file's {p['tokens_full']:.0f} tokens), {p['epochs']} epoch(s), "
+         f"config {p['config']}; the plan took {p['plan_seconds']:.0f} s")
+    line(f"  bytes per token stored: {m['bytes_per_token']:.0f} B ({m['bytes_per_token_basis']})")
+    priced = p.get("price_per_hour") is not None
+    cols = ["stage", "tokens", "hours", "disk", "GPU-hours", "cost", "measured on"]
+    for mode, r in p["modes"].items():
+        rows = [[s["stage"], f"{s['tokens']:.0f}", _hours(s["seconds"]), size(s["disk_bytes"]),
+                 "" if s["gpu_hours"] is None else f"{s['gpu_hours']:.3f}",
+                 f"{s['cost']:.2f}" if priced else "(no price_per_hour)", s["basis"]] for s in r["stages"]]
+        rows.append(["total", "", _hours(r["seconds"]), size(r["disk_bytes"]),
+                     "" if r["gpu_hours"] is None else f"{r['gpu_hours']:.3f}",
+                     f"{r['cost']:.2f}" if priced else "", ""])
+        table(f"plan {mode} on {p['host']}" + (f" ({p['gpus']} GPU(s), {p['price_per_hour']:g}/h per "
+                                              f"{p['price_per']})" if priced else ""), cols, rows)
+    a = p["auto"]
+    line(f"auto would take: {a['mode']} ({a['reason']})")
+    chosen = p["modes"].get(a["mode"]) or next(iter(p["modes"].values()))
+    line(f"total wall time ({a['mode'] if a['mode'] in p['modes'] else next(iter(p['modes']))}): "
+         f"{chosen['hours']:.3f} h ({chosen['seconds']:.0f} s); plan kept in {p['path']}")
+
+
+def plan_versus(v: Optional[dict]) -> None:
+    """Planned against actual hours per stage of a run whose dataset has a plan."""
+    if not v:
+        return
+    table(f"planned vs actual ({v['mode']}; plan {v['plan']})", ["stage", "planned h", "actual h", "error", "runs"],
+          [[r["stage"], _hours(r["planned_s"]), _hours(r["actual_s"]),
+            "" if r["error"] is None else f"{r['error'] * 100:+.0f}%", ",".join(r["runs"])] for r in v["rows"]])
+
+
+@contextlib.contextmanager
+def progress_to_stderr():
+    """Progress lines and followed logs on stderr while a task's result goes to stdout as JSON (so
+    `inv plan --json | jq` reads one document)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield

@@ -71,7 +71,8 @@ def test_no_import_cycles():
 #: who may import whom: the host layer knows no stage, the stages no group, the base modules none
 LAYERS = {"host": ("host",), "slurm": ("host", "slurm"), "ops": ("host", "slurm", "ops"),
           "group": ("host", "slurm", "ops", "group")}
-BASE = ("inventory", "contract", "payloads", "errors", "paths", "config", "profiles", "metrics", "args", "synth")
+BASE = ("inventory", "contract", "payloads", "errors", "paths", "config", "profiles", "metrics", "args", "synth",
+        "estimate")
 
 
 def test_layers_import_downwards_only():

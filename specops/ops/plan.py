@@ -1,0 +1,246 @@
+"""plan: know the bill before the GPUs run. The real stages, briefly, on the host, on a sample of
+the real rows, with the real verifier and draft configuration (the stage ops themselves: the data
+job of remote/datagen.py with prepare + extract, a few training steps offline and online through
+remote/train.py / remote/online.py), then the whole run extrapolated (specops/estimate.py) and
+kept with the dataset as plan.json; `versus` reads it back beside a finished run's job times."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from specops import estimate, metrics
+from specops.config import load_config
+from specops.errors import SpecopsError
+from specops.host.transport import Transport
+from specops.ops import bootstrap, data, jobs, train
+
+PLAN = "plan.json"
+#: what a plan takes before it has run once on a host, by profile (seconds: a vLLM server start,
+#: the sample's data job, two short trainings, one with its own server); later: the last plan's
+GUESS_S = {"cpu": 360.0, "cuda": 150.0}
+
+
+def count_rows(t: Transport, path: str) -> int:
+    """Non-empty lines of a .jsonl file on the laptop or the host."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        with open(p, "rb") as f:
+            return sum(1 for ln in f if ln.strip())
+    remote = data.remote_input(t, path)  # (a missing host file: the one-line refusal)
+    out = t.run(f"grep -c . {shlex.quote(remote)}", changes=False)
+    return int((out.stdout or "0").strip() or 0)
+
+
+def sample_file(t: Transport, path: str, rows: int, tmp: Path) -> str:
+    """The first `rows` rows of the data file, as a file on the host (a laptop file's sample is
+    uploaded; a host file's is cut there)."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        out = tmp / f"sample-{rows}-{p.name}"
+        with open(p, "rb") as src, open(out, "wb") as dst:
+            n = 0
+            for ln in src:
+                if ln.strip() and n < rows:
+                    dst.write(ln if ln.endswith(b"\n") else ln + b"\n")
+                    n += 1
+        return data.remote_input(t, str(out))
+    src = data.remote_input(t, path)  # (a missing host file: the one-line refusal)
+    key = hashlib.sha256(f"{src}\n{rows}".encode()).hexdigest()[:12]
+    dest = f"{t.workdir}/uploads/plan-{key}-{Path(src).name}"
+    t.check(f"mkdir -p {shlex.quote(t.workdir + '/uploads')} && grep . {shlex.quote(src)} | head -n {int(rows)} "
+            f"> {shlex.quote(dest + '.part')} && mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}",
+            "cutting the sample")
+    t.would_put = t.would_put | {dest}  # (under --dry-run: the data job's plan knows it comes)
+    return dest
+
+
+def expected_seconds(t: Transport, data_dir: str) -> tuple[float, str]:
+    """How long this plan will take, said first: the last plan's own wall on this dataset, else a
+    guess by profile."""
+    last = read_plan(t, data_dir)
+    if last and last.get("plan_seconds") and last.get("host") == t.host.name:
+        return float(last["plan_seconds"]), "the last plan of this dataset here"
+    return GUESS_S.get(t.host.profile, 300.0), f"a first plan on a {t.host.profile} host"
+
+
+def train_records(t: Transport, run_id: str, tmp: Path) -> list[dict]:
+    """The run's metric records, read from its TensorBoard event files on the host (small: no
+    checkpoint travels)."""
+    logs = jobs.run_path(t, run_id, "logs")
+    found = t.run(f"find {shlex.quote(logs)} -name 'events.out.tfevents.*' -type f", changes=False).stdout
+    files = []
+    for i, remote in enumerate(x for x in (found or "").splitlines() if x.strip()):
+        raw = t.read_bytes(remote, limit=64 << 20) or b""
+        local = tmp / f"{i}-{Path(remote).name}"
+        local.write_bytes(raw)
+        files.append(local)
+    return metrics.from_events(files)
+
+
+def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, config: Optional[str], steps: int,
+                  layers: Optional[str], vllm_args: list, tokens: int, train_ratio: float, tmp: Path) -> dict:
+    """A few real training steps (speculators train, one epoch capped at `steps`, its checkpoint
+    and validation included) on the sample: train.train itself, then its step times."""
+    rid = jobs.new_run_id(f"plan-{mode}")
+    res = train.train(t, config=config, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
+                      overrides={"max-steps": steps, "epochs": 1}, hidden_states=mode, layers=layers,
+                      vllm_args=vllm_args, serve_check=False)
+    job = jobs.status(t, res["run_id"])[0]
+    recs = train_records(t, rid, tmp)
+    try:
+        m = estimate.train_measurement(recs, started=float(job.started or 0), ended=float(job.ended or time.time()),
+                                       tokens=tokens, train_ratio=train_ratio)
+    except ValueError as e:
+        raise SpecopsError(f"plan: the {mode} training {rid} on {t.host.name}: {e} (see `{t.hint(f'logs --run-id {rid}')}`)")
+    return {**m, "run_id": rid, "ended": job.ended}
+
+
+def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
+            config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
+            steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
+            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> Optional[dict]:
+    """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
+    hidden_states: offline or online measures that mode only; auto both (and says which auto would
+    take). Returns the plan (also written to the dataset's plan.json on the host); None under --dry-run."""
+    if hidden_states not in train.HIDDEN_STATES:
+        raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
+    h = t.host
+    cfg = load_config(config, h.profile, {"epochs": epochs})  # (its keys and numbers first)
+    n_epochs = int(cfg["flags"].get("epochs") or 1)
+    ratio = float(cfg["flags"].get("train-data-ratio") or estimate.TRAIN_RATIO)
+    ddir = data.data_dir(t, dataset)
+    ver = data.verifier_path(t, verifier)
+    modes = ("offline", "online") if hidden_states == "auto" else (hidden_states,)
+    secs, why = expected_seconds(t, ddir)
+    t.note(f"plan: measuring {sample} row(s) on {h.name}, {steps} training step(s) per mode ({', '.join(modes)}): "
+           f"about {secs / 60:.0f} min ({why})")
+    t0 = time.time()
+    total = count_rows(t, data_file)  # (a missing or empty file: refused before anything runs)
+    if total < 1:
+        raise SpecopsError(f"data file {data_file!r} holds no rows: nothing to plan")
+    bootstrap.bootstrap(t)
+    n = min(int(sample), total)
+    key = hashlib.sha256(f"{ddir}\n{ver}".encode()).hexdigest()[:10]
+    base = f"{t.workdir}/plans/{key}"
+    sdir, odir = f"{base}/sample", f"{base}/sample-online"
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        src = sample_file(t, data_file, n, tmp)
+        args = data.datagen_args(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
+                                 extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
+                                 overwrite=True)
+        w0 = time.time()
+        with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
+            dg = data.run_datagen(t, args, kind="plan-data")
+        if dg is None:  # --dry-run: what follows depends on the sample's data
+            t.plan(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
+                   f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
+            return None
+        wall = time.time() - w0
+        ex = dg.get("extract") or {}
+        shape = run_shape(t, sdir, ver, layers, vllm_args)
+        tokens = int(ex.get("tokens") or shape["tokens"])
+        if "offline" in modes:
+            du = t.run(f"du -sb {shlex.quote(sdir + '/hidden_states')} | cut -f1", changes=False).stdout
+            hs_bytes, bpt_basis = int((du or "0").strip() or 0), "measured: the sample's hidden-state files"
+        else:
+            hs_bytes, bpt_basis = shape["estimate_bytes"], "the layout's size (layers x hidden x 2 B), not measured"
+        t.check(f"rm -rf {shlex.quote(odir)} && mkdir -p {shlex.quote(odir)} && cp -a {shlex.quote(sdir)}/. "
+                f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
+                "the sample's prepared rows for the online training")
+        kw = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_args=list(vllm_args or []),
+                  tokens=tokens, train_ratio=ratio, tmp=tmp)
+        trained = {}
+        for mode in modes:
+            with t.step(f"plan: {steps} training step(s) {mode} on the sample"):
+                trained[mode] = measure_train(t, mode, dataset=sdir if mode == "offline" else odir, **kw)
+    log = (t.read_bytes(jobs.run_path(t, dg["run_id"], "output.log"), limit=16 << 20) or b"").decode("utf-8", "replace")
+    measured = {"rows_total": total, "rows_sample": n, "tokens_sample": tokens,
+                "data": {"wall_s": wall, "prepare_s": float(dg.get("prepare_seconds") or 0.0),
+                         "extract_s": float(ex.get("seconds") or 0.0), "tokens": tokens, "run_id": dg["run_id"],
+                         **estimate.datagen_work(log)},
+                "bytes_per_token": hs_bytes / max(tokens, 1), "bytes_per_token_basis": bpt_basis,
+                "hidden_state_bytes": hs_bytes, "train": trained, "free_bytes": shape.get("free_bytes")}
+    gpus = h.gpus if h.gpus is not None else (0 if h.profile == "cpu" else 1)
+    out = estimate.rows(measured, epochs=n_epochs, gpus=gpus, price_per_hour=h.price_per_hour, per=h.price_per,
+                        disk_budget=None if disk_budget_gb is None else disk_budget_gb * 2**30, train_ratio=ratio)
+    # (the host's clock when the plan's last job ended: `versus` counts the data jobs started after it)
+    host_end = max((float(x.get("ended") or 0) for x in trained.values()), default=0.0) or None
+    plan = {"host": h.name, "created": time.time(), "host_clock_end": host_end, "data_file": str(data_file), "data_dir": ddir, "verifier": ver,
+            "config": cfg["path"], "config_flags": cfg["flags"], "hidden_states": hidden_states, "layers": layers,
+            "seq_length": seq_length, "sample_rows": n, "steps": steps, "gpus": gpus,
+            "price_per_hour": h.price_per_hour, "price_per": h.price_per, "measured": measured, **out,
+            "plan_seconds": time.time() - t0}
+    t.check(f"mkdir -p {shlex.quote(ddir)}", "the dataset dir (the plan is kept there)")
+    t.put_text(json.dumps(plan, indent=1, default=str), f"{ddir}/{PLAN}", label="(plan.json)", whole=True)
+    plan["path"] = f"{ddir}/{PLAN}"
+    return plan
+
+
+def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_args: Optional[list]) -> dict:
+    """The prepared sample's tokens, free bytes and the hidden states' size by the layout (datagen's
+    own plan: read-only)."""
+    from specops.host.remote_exec import run_script
+
+    args = data.datagen_args(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
+    res = run_script(t, "datagen", args + ["--plan"], changes=False)
+    if not res.get("ok"):
+        raise SpecopsError(f"plan on {t.host.name}: {res.get('error')}")
+    return {"tokens": res.get("tokens") or 0, "estimate_bytes": res.get("estimate_bytes") or 0,
+            "free_bytes": res.get("free_bytes")}
+
+
+def read_plan(t: Transport, data_dir: str) -> Optional[dict]:
+    raw = t.read_bytes(f"{data_dir}/{PLAN}")
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def job_wall(j) -> Optional[float]:
+    return (j.ended - j.started) if j.ended and j.started else None
+
+
+def versus(t: Transport, run_id: str) -> Optional[dict]:
+    """A finished training run beside its dataset's plan: {plan, mode, rows: [{stage, planned_s,
+    actual_s, error}]}: the data jobs of that dataset started after the plan (prepare/extract),
+    and the run itself. None when the run's dataset has no plan."""
+    raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
+    try:
+        spec = json.loads(raw) if raw else {}
+    except ValueError:
+        spec = {}
+    ddir = spec.get("data")
+    plan = read_plan(t, ddir) if ddir else None
+    if not plan:
+        return None
+    mode = spec.get("hidden_states", "offline")
+    planned = {s["stage"]: s["seconds"] for s in (plan.get("modes", {}).get(mode) or {}).get("stages", [])}
+    if not planned:
+        return None
+    lock = "data-" + hashlib.sha1(ddir.encode()).hexdigest()[:12]
+    all_jobs = jobs.status(t)
+    since = plan.get("host_clock_end") or plan["created"]
+    mine = [j for j in all_jobs if getattr(j, "lock", None) == lock and (j.started or 0) >= since
+            and j.state.value == "succeeded"]
+    walls = [job_wall(j) for j in mine]
+    data_actual = sum(w for w in walls if w) if mine else None
+    run = next((j for j in all_jobs if j.run_id == run_id), None)
+    rows = []
+    for stage, p in planned.items():
+        a = job_wall(run) if stage == "train" and run else (data_actual if stage != "train" else None)
+        rows.append({"stage": stage, "planned_s": p, "actual_s": a,
+                     "error": estimate.error(p, a) if a else None,
+                     "runs": [run_id] if stage == "train" else [j.run_id for j in mine]})
+    tot_a = sum(r["actual_s"] for r in rows if r["actual_s"]) if all(r["actual_s"] for r in rows) else None
+    tot_p = sum(r["planned_s"] for r in rows)
+    rows.append({"stage": "total", "planned_s": tot_p, "actual_s": tot_a,
+                 "error": estimate.error(tot_p, tot_a) if tot_a else None, "runs": []})
+    return {"plan": plan.get("path") or f"{ddir}/{PLAN}", "mode": mode, "rows": rows, "created": plan["created"]}
