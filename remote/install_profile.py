@@ -30,10 +30,13 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import contract
 import pins
+import pipprogress
 from contract import emit
 
 PIN = pins.PIN
+pip = pipprogress.pip
 STAMP = Path(sys.prefix) / ".specops-stamp.json"
 
 
@@ -66,14 +69,6 @@ def norm(name):
 
 def mismatches(reqs):
     return pins.mismatches(req for req, _ in reqs)
-
-
-def pip(args, log):
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *args]
-    with open(log, "a") as f:
-        f.write(f"\n$ {' '.join(cmd)}\n")
-        f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
 
 
 def tail(log, n=25):
@@ -148,7 +143,7 @@ def top_up(a, mode, reqs, log, keep=None, omit=None):
         # no dependencies (pip would otherwise re-judge what is present, inconsistencies included)
         files = [str(Path(a.wheelhouse) / w) for w in sorted(man.get("wheels", {}))
                  if norm(w.split("-")[0]) not in before]
-        rc = pip(["--no-index", "--no-deps", *files], log) if files else 0
+        rc = pip(["--no-index", "--no-deps", *files], log, pipprogress.Progress(len(files))) if files else 0
     elif todo:  # let pip resolve, every present package pinned to its version
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("".join(f"{n}=={v}\n" for n, v in sorted(before.items())))
@@ -156,7 +151,7 @@ def top_up(a, mode, reqs, log, keep=None, omit=None):
         if mode == "exact":  # the profile is the whole set: nothing resolved on the host
             args.append("--no-deps")
         try:
-            rc = pip(args + ["-c", f.name, *todo], log)
+            rc = pip(args + ["-c", f.name, *todo], log, pipprogress.Progress(len(todo) if mode == "exact" else None))
         finally:
             os.unlink(f.name)
     after = installed()
@@ -206,7 +201,9 @@ def main():
     ap.add_argument("--list-installed", action="store_true")
     ap.add_argument("--env-file", default=None,
                     help="--existing: where the environment inv check verifies goes (default .specops/env-<profile>.txt)")
+    contract.progress_option(ap)
     a = ap.parse_args()
+    contract.use_progress_every(a.progress_every)
     if a.list_installed:
         # glibc and machine: the host's wheel platform (`inv wheelhouse --host`: manylinux_2_<minor>_<machine>)
         emit({"ok": True, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "installed": installed(),
@@ -255,6 +252,9 @@ def main():
             return 1
         common += ["--no-index", "--find-links", a.wheelhouse]
     rc = 0
+    progress = pipprogress.Progress(len(reqs) if mode == "exact" else None)
+    contract.progress(f"install: pip installs profile {Path(a.profile).stem} ({len(reqs)} requirement(s)"
+                      f"{', no dependencies' if mode == 'exact' else ''}); its log: {log}")
     # Requirements whose wheels come from another index go first, each group with its index.
     groups = {}
     for req, idx in reqs:
@@ -266,7 +266,7 @@ def main():
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("\n".join(group) + "\n")
         try:
-            rc = pip(common + extra + ["-r", f.name], log)
+            rc = pip(common + extra + ["-r", f.name], log, progress)
         finally:
             os.unlink(f.name)
     bad = mismatches(reqs) if rc == 0 else []

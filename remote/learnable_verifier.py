@@ -51,6 +51,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+import contract
 import synthlang
 from contract import Refused, emit
 from tiny_verifier import CHAT_TEMPLATE, SPECIALS, publishing, refuse_existing
@@ -131,12 +132,15 @@ SIZES = {  # --size presets; an explicit flag wins over its preset value
 }
 
 
+PROGRESS_ANSWERS = 4  # held-out answers a progress line's agreement is measured on
+
+
 def train(model, tok, args, log):
     dev = next(model.parameters()).device
     rng = random.Random(args.seed)
     held_out = synthlang.conversations(16, seed=10_000 + args.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    t0 = time.time()
+    t0, every = time.time(), contract.Every()
     step, losses, stopped = 0, [], "steps"
     for ids, labels, att in batches(tok, rng, args.batch):
         frac = max(step / args.steps, (time.time() - t0) / args.seconds)  # (the schedule ends with either)
@@ -154,7 +158,11 @@ def train(model, tok, args, log):
         opt.step()
         losses.append(loss.item())
         step += 1
-        if step % args.log_every == 0:
+        if every.due():  # (the agreement so far: a few held-out answers, well under a second on the tiny one)
+            log(f"step {step}/{args.steps} ({time.time() - t0:.0f} s): loss {sum(losses[-20:]) / len(losses[-20:]):.3f}, "
+                f"greedy agreement {greedy_agreement(model, tok, held_out[:PROGRESS_ANSWERS]):.2f} "
+                f"({PROGRESS_ANSWERS} held-out answers)")
+        elif args.log_every and step % args.log_every == 0:
             log(f"step {step}/{args.steps} ({time.time() - t0:.0f} s): loss "
                 f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
     return {"steps": step, "stopped_by": stopped, "train_seconds": round(time.time() - t0, 1),
@@ -177,7 +185,9 @@ def main():
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--warmup", type=int, default=None)
-    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--log-every", type=int, default=0,
+                    help="a loss line every N steps too (default: only the progress lines, with the agreement)")
+    contract.progress_option(ap)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frozen-layers", type=int, default=None,
                     help="first decoder layers kept at their random initialisation (not trained)")
@@ -190,6 +200,7 @@ def main():
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                     help="where it trains (auto: the GPU when there is one)")
     args = ap.parse_args()
+    contract.use_progress_every(args.progress_every)
     for k, v in SIZES[args.size].items():  # (flags left out take the preset's value)
         if getattr(args, k) is None:
             setattr(args, k, v)

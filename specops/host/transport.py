@@ -50,6 +50,21 @@ class Note:
     text: str
 
 
+class Lines:
+    """A stream (invoke's out_stream) handing each whole line written to it to a callback, as it comes."""
+
+    def __init__(self, on_line: Callable[[str], None]):
+        self.on_line, self.rest = on_line, ""
+
+    def write(self, text: str) -> None:
+        *whole, self.rest = (self.rest + text).split("\n")
+        for ln in whole:
+            self.on_line(ln.rstrip("\r"))
+
+    def flush(self) -> None:
+        pass
+
+
 class Transport:
     host: Host
 
@@ -117,12 +132,16 @@ class Transport:
         return self.pushed
 
     # -- operations ----------------------------------------------------------------------
-    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
-        """Run a shell command on the host; never raises on a non-zero exit."""
+    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True,
+            on_line: Optional[Callable[[str], None]] = None) -> Result:
+        """Run a shell command on the host; never raises on a non-zero exit. on_line gets each line of
+        its stdout as it comes (stdout is still captured whole)."""
         timeout = timeout if timeout is not None else self.default_timeout
         if self.dry_run and changes:
             self.plan(f"run: {cmd}")
             return Result(cmd, 0, "", "")
+        if on_line is not None:
+            return self._run(cmd, timeout=timeout, hide="stderr", out_stream=Lines(on_line))
         return self._run(cmd, timeout=timeout, hide=hide)
 
     def put(self, local: str, remote: str) -> None:
@@ -161,7 +180,7 @@ class Transport:
             return
         self._sync_up(local_dir, remote_dir, delete=delete)
 
-    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide=True, out_stream=None) -> Result:
         raise NotImplementedError
 
     def _put(self, local: str, remote: str) -> None:

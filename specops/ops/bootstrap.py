@@ -14,7 +14,7 @@ from typing import Optional
 
 from specops import paths, profiles
 from specops.errors import SpecopsError
-from specops.host.remote_exec import run_script
+from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 
 
@@ -65,7 +65,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args.append("--force")
     if t.host.venv_existing:
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
-    res = run_script(t, "install_profile", args)
+    res = run_script(t, "install_profile", args + progress_args(), progress=True)  # (pip's progress as it goes)
     if res is None:  # --dry-run
         return {"ok": True, "action": "installed or verified (dry run)"}
     if res.get("error"):
