@@ -85,6 +85,9 @@ class Transport:
         self.planned: list[str] = []
         self.notes: list[Note] = []
         self.pushed: Optional[list[str]] = None
+        #: (stage, seconds) of every outermost stage or step that ended well, in order (stage())
+        self.timings: list[tuple[str, float]] = []
+        self._depth = 0
         self._home: Optional[str] = None
 
     # -- output -------------------------------------------------------------------------
@@ -108,12 +111,25 @@ class Transport:
         self.note(what, "plan")
 
     @contextlib.contextmanager
-    def step(self, what: str) -> Iterator[None]:
-        """A named step: a 'done' note with its time when it ends (a 'warn' one if it fails); under
-        --dry-run a 'would' line, no tick and no time (nothing was done)."""
-        t0 = time.time()
+    def stage(self, what: str) -> Iterator[None]:
+        """Time a part of a task, no line printed: an outermost one that ends well (not under
+        --dry-run) is kept in `timings` as (what, seconds), in order (the demo's stage table)."""
+        t0, self._depth = time.time(), self._depth + 1
         try:
             yield
+        finally:
+            self._depth -= 1
+        if not self._depth and not self.dry_run:
+            self.timings.append((what, time.time() - t0))
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """A named step (a stage): a 'done' note with its time when it ends (a 'warn' one if it
+        fails); under --dry-run a 'would' line, no tick and no time (nothing was done)."""
+        t0 = time.time()
+        try:
+            with self.stage(what):
+                yield
         except BaseException:
             self.note(f"✗ {what} ({time.time() - t0:.1f}s)", "warn")
             raise
