@@ -5,8 +5,11 @@ Launch (what `inv bootstrap` sends, from the host workdir):
         --sha256 HASH --log .specops/logs/install-cpu.log [--wheelhouse DIR] [--force]
 
 If the venv's stamp holds the same profile hash and every pin is installed, nothing is
-installed ("unchanged"). Otherwise pip runs (output to --log), pins are verified, and the
-stamp <venv>/.specops-stamp.json is written. One payload on stdout.
+installed ("unchanged"). Otherwise the installer runs (output to --log), pins are verified, and
+the stamp <venv>/.specops-stamp.json is written. One payload on stdout. The installer: uv for an
+exact profile without a wheelhouse (remote/uvinstall.py: pip's settings, pip's rule, several
+times faster; pip takes over any group uv fails), pip otherwise and with --installer pip. While it
+runs, a progress line every --progress-every seconds (remote/pipprogress.py).
 
 --existing (a host's preinstalled venv, `venv_existing: true`): top up only. Every package
 already there is pinned to its installed version (a constraints file), so nothing present is
@@ -33,6 +36,7 @@ from pathlib import Path
 import contract
 import pins
 import pipprogress
+import uvinstall
 from contract import emit
 
 PIN = pins.PIN
@@ -201,6 +205,8 @@ def main():
     ap.add_argument("--list-installed", action="store_true")
     ap.add_argument("--env-file", default=None,
                     help="--existing: where the environment inv check verifies goes (default .specops/env-<profile>.txt)")
+    ap.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
+                    help="auto (default): uv where it fits (an exact profile, no wheelhouse), else pip")
     contract.progress_option(ap)
     a = ap.parse_args()
     contract.use_progress_every(a.progress_every)
@@ -253,8 +259,14 @@ def main():
         common += ["--no-index", "--find-links", a.wheelhouse]
     rc = 0
     progress = pipprogress.Progress(len(reqs) if mode == "exact" else None)
-    contract.progress(f"install: pip installs profile {Path(a.profile).stem} ({len(reqs)} requirement(s)"
+    contract.progress(f"install: profile {Path(a.profile).stem} ({len(reqs)} requirement(s)"
                       f"{', no dependencies' if mode == 'exact' else ''}); its log: {log}")
+    # uv where it fits: an exact profile (no resolution: the same wheels as pip), no wheelhouse
+    uv = (uvinstall.ensure(os.getcwd(), log) if a.installer != "pip" and mode == "exact" and not a.wheelhouse
+          else None)
+    contract.progress(f"install: {f'uv {uvinstall.UV_VERSION}' if uv else 'pip'} installs it" + (
+        " (uv does not fit here: a wheelhouse, a profile pip resolves, or no uv to be had, see the log)"
+        if a.installer == "uv" and uv is None else ""))
     # Requirements whose wheels come from another index go first, each group with its index.
     groups = {}
     for req, idx in reqs:
@@ -266,7 +278,15 @@ def main():
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("\n".join(group) + "\n")
         try:
-            rc = pip(common + extra + ["-r", f.name], log, progress)
+            rc = None
+            if uv and all(PIN.match(r) for r in group):
+                progress.expect(PIN.match(r).groups() for r in group)
+                rc = uvinstall.install(uv, f.name, log, no_deps=True, extra_index=idx, progress=progress)
+                if rc:  # (an index it cannot reach, ...: pip does this group as ever)
+                    contract.progress(f"install: uv exited {rc} (its output is in the log): pip installs "
+                                      f"these {len(group)} package(s)")
+            if rc is None or rc:
+                rc = pip(common + extra + ["-r", f.name], log, progress)
         finally:
             os.unlink(f.name)
     bad = mismatches(reqs) if rc == 0 else []

@@ -51,11 +51,25 @@ class Progress:
         self.lock = threading.Lock()  # (feed in pip's reader, line in the reporter thread)
         self.run()
 
-    def run(self):
-        """A new pip run begins."""
+    def run(self, tool="pip"):
+        """A new pip (or uv) run begins."""
+        self.tool = tool
         self.wheels = {}  # (name, version) -> bytes, in pip's order
         self.installing = None  # how many packages pip said it installs
         self.satisfied = 0  # requirements pip found installed already
+        self.fetched = 0.0  # bytes uv said it downloads
+
+    def expect(self, pins):
+        """A uv run of these exact pins (name, version) begins: uv names no wheel as it goes, the
+        venv's .dist-info say which are in place."""
+        with self.lock:
+            self.run("uv")
+            self.wheels = {(norm(n), v): 0 for n, v in pins}
+            self.installing = len(self.wheels)
+
+    def downloaded(self, name, nbytes):
+        with self.lock:
+            self.fetched += nbytes
 
     def feed(self, line):
         """One line of pip's output."""
@@ -110,6 +124,10 @@ class Progress:
 
     def _line(self):
         took = f"{time.time() - self.t0:.0f}s"
+        if self.tool == "uv":
+            n = self.earlier + len(self.in_place())
+            return (f"install: {took}: {n} of {self.total or self.earlier + self.installing} packages in place; "
+                    f"uv is installing ({size(self.fetched)} of large wheels downloaded)")
         got = sum(self.wheels.values())
         if self.installing is None:  # collecting: what pip found so far
             total = f" of {self.total}" if self.total else ""
@@ -127,14 +145,21 @@ def pip(args, log, progress=None, every=None):
     """`python -m pip install ARGS`, its output appended to log; with progress (a Progress) one
     line every `every` seconds while it runs. Returns pip's exit code."""
     cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *args]
+    return run(cmd, log, progress, every=every)
+
+
+def run(cmd, log, progress=None, *, every=None, env=None, reader=None):
+    """An installer's command, its output appended to log; with progress one line every `every`
+    seconds while it runs (`reader.feed` gets each output line: default progress.feed). Its exit code."""
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
         if progress is None:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env).returncode
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", bufsize=1)
-        stop, every = threading.Event(), every or contract.PROGRESS_EVERY
+                                text=True, errors="replace", bufsize=1, env=env)
+        stop, every, feed = threading.Event(), every or contract.PROGRESS_EVERY, (reader or progress).feed
 
         def report():
             while not stop.wait(every):
@@ -146,12 +171,15 @@ def pip(args, log, progress=None, every=None):
             for line in proc.stdout:
                 f.write(line)
                 f.flush()
-                progress.feed(line.rstrip("\n"))
+                feed(line.rstrip("\n"))
             rc = proc.wait()
         finally:
             stop.set()
             th.join()
             if proc.poll() is None:
                 proc.kill()
-        progress.finish()
+        if rc == 0:
+            progress.finish()
+        else:  # (what it left half done is pip's to finish)
+            progress.run()
         return rc

@@ -73,7 +73,7 @@ def test_changed_profile_reinstalls(cpu_box, hosts_file):
     total = len([ln for ln in (REPO / "bootstrap/profiles/cpu.txt").read_text().splitlines()
                  if ln.strip() and not ln.startswith("#")])
     lines = r.stdout.splitlines()
-    first = next(i for i, ln in enumerate(lines) if "[specops] install: pip installs profile cpu" in ln)
+    first = next(i for i, ln in enumerate(lines) if "[specops] install: profile cpu (" in ln)
     ticks = [ln for ln in lines if re.match(r"\[specops\] install: \d+s: \d+ of %d packages in place" % total, ln)]
     assert ticks, r.stdout[-3000:]
     assert first < lines.index(ticks[0]) < next(i for i, ln in enumerate(lines) if "profile cpu installed" in ln)
@@ -122,25 +122,68 @@ def test_interpreter_rule(rig, cpu_box, hosts_file):
     assert len(calls) == (1 if cpu_box["created"] else 0), calls
 
 
-def test_install_progress_from_pip_itself(tmp_path):
-    """remote/install_profile.py into a fresh venv (real pip, real wheels): while pip collects, the
-    wheels it named and their bytes; while it installs, the packages whose .dist-info is there,
-    of the profile's total; the log keeps pip's own output."""
+def small_profile(tmp_path):
+    """A fresh venv and an exact profile of three of the cpu profile's pins (numpy, sympy, mpmath)."""
     import subprocess
     import sys
 
+    tmp_path.mkdir(exist_ok=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pins = dict(ln.split("==") for ln in (REPO / "bootstrap/profiles/cpu.txt").read_text().splitlines()
                 if re.match(r"^(numpy|sympy|mpmath)==", ln))
     prof = tmp_path / "small.txt"
     prof.write_text("#@ mode: exact\n" + "".join(f"{n}=={v}\n" for n, v in pins.items()))
-    r = subprocess.run([str(venv / "bin/python3"), str(REPO / "remote/install_profile.py"), "--profile", str(prof),
-                        "--sha256", "test", "--log", str(tmp_path / "install.log"), "--progress-every", "0.3"],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    return venv, prof, pins
+
+
+def install_small(tmp_path, venv, prof, *extra, env=None):
+    import os
+    import subprocess
+
+    return subprocess.run([str(venv / "bin/python3"), str(REPO / "remote/install_profile.py"), "--profile", str(prof),
+                           "--sha256", "test", "--log", str(tmp_path / "install.log"), "--progress-every", "0.3",
+                           *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, **(env or {})})
+
+
+def test_install_by_uv_where_it_fits(tmp_path):
+    """An exact profile without a wheelhouse: uv (pip-installed beside the workdir) installs the
+    same pins with pip's settings; its progress, the venv's packages in place; the pins verified."""
+    from specops.contract import decode
+
+    venv, prof, pins = small_profile(tmp_path)
+    r = install_small(tmp_path, venv, prof)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    res = decode(r.stdout)
+    assert res["ok"] and res["action"] == "installed" and res["mismatches"] == [], res
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[specops] install:")]
+    assert "uv 0.13.9 installs it" in lines[1], lines
+    assert all(re.search(r": \d+ of 3 packages in place; uv is installing", ln) for ln in lines[2:]), lines
+    log = (tmp_path / "install.log").read_text()
+    assert re.search(r"uv pip install --python \S+/venv/bin/python3 .*--index-strategy unsafe-best-match --no-deps -r",
+                     log), log[-2000:]
+    assert (tmp_path / ".specops/uv/bin/uv").is_file()
+    # uv cannot reach an index pip only warns about: pip installs the group, the install still holds
+    venv2 = small_profile(tmp_path / "again")[0]
+    r = install_small(tmp_path, venv2, prof, env={"PIP_EXTRA_INDEX_URL": "http://127.0.0.1:9/simple",
+                                                  "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert re.search(r"install: uv exited \d+ \(its output is in the log\): pip installs these 3 package\(s\)", r.stdout)
+    assert decode(r.stdout)["ok"] is True
+
+
+def test_install_progress_from_pip_itself(tmp_path):
+    """remote/install_profile.py into a fresh venv (real pip, real wheels): while pip collects, the
+    wheels it named and their bytes; while it installs, the packages whose .dist-info is there,
+    of the profile's total; the log keeps pip's own output."""
+    import subprocess
+
+    venv, prof, _ = small_profile(tmp_path)
+    r = install_small(tmp_path, venv, prof, "--installer", "pip")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[specops] install:")]
-    assert "pip installs profile small (3 requirement(s), no dependencies)" in lines[0]
+    assert "install: profile small (3 requirement(s), no dependencies)" in lines[0] and "pip installs it" in lines[1]
     collecting = [ln for ln in lines if "pip is collecting" in ln]
     installing = [re.search(r": (\d+) of 3 packages in place \(wheels: ([\d.]+) ([kMG]?B) of ([\d.]+) ([kMG]?B)\)", ln)
                   for ln in lines if "pip is installing" in ln]
