@@ -279,12 +279,17 @@ def main():
             f.write("\n".join(group) + "\n")
         try:
             rc = None
-            if uv and all(PIN.match(r) for r in group):
+            # uv: a group's own index last (unlike pip, uv gives up on an index it cannot reach: the
+            # exact pins from pip's own sources first, e.g. its find-links), then pip as ever
+            for with_index in ([False, True] if idx else [None]) if uv and all(PIN.match(r) for r in group) else []:
                 progress.expect(PIN.match(r).groups() for r in group)
-                rc = uvinstall.install(uv, f.name, log, no_deps=True, extra_index=idx, progress=progress)
-                if rc:  # (an index it cannot reach, ...: pip does this group as ever)
-                    contract.progress(f"install: uv exited {rc} (its output is in the log): pip installs "
-                                      f"these {len(group)} package(s)")
+                rc = uvinstall.install(uv, f.name, log, no_deps=True, extra_index=idx if with_index else None,
+                                       progress=progress)
+                if not rc:
+                    break
+            if rc:  # (an index uv cannot reach, ...: pip installs this group as ever)
+                contract.progress(f"install: uv exited {rc} (its output is in the log): pip installs "
+                                  f"these {len(group)} package(s)")
             if rc is None or rc:
                 rc = pip(common + extra + ["-r", f.name], log, progress)
         finally:
