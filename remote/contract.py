@@ -159,6 +159,10 @@ class Every:
         self.last = now
         return True
 
+    def restart(self):
+        """The next line `seconds` from now (after a line that took long to make)."""
+        self.last = time.time()
+
     @property
     def elapsed(self):
         return time.time() - self.t0

@@ -16,7 +16,9 @@ a vLLM server's decoding is bound by memory as a real verifier's is and a draft'
 Explicit flags override the preset's values.
 
 Training runs --steps steps (400: 40-60 s on one core; batches of 8 conversations, AdamW, cosine
-schedule) or stops at --seconds, whichever comes first; one torch thread (--threads 1): with two,
+schedule) or stops at --seconds (of this process's CPU time on a CPU, so that a machine others load
+slows it without cutting its training short; wall time on a GPU), whichever comes first; one
+torch thread (--threads 1): with two,
 one busy core (a vLLM server's worker is pinned to one) slows every step tenfold. The first --frozen-layers
 decoder layers keep their random initialisation: they pass the tokens on nearly unchanged (the
 low-level layers), and the layers above learn the language (the high-level ones), so the
@@ -140,10 +142,14 @@ def train(model, tok, args, log):
     rng = random.Random(args.seed)
     held_out = synthlang.conversations(16, seed=10_000 + args.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    t0, every, measuring = time.time(), contract.Every(), 0.0
+    # the budget: this process's CPU seconds on a CPU (a machine others load stretches the wall
+    # time, not the training it gets), wall seconds on a GPU; the progress lines' agreement is
+    # measured outside it
+    clock = time.process_time if dev.type == "cpu" else time.time
+    t0, c0, every, measuring = time.time(), clock(), contract.Every(), 0.0
 
-    def took():  # training time: the progress lines' agreement measured outside the budget
-        return time.time() - t0 - measuring
+    def took():
+        return clock() - c0 - measuring
 
     step, losses, stopped = 0, [], "steps"
     for ids, labels, att in batches(tok, rng, args.batch):
@@ -163,21 +169,24 @@ def train(model, tok, args, log):
         losses.append(loss.item())
         step += 1
         if every.due():  # (the agreement so far, on a few held-out answers: not counted as training time)
-            m0 = time.time()
+            m0 = clock()
             agreement = greedy_agreement(model, tok, held_out[:PROGRESS_ANSWERS])
-            measuring += time.time() - m0
+            measuring += clock() - m0
             log(f"step {step}/{args.steps} ({took():.0f} s): loss {sum(losses[-20:]) / len(losses[-20:]):.3f}, "
                 f"greedy agreement {agreement:.2f} ({PROGRESS_ANSWERS} held-out answers)")
+            every.restart()
         elif args.log_every and step % args.log_every == 0:
             log(f"step {step}/{args.steps} ({took():.0f} s): loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
-    return {"steps": step, "stopped_by": stopped, "train_seconds": round(took(), 1),
+    return {"steps": step, "stopped_by": stopped, "train_seconds": round(time.time() - t0, 1),
+            "budget_seconds": round(took(), 1), "budget_clock": "cpu" if dev.type == "cpu" else "wall",
             "loss": round(sum(losses[-20:]) / max(len(losses[-20:]), 1), 4), "held_out": held_out}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
-    ap.add_argument("--seconds", type=float, default=None, help="training time budget on this host's CPU")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="training time budget (CPU seconds of this process on a CPU, wall seconds on a GPU)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (fewer if --seconds runs out first)")
     ap.add_argument("--min-agreement", type=float, default=0.8,
                     help="refuse to publish a model whose greedy agreement is lower")
