@@ -57,7 +57,8 @@ class Progress:
         self.wheels = {}  # (name, version) -> bytes, in pip's order
         self.installing = None  # how many packages pip said it installs
         self.satisfied = 0  # requirements pip found installed already
-        self.fetched = 0.0  # bytes uv said it downloads
+        self.fetching = {}  # the large wheels uv said it downloads: name -> bytes
+        self.fetched = set()  # those it said it has
 
     def expect(self, pins):
         """A uv run of these exact pins (name, version) begins: uv names no wheel as it goes, the
@@ -67,9 +68,13 @@ class Progress:
             self.wheels = {(norm(n), v): 0 for n, v in pins}
             self.installing = len(self.wheels)
 
-    def downloaded(self, name, nbytes):
+    def downloading(self, name, nbytes):
         with self.lock:
-            self.fetched += nbytes
+            self.fetching[name] = nbytes
+
+    def downloaded(self, name):
+        with self.lock:
+            self.fetched.add(name)
 
     def feed(self, line):
         """One line of pip's output."""
@@ -126,8 +131,11 @@ class Progress:
         took = f"{time.time() - self.t0:.0f}s"
         if self.tool == "uv":
             n = self.earlier + len(self.in_place())
+            got = sum(b for w, b in self.fetching.items() if w in self.fetched)
             return (f"install: {took}: {n} of {self.total or self.earlier + self.installing} packages in place; "
-                    f"uv is installing ({size(self.fetched)} of large wheels downloaded)")
+                    f"uv is installing" + (f": {len(self.fetched)} of the {len(self.fetching)} large wheels it names "
+                                           f"downloaded ({size(got)} of {size(sum(self.fetching.values()))})"
+                                           if self.fetching else ""))
         got = sum(self.wheels.values())
         if self.installing is None:  # collecting: what pip found so far
             total = f" of {self.total}" if self.total else ""

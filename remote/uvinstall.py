@@ -23,6 +23,7 @@ UV_VERSION = "0.13.9"
 SETTINGS = (("index-url", "--index-url", False), ("extra-index-url", "--extra-index-url", True),
             ("find-links", "--find-links", True), ("constraint", "--constraint", True))
 DOWNLOADING = re.compile(r"^\s*Downloading (\S+) \(([\d.]+)(B|KiB|MiB|GiB)\)")
+DOWNLOADED = re.compile(r"^\s*Downloaded (\S+)\s*$")
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
 
@@ -84,7 +85,8 @@ def args(settings, extra_index=None):
 
 
 class Bytes:
-    """A Progress-like reader of uv's output: the wheels it says it downloads, with their sizes."""
+    """A reader of uv's output for a Progress: the large wheels it says it downloads (with their
+    sizes) and each one it says it has."""
 
     def __init__(self, progress):
         self.progress = progress
@@ -92,7 +94,10 @@ class Bytes:
     def feed(self, line):
         m = DOWNLOADING.match(line)
         if m:
-            self.progress.downloaded(m.group(1), float(m.group(2)) * UNITS[m.group(3)])
+            self.progress.downloading(m.group(1), float(m.group(2)) * UNITS[m.group(3)])
+        m = DOWNLOADED.match(line)
+        if m:
+            self.progress.downloaded(m.group(1))
 
 
 def install(exe, reqs_file, log, *, no_deps, extra_index=None, progress=None):
