@@ -79,7 +79,8 @@ def test_make_test_prints_its_slowest_tests_and_setup_keeps_its_seconds():
     assert r.returncode == 0, r.stderr
     assert re.search(r"pytest .*--durations=\d+", r.stdout), r.stdout
     r = subprocess.run(["make", "-n", "-B", ".venv/.specops-setup"], cwd=REPO, capture_output=True, text=True)
-    assert 'echo "seconds=' in r.stdout, r.stdout
+    assert 'echo "seconds=' in r.stdout and "uv pip install -q --python .venv/bin/python -e" in r.stdout, r.stdout
+    assert "else .venv/bin/pip install" in r.stdout  # (pip when uv fails)
 
 
 def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
