@@ -2,18 +2,27 @@
 # `make test` (the test suite). Both set up what they need first.
 PY ?= python3
 VENV := .venv
+# the laptop venv's installer: uv (pip-installed into the venv first; about 3x less CPU than pip
+# here, bench/results/first-ten-minutes.md), pip if uv fails; `make setup INSTALLER=pip`: pip only
+INSTALLER ?= uv
+UV := 0.13.9
 
 .PHONY: setup demo test
 setup: $(VENV)/.specops-setup
 
+# (the stamp keeps the seconds setup took: `make demo`'s stage table starts with them)
 $(VENV)/.specops-setup: pyproject.toml .ci/system-deps
+	@echo "start=$$(date +%s)" > .specops-setup.tmp
 	bash .ci/system-deps
 	$(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test,plot]'
-	touch $@
+	if [ "$(INSTALLER)" = uv ] && $(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV) && \
+	  $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[test,plot]'; then :; \
+	else $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test,plot]'; fi
+	@. ./.specops-setup.tmp && echo "seconds=$$(( $$(date +%s) - start ))" > $@ && rm -f .specops-setup.tmp
 
 demo: setup
 	$(VENV)/bin/inv demo
 
+# --durations: the 25 slowest tests and setups, printed at the end (CI allows 90 minutes)
 test: setup
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -q -ra --durations=25

@@ -553,6 +553,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
                              speedup=speedup)
         if res and res.get("acceptance"):
             views.demo_acceptance(res)
+        if res and res.get("stages"):
+            views.demo_stages(res["stages"])
 
 
 @task(iterable=["vllm_arg"], help={**COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,

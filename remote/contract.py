@@ -9,13 +9,17 @@ loaded by the laptop (specops/contract.py), so both sides share one set of rules
 - ``JobState``: the states of a detached job, and which of them are terminal;
 - ``check_name``: the one rule for every name that becomes a path (run ids, dataset names,
   host names);
-- ``concurrency_levels``: evaluate's `--speedup` list (concurrent requests per measurement).
+- ``concurrency_levels``: evaluate's `--speedup` list (concurrent requests per measurement);
+- ``progress`` / ``Every``: a long wait's progress line (`[specops] ...` on stdout, one every
+  PROGRESS_EVERY seconds: the laptop shows a job's log as it grows, and a synchronous script's
+  such lines as they come).
 """
 
 import enum
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -116,6 +120,53 @@ def concurrency_levels(text):
         if int(part) not in out:
             out.append(int(part))
     return out
+
+
+#: seconds between two progress lines of a long wait (a script's --progress-every; the laptop's
+#: SPECOPS_PROGRESS_EVERY sets it for the scripts it starts)
+PROGRESS_EVERY = 15.0
+
+
+def progress(text):
+    """One progress line on stdout, at once (what the laptop shows as it comes)."""
+    print(f"[specops] {text}", flush=True)
+
+
+def progress_option(ap):
+    """A script's --progress-every SECONDS (default PROGRESS_EVERY)."""
+    ap.add_argument("--progress-every", type=float, default=PROGRESS_EVERY,
+                    help=f"seconds between two progress lines (default {PROGRESS_EVERY:g})")
+
+
+def use_progress_every(seconds):
+    """The parsed --progress-every, for every progress clock of this process (Refused unless > 0)."""
+    global PROGRESS_EVERY
+    if not seconds > 0:
+        raise Refused(f"--progress-every {seconds:g}: give a number of seconds above 0 (SPECOPS_PROGRESS_EVERY)")
+    PROGRESS_EVERY = float(seconds)
+
+
+class Every:
+    """A progress line's clock: due() is true once every `seconds` (default PROGRESS_EVERY)."""
+
+    def __init__(self, seconds=None):
+        self.seconds = seconds or PROGRESS_EVERY
+        self.t0 = self.last = time.time()
+
+    def due(self):
+        now = time.time()
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
+
+    def restart(self):
+        """The next line `seconds` from now (after a line that took long to make)."""
+        self.last = time.time()
+
+    @property
+    def elapsed(self):
+        return time.time() - self.t0
 
 
 def child_path(parent, name, kind="name"):

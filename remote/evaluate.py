@@ -41,6 +41,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import contract
 import hostenv
 import vllm_server
 from contract import Refused, concurrency_levels, emit
@@ -101,7 +102,14 @@ def post(url, body, timeout=600):
         return json.loads(r.read())
 
 
-def timed(base, prompts, concurrency, max_tokens):
+def progress_line(done, total, tokens, seconds, acc):
+    """evaluate's progress: prompts answered of all, tokens, the mean acceptance length so far."""
+    mean = acc.get("mean_acceptance_length")
+    return (f"evaluate: {done} of {total} prompts answered ({tokens} tokens, {seconds:.0f}s)"
+            + (f"; mean acceptance length so far {mean:.2f}" if mean else ""))
+
+
+def timed(base, prompts, concurrency, max_tokens, label=None):
     """Every prompt sent to /v1/completions, `concurrency` in flight at once (temperature 0,
     ignore_eos: exactly max_tokens each): {"requests", "completion_tokens", "seconds", "tokens_per_s"}."""
     def one(prompt):
@@ -109,20 +117,24 @@ def timed(base, prompts, concurrency, max_tokens):
                                             "temperature": 0.0, "ignore_eos": True})
         return r.get("usage", {}).get("completion_tokens", 0)
 
-    t0 = time.perf_counter()
+    t0, every, tokens = time.perf_counter(), contract.Every(), 0
     with ThreadPoolExecutor(max_workers=concurrency) as ex:
-        tokens = sum(ex.map(one, prompts))
+        for i, n in enumerate(ex.map(one, prompts), 1):
+            tokens += n
+            if label and every.due() and i < len(prompts):
+                contract.progress(f"{label}: {i} of {len(prompts)} requests answered at concurrency {concurrency} "
+                                  f"({tokens} tokens, {every.elapsed:.0f}s)")
     dt = time.perf_counter() - t0
     return {"requests": len(prompts), "completion_tokens": tokens, "seconds": round(dt, 3),
             "tokens_per_s": tokens / dt if dt > 0 else 0.0}
 
 
-def throughputs(base, prompts, levels, max_tokens):
+def throughputs(base, prompts, levels, max_tokens, label=None):
     """{level: timed()} on one server, after the same warm-up on every server (a short batch at
     each level: first requests, and the batch shapes, are not timed)."""
     for c in levels:
         timed(base, prompts[:c], c, min(4, max_tokens))
-    return {c: timed(base, prompts, c, max_tokens) for c in levels}
+    return {c: timed(base, prompts, c, max_tokens, label) for c in levels}
 
 
 def speedup_requests(prompts, levels):
@@ -231,7 +243,9 @@ def main():
                     help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
     ap.add_argument("--plan", action="store_true", help="check and print the servers' commands; start nothing")
     ap.add_argument("--result", default=None)
+    contract.progress_option(ap)
     a = ap.parse_args()
+    contract.use_progress_every(a.progress_every)
 
     run = Path(a.run_dir)
     if not (run / "train-spec.json").is_file():
@@ -287,14 +301,17 @@ def main():
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
         base = f"http://127.0.0.1:{port}"
         before = parse_metrics(get(f"{base}/metrics"))
-        gen_tokens = 0
-        for p in prompts:
+        gen_tokens, every = 0, contract.Every()
+        for i, p in enumerate(prompts, 1):
             r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": p["prompt"], "max_tokens": a.max_tokens,
                                                 "temperature": 0.0})
             gen_tokens += r.get("usage", {}).get("completion_tokens", 0)
+            if every.due() and i < len(prompts):
+                contract.progress(progress_line(i, len(prompts), gen_tokens, every.elapsed,
+                                                acceptance(before, parse_metrics(get(f"{base}/metrics")))))
         time.sleep(1)
         after = parse_metrics(get(f"{base}/metrics"))
-        with_draft = throughputs(base, requests, levels, a.max_tokens) if levels else None
+        with_draft = throughputs(base, requests, levels, a.max_tokens, "speedup, with the draft") if levels else None
     finally:
         if server is not None:
             vllm_server.stop(server)
@@ -313,7 +330,7 @@ def main():
                 server = vllm_server.start(eval_dir / "baseline", bargv, env, port, a.server_timeout)
             except vllm_server.ServerDied as e:
                 raise SystemExit(f"speedup: the verifier without the draft: {e}") from None
-            without = throughputs(f"http://127.0.0.1:{port}", requests, levels, a.max_tokens)
+            without = throughputs(f"http://127.0.0.1:{port}", requests, levels, a.max_tokens, "speedup, without it")
         finally:
             if server is not None:
                 vllm_server.stop(server)

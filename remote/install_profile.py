@@ -5,8 +5,11 @@ Launch (what `inv bootstrap` sends, from the host workdir):
         --sha256 HASH --log .specops/logs/install-cpu.log [--wheelhouse DIR] [--force]
 
 If the venv's stamp holds the same profile hash and every pin is installed, nothing is
-installed ("unchanged"). Otherwise pip runs (output to --log), pins are verified, and the
-stamp <venv>/.specops-stamp.json is written. One payload on stdout.
+installed ("unchanged"). Otherwise the installer runs (output to --log), pins are verified, and
+the stamp <venv>/.specops-stamp.json is written. One payload on stdout. The installer: uv for an
+exact profile without a wheelhouse (remote/uvinstall.py: pip's settings, pip's rule, several
+times faster; pip takes over any group uv fails), pip otherwise and with --installer pip. While it
+runs, a progress line every --progress-every seconds (remote/pipprogress.py).
 
 --existing (a host's preinstalled venv, `venv_existing: true`): top up only. Every package
 already there is pinned to its installed version (a constraints file), so nothing present is
@@ -30,10 +33,14 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import contract
 import pins
+import pipprogress
+import uvinstall
 from contract import emit
 
 PIN = pins.PIN
+pip = pipprogress.pip
 STAMP = Path(sys.prefix) / ".specops-stamp.json"
 
 
@@ -66,14 +73,6 @@ def norm(name):
 
 def mismatches(reqs):
     return pins.mismatches(req for req, _ in reqs)
-
-
-def pip(args, log):
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *args]
-    with open(log, "a") as f:
-        f.write(f"\n$ {' '.join(cmd)}\n")
-        f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
 
 
 def tail(log, n=25):
@@ -148,7 +147,7 @@ def top_up(a, mode, reqs, log, keep=None, omit=None):
         # no dependencies (pip would otherwise re-judge what is present, inconsistencies included)
         files = [str(Path(a.wheelhouse) / w) for w in sorted(man.get("wheels", {}))
                  if norm(w.split("-")[0]) not in before]
-        rc = pip(["--no-index", "--no-deps", *files], log) if files else 0
+        rc = pip(["--no-index", "--no-deps", *files], log, pipprogress.Progress(len(files))) if files else 0
     elif todo:  # let pip resolve, every present package pinned to its version
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("".join(f"{n}=={v}\n" for n, v in sorted(before.items())))
@@ -156,7 +155,7 @@ def top_up(a, mode, reqs, log, keep=None, omit=None):
         if mode == "exact":  # the profile is the whole set: nothing resolved on the host
             args.append("--no-deps")
         try:
-            rc = pip(args + ["-c", f.name, *todo], log)
+            rc = pip(args + ["-c", f.name, *todo], log, pipprogress.Progress(len(todo) if mode == "exact" else None))
         finally:
             os.unlink(f.name)
     after = installed()
@@ -206,7 +205,11 @@ def main():
     ap.add_argument("--list-installed", action="store_true")
     ap.add_argument("--env-file", default=None,
                     help="--existing: where the environment inv check verifies goes (default .specops/env-<profile>.txt)")
+    ap.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
+                    help="auto (default): uv where it fits (an exact profile, no wheelhouse), else pip")
+    contract.progress_option(ap)
     a = ap.parse_args()
+    contract.use_progress_every(a.progress_every)
     if a.list_installed:
         # glibc and machine: the host's wheel platform (`inv wheelhouse --host`: manylinux_2_<minor>_<machine>)
         emit({"ok": True, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "installed": installed(),
@@ -255,6 +258,15 @@ def main():
             return 1
         common += ["--no-index", "--find-links", a.wheelhouse]
     rc = 0
+    progress = pipprogress.Progress(len(reqs) if mode == "exact" else None)
+    contract.progress(f"install: profile {Path(a.profile).stem} ({len(reqs)} requirement(s)"
+                      f"{', no dependencies' if mode == 'exact' else ''}); its log: {log}")
+    # uv where it fits: an exact profile (no resolution: the same wheels as pip), no wheelhouse
+    uv = (uvinstall.ensure(os.getcwd(), log) if a.installer != "pip" and mode == "exact" and not a.wheelhouse
+          else None)
+    contract.progress(f"install: {f'uv {uvinstall.UV_VERSION}' if uv else 'pip'} installs it" + (
+        " (uv does not fit here: a wheelhouse, a profile pip resolves, or no uv to be had, see the log)"
+        if a.installer == "uv" and uv is None else ""))
     # Requirements whose wheels come from another index go first, each group with its index.
     groups = {}
     for req, idx in reqs:
@@ -266,7 +278,20 @@ def main():
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("\n".join(group) + "\n")
         try:
-            rc = pip(common + extra + ["-r", f.name], log)
+            rc = None
+            # uv: a group's own index last (unlike pip, uv gives up on an index it cannot reach: the
+            # exact pins from pip's own sources first, e.g. its find-links), then pip as ever
+            for with_index in ([False, True] if idx else [None]) if uv and all(PIN.match(r) for r in group) else []:
+                progress.expect(PIN.match(r).groups() for r in group)
+                rc = uvinstall.install(uv, f.name, log, no_deps=True, extra_index=idx if with_index else None,
+                                       progress=progress)
+                if not rc:
+                    break
+            if rc:  # (an index uv cannot reach, ...: pip installs this group as ever)
+                contract.progress(f"install: uv exited {rc} (its output is in the log): pip installs "
+                                  f"these {len(group)} package(s)")
+            if rc is None or rc:
+                rc = pip(common + extra + ["-r", f.name], log, progress)
         finally:
             os.unlink(f.name)
     bad = mismatches(reqs) if rc == 0 else []

@@ -16,7 +16,9 @@ a vLLM server's decoding is bound by memory as a real verifier's is and a draft'
 Explicit flags override the preset's values.
 
 Training runs --steps steps (400: 40-60 s on one core; batches of 8 conversations, AdamW, cosine
-schedule) or stops at --seconds, whichever comes first; one torch thread (--threads 1): with two,
+schedule) or stops at --seconds (of this process's CPU time on a CPU, so that a machine others load
+slows it without cutting its training short; wall time on a GPU), whichever comes first; one
+torch thread (--threads 1): with two,
 one busy core (a vLLM server's worker is pinned to one) slows every step tenfold. The first --frozen-layers
 decoder layers keep their random initialisation: they pass the tokens on nearly unchanged (the
 low-level layers), and the layers above learn the language (the high-level ones), so the
@@ -51,6 +53,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+import contract
 import synthlang
 from contract import Refused, emit
 from tiny_verifier import CHAT_TEMPLATE, SPECIALS, publishing, refuse_existing
@@ -131,15 +134,27 @@ SIZES = {  # --size presets; an explicit flag wins over its preset value
 }
 
 
+PROGRESS_ANSWERS = 4  # held-out answers a progress line's agreement is measured on
+MEASURE_SHARE = 0.1  # at most this share of the training time goes to the progress lines' agreement
+
+
 def train(model, tok, args, log):
     dev = next(model.parameters()).device
     rng = random.Random(args.seed)
     held_out = synthlang.conversations(16, seed=10_000 + args.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    t0 = time.time()
-    step, losses, stopped = 0, [], "steps"
+    # the budget: this process's CPU seconds on a CPU (a machine others load stretches the wall
+    # time, not the training it gets), wall seconds on a GPU; the progress lines' agreement is
+    # measured outside it
+    clock = time.process_time if dev.type == "cpu" else time.time
+    t0, c0, every, measuring = time.time(), clock(), contract.Every(), 0.0
+
+    def took():
+        return clock() - c0 - measuring
+
+    step, losses, stopped, last = 0, [], "steps", (0, 0.0)
     for ids, labels, att in batches(tok, rng, args.batch):
-        frac = max(step / args.steps, (time.time() - t0) / args.seconds)  # (the schedule ends with either)
+        frac = max(step / args.steps, took() / args.seconds)  # (the schedule ends with either)
         if frac >= 1.0:
             stopped = "steps" if step >= args.steps else "seconds"
             break
@@ -154,17 +169,28 @@ def train(model, tok, args, log):
         opt.step()
         losses.append(loss.item())
         step += 1
-        if step % args.log_every == 0:
-            log(f"step {step}/{args.steps} ({time.time() - t0:.0f} s): loss "
-                f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if every.due():  # (the agreement so far, on a few held-out answers: not counted as training time,
+            # and measured only while that costs at most a tenth of the training's: else the last one)
+            if measuring <= MEASURE_SHARE * took():
+                m0 = clock()
+                last = step, greedy_agreement(model, tok, held_out[:PROGRESS_ANSWERS])
+                measuring += clock() - m0
+            log(f"step {step}/{args.steps} ({took():.0f} s): loss {sum(losses[-20:]) / len(losses[-20:]):.3f}, "
+                f"greedy agreement {last[1]:.2f} ({PROGRESS_ANSWERS} held-out answers"
+                + (f", at step {last[0]})" if last[0] != step else ")"))
+            every.restart()
+        elif args.log_every and step % args.log_every == 0:
+            log(f"step {step}/{args.steps} ({took():.0f} s): loss {sum(losses[-20:]) / len(losses[-20:]):.3f}")
     return {"steps": step, "stopped_by": stopped, "train_seconds": round(time.time() - t0, 1),
+            "budget_seconds": round(took(), 1), "budget_clock": "cpu" if dev.type == "cpu" else "wall",
             "loss": round(sum(losses[-20:]) / max(len(losses[-20:]), 1), 4), "held_out": held_out}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
-    ap.add_argument("--seconds", type=float, default=None, help="training time budget on this host's CPU")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="training time budget (CPU seconds of this process on a CPU, wall seconds on a GPU)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (fewer if --seconds runs out first)")
     ap.add_argument("--min-agreement", type=float, default=0.8,
                     help="refuse to publish a model whose greedy agreement is lower")
@@ -177,7 +203,9 @@ def main():
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--warmup", type=int, default=None)
-    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--log-every", type=int, default=0,
+                    help="a loss line every N steps too (default: only the progress lines, with the agreement)")
+    contract.progress_option(ap)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frozen-layers", type=int, default=None,
                     help="first decoder layers kept at their random initialisation (not trained)")
@@ -190,6 +218,7 @@ def main():
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                     help="where it trains (auto: the GPU when there is one)")
     args = ap.parse_args()
+    contract.use_progress_every(args.progress_every)
     for k, v in SIZES[args.size].items():  # (flags left out take the preset's value)
         if getattr(args, k) is None:
             setattr(args, k, v)

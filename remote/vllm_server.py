@@ -160,7 +160,7 @@ def died(d, what):
     return ServerDied(f"{what}" + (f": {root}" if root else "") + f" (log: {d}/output.log)")
 
 
-PROGRESS_EVERY = 15  # seconds between "still starting" lines while a server warms up
+PROGRESS_EVERY = contract.PROGRESS_EVERY  # seconds between "still starting" lines (the script's --progress-every)
 
 
 def last_line(text, width=160):
@@ -178,7 +178,7 @@ def last_line(text, width=160):
 
 def start(run_dir, argv, env, port, timeout):
     """Start the server job under run_dir/server and wait for GET /health (or its death); every
-    PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line."""
+    contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
     rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port})
@@ -203,7 +203,7 @@ def start(run_dir, argv, env, port, timeout):
         if time.time() - t0 > timeout:
             stop_job(d, grace=10)
             raise died(d, f"vLLM server not healthy after {timeout}s (stopped)")
-        if time.time() - last >= PROGRESS_EVERY:
+        if time.time() - last >= contract.PROGRESS_EVERY:
             last = time.time()
             try:
                 now = last_line((d / "output.log").read_text(errors="replace"))

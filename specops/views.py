@@ -332,6 +332,20 @@ def demo_acceptance(res: dict) -> None:
             line(f"note: {sp['note']}", "yellow")
 
 
+def demo_stages(st: dict) -> None:
+    """The demo's stage table: the time each stage took, its share, the whole (and `make setup`
+    when it ran just now), the machine's cores and load."""
+    setup = st.get("setup_seconds")
+    whole = st["seconds"] + (setup or 0)
+    rows = ([["make setup (system packages, the laptop's .venv)", f"{setup:.1f}", f"{100 * setup / whole:.0f}%"]]
+            if setup else [])
+    rows += [[r["stage"], f"{r['seconds']:.1f}", f"{100 * r['seconds'] / whole:.0f}%"] for r in st["stages"]]
+    table("time each stage took", ("stage", "seconds", "share"), rows)
+    line(f"demo: {age(whole)} in all" + (f" ({age(setup)} make setup, {age(st['seconds'])} inv demo)" if setup else "")
+         + f" on {st.get('cores')} cores, load {st['load_before'][0]:.1f} before, {st['load_after'][0]:.1f} after"
+         + (f"; stage table in {st['path']}" if st.get("path") else ""))
+
+
 def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint: Callable[[str], str]) -> None:
     """`inv evaluate --checkpoints`: one row per checkpoint served, the best, the pick."""
     k = res.get("num_spec_tokens") or 0

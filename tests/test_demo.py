@@ -20,7 +20,8 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     trained draft, <= 1.2 for the untrained control, the wrong-layers control clearly worse."""
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp_path / "work")}}}))
-    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"))
+    # (progress lines every 5 s instead of 15: this short run shows each kind of them)
+    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), env={"SPECOPS_PROGRESS_EVERY": "5"})
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "profile cpu unchanged" in r.stdout
     rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)
@@ -50,3 +51,21 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     assert float(rows["the trained draft"][rows["draft"].index("speedup @1 concurrent")]) == \
         pytest.approx(ev["speedup_at_1"], abs=1e-3)
     assert "speedup of the trained draft" in r.stdout and "can be below 1" in r.stdout
+    # never silent: the verifier's training says its agreement so far, each evaluation its prompts
+    assert re.search(r"^\[specops\] learnable verifier: step \d+/400 \(\d+ s\): loss [\d.]+, greedy agreement "
+                     r"[\d.]+ \(4 held-out answers\)$", r.stdout, re.M), r.stdout[-4000:]
+    assert re.search(r"^\[specops\] evaluate: \d+ of \d+ prompts answered \(\d+ tokens, \d+s\)", r.stdout, re.M)
+    # and ends with the time each stage took, kept beside the run
+    st = json.loads((run / "demo-stages.json").read_text())
+    names = [s["stage"] for s in st["stages"]]
+    assert names[0].startswith("push remote/") and any(n.startswith("train a tiny Llama verifier") for n in names)
+    for want in ("data: prepare + extract (vllm)", "inspect-data", "train the draft", f"fetch {rid}"):
+        assert want in names, names
+    assert [n for n in names if n.startswith(("serve ", "control: "))] == [
+        f"serve {rid}'s draft with the verifier (vLLM, 3 draft tokens)",
+        "control: the untrained draft (speculators' step 0), served the same way",
+        "control: the trained draft fed other layers' hidden states, served the same way"], names
+    assert sum(s["seconds"] for s in st["stages"]) == pytest.approx(st["seconds"], abs=1.0)
+    tail = r.stdout[r.stdout.index("# time each stage took"):]
+    print(tail)  # (the stage table, for bench/results: pytest -s shows it)
+    assert "stage\tseconds\tshare" in tail and re.search(r"^demo: \d+m\d\ds in all .* on \d+ cores, load", tail, re.M)

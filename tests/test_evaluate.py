@@ -2,6 +2,7 @@
 draft; the acceptance counters come from the real /metrics endpoint and must move."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -16,8 +17,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
 def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_path):
     rid = pipeline_run["run_id"]
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--max-prompts", "4",
-            "--max-tokens", "16", "--dest", str(tmp_path))
+            "--max-tokens", "16", "--dest", str(tmp_path), env={"SPECOPS_PROGRESS_EVERY": "0.1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    # never silent (a line every 0.1 s here): prompts answered so far, then the speedup's requests
+    done = [int(m.group(1)) for m in re.finditer(r"^\[specops\] evaluate: (\d+) of 4 prompts answered "
+                                                 r"\(\d+ tokens, \d+s\); mean acceptance length so far [\d.]+$",
+                                                 r.stdout, re.M)]
+    assert done and done == sorted(done) and max(done) < 4, r.stdout[-3000:]
+    assert re.search(r"^\[specops\] speedup, with the draft: \d+ of 16 requests answered at concurrency 1 ",
+                     r.stdout, re.M), r.stdout[-3000:]
     ev = json.loads((tmp_path / rid / "evaluation.json").read_text())
     c = ev["counters"]
     assert c["drafts"] > 0 and c["draft_tokens"] == 3 * c["drafts"]

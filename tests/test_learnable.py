@@ -7,6 +7,7 @@ step 0) and the trained draft fed other layers' hidden states than it was traine
 off-by-one between extraction and serving). The heavy work runs once (session fixture)."""
 
 import json
+import re
 import random
 import subprocess
 from pathlib import Path
@@ -82,7 +83,8 @@ def learnable(cpu_box, hosts_file, work, tmp_path_factory):
         acc = pipeline.acceptance(t, res["run_id"], dataset=f"{work}/data/learn", verifier=vpath, dest=str(dest),
                                   controls=("untrained", "wrong_layers"), max_prompts=16, max_tokens=48,
                                   vllm_args=eager)
-    return {"verifier": rec, "path": vpath, "run_id": res["run_id"], "dest": dest, "acceptance": acc, "host": h}
+    return {"verifier": rec, "path": vpath, "run_id": res["run_id"], "dest": dest, "acceptance": acc, "host": h,
+            "notes": [n.text for n in t.notes]}
 
 
 @pytest.mark.integration
@@ -93,6 +95,10 @@ def test_learnable_verifier_learnt_the_language(learnable):
     assert rec["language"]["fingerprint"] == synthlang().describe()["fingerprint"]
     assert 0 < rec["steps"] <= 400 and rec["stopped_by"] in ("steps", "seconds") and rec["layers"] == 4
     assert rec["frozen_layers"] == 2 and len(rec["weights_sha256"]) == 16
+    # its training was never silent: over the sshd, as they came, the steps and the agreement so far
+    ticks = [n for n in learnable["notes"] if re.match(r"learnable verifier: step \d+/400 \(\d+ s\): loss [\d.]+, "
+                                                         r"greedy agreement [\d.]+ \(4 held-out answers\)$", n)]
+    assert ticks, learnable["notes"][:40]
 
 
 @pytest.mark.integration

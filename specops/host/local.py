@@ -21,9 +21,9 @@ class LocalTransport(Transport):
         super().__init__(host, **kw)
         self.ctx = Context()
 
-    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide=True, out_stream=None) -> Result:
         try:
-            r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh")
+            r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh", out_stream=out_stream)
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
         return Result(cmd, r.exited, r.stdout, r.stderr)

@@ -9,6 +9,7 @@ payload from its stdout. The only other interpreter ever started on a host is
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from typing import Optional, Sequence, Type, TypeVar
 
@@ -20,7 +21,8 @@ from specops.host.transport import Transport
 
 NO_VENV, NO_SCRIPT = 97, 98
 M = TypeVar("M", bound=BaseModel)
-__all__ = ["BEGIN", "END", "decode_payload", "script_command", "run_script", "NO_VENV", "NO_SCRIPT"]
+__all__ = ["BEGIN", "END", "decode_payload", "script_command", "run_script", "progress_args", "progress_notes",
+           "NO_VENV", "NO_SCRIPT"]
 
 
 def decode_payload(stdout: str) -> Optional[dict]:
@@ -40,11 +42,32 @@ def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
     )
 
 
+PROGRESS = "[specops] "
+
+
+def progress_notes(t: Transport):
+    """A line callback: a script's `[specops] TEXT` lines as the connection's info notes (TEXT)."""
+    def on_line(line: str) -> None:
+        if line.startswith(PROGRESS):
+            t.note(line[len(PROGRESS):])
+    return on_line
+
+
+def progress_args() -> list[str]:
+    """`--progress-every S` for a script that prints progress lines, when the laptop's
+    SPECOPS_PROGRESS_EVERY sets S (else nothing: the script's default, every 15 s)."""
+    every = os.environ.get("SPECOPS_PROGRESS_EVERY", "").strip()
+    return ["--progress-every", every] if every else []
+
+
 def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None,
-               changes: bool = True, model: Optional[Type[M]] = None, via: Optional[str] = None):
+               changes: bool = True, model: Optional[Type[M]] = None, via: Optional[str] = None,
+               progress: bool = False):
     """Run a remote script; return its payload (a dict carrying ``ok``, or ``model`` validated).
     Under --dry-run a script that changes the host (changes=True) is planned, not run: None.
-    via: a launcher the whole command runs under (e.g. `srun --nodes=1 ...`: on a compute node)."""
+    via: a launcher the whole command runs under (e.g. `srun --nodes=1 ...`: on a compute node).
+    progress: the script's `[specops] ...` stdout lines become the connection's notes as they come
+    (a long synchronous script, e.g. the profile's install, is never silent)."""
     h = t.host
     t.ensure_pushed()
     cmd = script_command(t, script, args)
@@ -53,7 +76,7 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     if t.dry_run and changes:
         t.plan(f"run: {cmd}")
         return None
-    r = t.run(cmd, timeout=timeout, changes=changes)
+    r = t.run(cmd, timeout=timeout, changes=changes, on_line=progress_notes(t) if progress else None)
     if r.exited == NO_VENV:
         raise SpecopsError(
             f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `{t.hint('bootstrap')}`"

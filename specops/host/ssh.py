@@ -152,9 +152,9 @@ class SSHTransport(Transport):
             self.conn.gateway.close()
 
     # -- operations ------------------------------------------------------------------
-    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide=True, out_stream=None) -> Result:
         try:
-            r = self.conn.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False)
+            r = self.conn.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, out_stream=out_stream)
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
         except (paramiko.SSHException, OSError, EOFError) as e:

@@ -50,6 +50,21 @@ class Note:
     text: str
 
 
+class Lines:
+    """A stream (invoke's out_stream) handing each whole line written to it to a callback, as it comes."""
+
+    def __init__(self, on_line: Callable[[str], None]):
+        self.on_line, self.rest = on_line, ""
+
+    def write(self, text: str) -> None:
+        *whole, self.rest = (self.rest + text).split("\n")
+        for ln in whole:
+            self.on_line(ln.rstrip("\r"))
+
+    def flush(self) -> None:
+        pass
+
+
 class Transport:
     host: Host
 
@@ -70,6 +85,9 @@ class Transport:
         self.planned: list[str] = []
         self.notes: list[Note] = []
         self.pushed: Optional[list[str]] = None
+        #: (stage, seconds) of every outermost stage or step that ended well, in order (stage())
+        self.timings: list[tuple[str, float]] = []
+        self._depth = 0
         self._home: Optional[str] = None
 
     # -- output -------------------------------------------------------------------------
@@ -93,12 +111,25 @@ class Transport:
         self.note(what, "plan")
 
     @contextlib.contextmanager
-    def step(self, what: str) -> Iterator[None]:
-        """A named step: a 'done' note with its time when it ends (a 'warn' one if it fails); under
-        --dry-run a 'would' line, no tick and no time (nothing was done)."""
-        t0 = time.time()
+    def stage(self, what: str) -> Iterator[None]:
+        """Time a part of a task, no line printed: an outermost one that ends well (not under
+        --dry-run) is kept in `timings` as (what, seconds), in order (the demo's stage table)."""
+        t0, self._depth = time.time(), self._depth + 1
         try:
             yield
+        finally:
+            self._depth -= 1
+        if not self._depth and not self.dry_run:
+            self.timings.append((what, time.time() - t0))
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """A named step (a stage): a 'done' note with its time when it ends (a 'warn' one if it
+        fails); under --dry-run a 'would' line, no tick and no time (nothing was done)."""
+        t0 = time.time()
+        try:
+            with self.stage(what):
+                yield
         except BaseException:
             self.note(f"✗ {what} ({time.time() - t0:.1f}s)", "warn")
             raise
@@ -117,12 +148,16 @@ class Transport:
         return self.pushed
 
     # -- operations ----------------------------------------------------------------------
-    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True) -> Result:
-        """Run a shell command on the host; never raises on a non-zero exit."""
+    def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True,
+            on_line: Optional[Callable[[str], None]] = None) -> Result:
+        """Run a shell command on the host; never raises on a non-zero exit. on_line gets each line of
+        its stdout as it comes (stdout is still captured whole)."""
         timeout = timeout if timeout is not None else self.default_timeout
         if self.dry_run and changes:
             self.plan(f"run: {cmd}")
             return Result(cmd, 0, "", "")
+        if on_line is not None:
+            return self._run(cmd, timeout=timeout, hide="stderr", out_stream=Lines(on_line))
         return self._run(cmd, timeout=timeout, hide=hide)
 
     def put(self, local: str, remote: str) -> None:
@@ -161,7 +196,7 @@ class Transport:
             return
         self._sync_up(local_dir, remote_dir, delete=delete)
 
-    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide=True, out_stream=None) -> Result:
         raise NotImplementedError
 
     def _put(self, local: str, remote: str) -> None:

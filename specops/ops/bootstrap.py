@@ -7,6 +7,7 @@ does nothing but verify when the venv's stamp matches the profile).
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Optional
 
 from specops import paths, profiles
 from specops.errors import SpecopsError
-from specops.host.remote_exec import run_script
+from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 
 
@@ -63,9 +64,11 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args += ["--wheelhouse", wheelhouse]
     if force:
         args.append("--force")
+    if os.environ.get("SPECOPS_INSTALLER"):  # (uv or pip: the host's installer; default auto, uv where it fits)
+        args += ["--installer", os.environ["SPECOPS_INSTALLER"]]
     if t.host.venv_existing:
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
-    res = run_script(t, "install_profile", args)
+    res = run_script(t, "install_profile", args + progress_args(), progress=True)  # (pip's progress as it goes)
     if res is None:  # --dry-run
         return {"ok": True, "action": "installed or verified (dry run)"}
     if res.get("error"):

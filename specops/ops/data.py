@@ -12,7 +12,7 @@ from typing import Optional
 from specops.ops import jobs
 from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
-from specops.host.remote_exec import run_script
+from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 
 
@@ -186,7 +186,8 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     args = [path, "--seconds", f"{seconds:g}", "--size", size] + (["--steps", str(int(steps))] if steps else [])
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "learnable_verifier", args, timeout=float(seconds) + 600)
+    res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
+                     progress=True)  # (its progress lines as they come: steps, loss, agreement)
     if res is None:
         return None
     if not res.get("ok"):

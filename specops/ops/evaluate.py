@@ -21,7 +21,7 @@ from specops import metrics
 from specops.contract import concurrency_levels
 from specops.ops.data import remote_input
 from specops.errors import SpecopsError
-from specops.host.remote_exec import run_script
+from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -61,7 +61,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
             "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens),
-            "--speedup", ",".join(map(str, levels)) or "none"]
+            "--speedup", ",".join(map(str, levels)) or "none", *progress_args()]
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_args or []))

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shlex
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -103,7 +106,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
             src = rg["out"]
     args = data.datagen_args(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
                              extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
-    dg = data.run_datagen(t, args, kind="data")
+    with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
+        dg = data.run_datagen(t, args, kind="data")
     if dg is None:  # --dry-run
         t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
         return None
@@ -120,14 +124,16 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         ex = dg.get("extract", {})
         t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
                f"{ex.get('tokens_per_s')} tokens/s", "done")
-        ins = inspect.inspect(t, ddir, sample=8, verifier=ver)
+        with t.stage("inspect-data"):
+            ins = inspect.inspect(t, ddir, sample=8, verifier=ver)
         if on_inspect:
             on_inspect(ins)
         inspect.verdict(ins)
     else:
         t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
-    tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
-                     hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check)
+    with t.stage("train the draft"):
+        tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
+                         hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
@@ -293,6 +299,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     cuda) the verifier is the 1b one (DEMO_GPU_VERIFIER, trained on the GPU), extraction runs eager
     and the drafts are served with CUDA graphs (what the speedup is measured with)."""
     concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
+    t0, load = time.time(), os.getloadavg()
     gpu = t.host.profile != "cpu"
     bootstrap.bootstrap(t)
     vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
@@ -321,4 +328,41 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
                                        max_tokens=max_tokens, vllm_args=served, speedup=speedup)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
+    res["stages"] = stage_table(t, time.time() - t0, load, Path(res["dest"]) / "demo-stages.json")
     return res
+
+
+#: the stamp `make setup` writes when it has set up the laptop (its seconds: the demo's first stage)
+SETUP_STAMP = paths.REPO / ".venv" / ".specops-setup"
+
+
+def setup_seconds(within: float = 900) -> Optional[float]:
+    """The seconds `make setup` took, when it ran in the last `within` seconds (`make demo` ran
+    it just now); else None."""
+    try:
+        if time.time() - SETUP_STAMP.stat().st_mtime > within:
+            return None
+        m = re.search(r"^seconds=(\d+(?:\.\d+)?)$", SETUP_STAMP.read_text(), re.M)
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
+def stage_table(t: Transport, seconds: float, load: tuple, path: Optional[Path] = None) -> dict:
+    """The time each stage of the demo took (the connection's outermost stages and steps, in
+    order; `make setup` first when it ran just now), the rest of the wall time as one row, the
+    machine's cores and load (a shared machine's timings are slower): {"stages", "seconds", ...},
+    also written to path."""
+    rows = [{"stage": what, "seconds": round(sec, 1)} for what, sec in t.timings]
+    rest = seconds - sum(r["seconds"] for r in rows)
+    if rest >= 0.5:
+        rows.append({"stage": "the rest (connecting, plans, reading results)", "seconds": round(rest, 1)})
+    setup = setup_seconds()
+    out = {"stages": rows, "seconds": round(seconds, 1), "setup_seconds": setup, "cores": os.cpu_count(),
+           "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in os.getloadavg()],
+           "host": t.host.name, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1))
+        out["path"] = str(path)
+    return out

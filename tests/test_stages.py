@@ -1,0 +1,109 @@
+"""The first ten minutes, the quick parts: a connection's stage clock (the demo's stage table),
+the table as a pipe shows it, `make setup`'s stamp, `make test`'s slowest tests, and a script's
+progress lines handed to the laptop as they come (real local connection, real subprocesses)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specops import inventory
+from specops.host.connection import connect
+from specops.host.remote_exec import progress_args
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def local(tmp_path, **kw):
+    hf = tmp_path / "hosts.yaml"
+    hf.write_text(f"hosts:\n  local:\n    workdir: {tmp_path / 'work'}\n    venv: {Path(sys.prefix)}\n")
+    return connect(inventory.load(str(hf)).get("local"), **kw)
+
+
+def test_stages_time_the_outermost_parts_in_order(tmp_path):
+    with local(tmp_path) as t:
+        with t.step("first"):
+            time.sleep(0.3)
+            with t.stage("inside"):  # (a stage inside another is part of it: no row of its own)
+                time.sleep(0.1)
+        with t.stage("second"):
+            time.sleep(0.2)
+        with pytest.raises(RuntimeError):
+            with t.stage("failed"):
+                raise RuntimeError("x")
+        assert [w for w, _ in t.timings] == ["first", "second"]
+        assert t.timings[0][1] >= 0.4 and 0.2 <= t.timings[1][1] < 5
+        assert [n.text for n in t.notes if n.kind == "done"][0].startswith("✓ first (")
+    with local(tmp_path, dry_run=True) as t:  # a dry run did nothing: nothing timed
+        with t.stage("planned"):
+            pass
+        assert t.timings == []
+
+
+def test_stage_table_written_and_shown(tmp_path, capsys, monkeypatch):
+    from specops import views
+    from specops.ops import pipeline
+
+    monkeypatch.setenv("SPECOPS_PLAIN", "1")
+    stamp = tmp_path / ".specops-setup"
+    stamp.write_text("seconds=42\n")
+    monkeypatch.setattr(pipeline, "SETUP_STAMP", stamp)
+    with local(tmp_path) as t:
+        with t.stage("bootstrap"):
+            time.sleep(0.2)
+        with t.stage("train the draft"):
+            time.sleep(0.3)
+        st = pipeline.stage_table(t, 1.5, os.getloadavg(), tmp_path / "runs" / "R" / "demo-stages.json")
+    assert [r["stage"] for r in st["stages"]][:2] == ["bootstrap", "train the draft"]
+    assert st["stages"][-1]["stage"].startswith("the rest") and st["setup_seconds"] == 42.0
+    assert sum(r["seconds"] for r in st["stages"]) == pytest.approx(1.5, abs=0.15)
+    assert json.loads((tmp_path / "runs/R/demo-stages.json").read_text())["stages"] == st["stages"]
+    views.demo_stages(st)
+    out = capsys.readouterr().out
+    assert "# time each stage took" in out and "stage\tseconds\tshare" in out
+    rows = [ln.split("\t") for ln in out.splitlines() if ln.count("\t") == 2][1:]
+    assert rows[0][0].startswith("make setup") and rows[0][1] == "42.0" and rows[1][0] == "bootstrap"
+    assert re.search(r"^demo: 0m43s in all \(0m42s make setup, 0m01s inv demo\) on \d+ cores, load", out, re.M)
+    os.utime(stamp, (time.time() - 3600, time.time() - 3600))  # an old setup is not this demo's
+    assert pipeline.setup_seconds() is None
+
+
+def test_make_test_prints_its_slowest_tests_and_setup_keeps_its_seconds():
+    r = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, env={
+        **os.environ, "MAKEFLAGS": ""})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"pytest .*--durations=\d+", r.stdout), r.stdout
+    r = subprocess.run(["make", "-n", "-B", ".venv/.specops-setup"], cwd=REPO, capture_output=True, text=True)
+    assert 'echo "seconds=' in r.stdout and "uv pip install -q --python .venv/bin/python -e" in r.stdout, r.stdout
+    assert "else .venv/bin/pip install" in r.stdout  # (pip when uv fails)
+
+
+def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
+    """run_script(progress=True): each `[specops] ...` line of the script's stdout is a note the
+    moment it is printed (the payload still decoded), other lines are not."""
+    from specops.host.remote_exec import run_script
+
+    with local(tmp_path) as t:
+        t.ensure_pushed()  # (the probe beside the pushed scripts, on the host only)
+        Path(t.workdir, "remote", "progress_probe.py").write_text(
+            "import time\nfrom contract import emit, progress\nprint('pip noise', flush=True)\n"
+            "progress('one')\ntime.sleep(1.5)\nprogress('two')\nemit({'ok': True})\n")
+        seen = []
+        t.on_note = lambda n: seen.append((n.text, time.time()))
+        t0 = time.time()
+        res = run_script(t, "progress_probe", progress=True)
+        end = time.time()
+    assert res["ok"] is True
+    texts = [s for s, _ in seen]
+    assert "one" in texts and "two" in texts and "pip noise" not in texts
+    at = dict(seen)
+    assert at["one"] - t0 < end - t0 - 1.0, (at, t0, end)  # (shown before the script ended)
+    monkeypatch.setenv("SPECOPS_PROGRESS_EVERY", "2")
+    assert progress_args() == ["--progress-every", "2"]
+    monkeypatch.delenv("SPECOPS_PROGRESS_EVERY")
+    assert progress_args() == []
