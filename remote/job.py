@@ -162,7 +162,7 @@ def job_state(d):
         return None
     rec, why = read_record(d)
     rec = unreadable(d, why) if rec is None else {**rec, "dir": str(d.resolve())}
-    for k in ("exit_code", "error", "gpu_mib", "subjobs", "age_s", "log_bytes", "last_line"):
+    for k in ("exit_code", "error", "gpu_mib", "subjobs", "age_s", "log_bytes", "last_line", "ended_at"):
         rec.pop(k, None)  # (what is worked out here, never taken from the file)
     try:
         code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
@@ -175,7 +175,7 @@ def job_state(d):
     rec["detail"] = ""
     if rc is not None:
         rec["exit_code"] = rc
-        rec["ended"] = (d / "exit_code").stat().st_mtime  # (the supervisor writes it when the job ends)
+        rec["ended_at"] = (d / "exit_code").stat().st_mtime  # (the supervisor writes it when the job ends)
         if rec.get("stopped_by_user"):
             rec["state"] = JobState.STOPPED.value
         elif rc == 0:

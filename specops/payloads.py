@@ -32,9 +32,9 @@ class Job(BaseModel):
     log_bytes: int = 0
     exit_code: Optional[int] = None
     error: Optional[str] = None
-    #: the host's clock when the job started, and (once it ended) when it ended
+    #: the host's clock when the job started, and (once it ended) when it ended (`ended` says whether)
     started: Optional[float] = None
-    ended: Optional[float] = None
+    ended_at: Optional[float] = None
     #: the jobs this run started itself (an online training's vLLM server, RUN/server/)
     subjobs: list["Job"] = []
 

@@ -97,3 +97,13 @@ def test_dry_run_plans_what_changes_and_still_reads():
     assert t.planned == ["run: rm -rf -- /x", "put: '(env)' -> h:/w/f"]
     assert run_script(t, "job", ["stop", "--run-id", "r1"]) is None  # (a change: planned, not run)
     assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "job", ["stop", "--run-id", "r1"])
+
+
+def test_a_running_job_is_not_ended_and_an_ended_one_keeps_its_end_time():
+    running = {"run_id": "r1", "kind": "data", "state": "running", "pid": 7, "started": 100.0}
+    done = {"run_id": "r2", "kind": "train", "state": "succeeded", "exit_code": 0, "started": 100.0,
+            "ended_at": 160.0}
+    t = RecordingTransport(host(), answers=[(r"remote/job\.py status", 0, framed({"ok": True, "jobs": [running, done]}))])
+    r1, r2 = jobs.status(t)
+    assert r1.ended is False and r1.ended_at is None
+    assert r2.ended is True and r2.ended_at - r2.started == 60.0

@@ -94,11 +94,11 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
     job = jobs.status(t, res["run_id"])[0]
     recs = train_records(t, rid, tmp)
     try:
-        m = estimate.train_measurement(recs, started=float(job.started or 0), ended=float(job.ended or time.time()),
+        m = estimate.train_measurement(recs, started=float(job.started or 0), ended=float(job.ended_at or time.time()),
                                        tokens=tokens, train_ratio=train_ratio)
     except ValueError as e:
         raise SpecopsError(f"plan: the {mode} training {rid} on {t.host.name}: {e} (see `{t.hint(f'logs --run-id {rid}')}`)")
-    return {**m, "run_id": rid, "ended": job.ended}
+    return {**m, "run_id": rid, "ended": job.ended_at}
 
 
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
@@ -205,7 +205,7 @@ def read_plan(t: Transport, data_dir: str) -> Optional[dict]:
 
 
 def job_wall(j) -> Optional[float]:
-    return (j.ended - j.started) if j.ended and j.started else None
+    return (j.ended_at - j.started) if j.ended_at and j.started else None
 
 
 def versus(t: Transport, run_id: str) -> Optional[dict]:
