@@ -350,6 +350,9 @@ class Download(_Session):
                     raise SpecopsError("stopped")
                 if not ready and rc == 255 and tuning._REFUSED.search(text):
                     raise _Refused(_last_line(text, rc))
+                if rc == 255:  # (ssh's own failure: the link, not the host's shell)
+                    raise SpecopsError(f"connection to {self.t.host.name} lost: a transfer stream could not start "
+                                       f"({_last_line(text, rc)}): run it again, it resumes")
                 raise SpecopsError(f"a transfer stream to {self.t.host.name} failed to start: "
                                    f"{_last_line(text, rc) if rc else repr(ready[:40])}")
             got_any = True  # (it came up: whatever happens now is not a refusal)
