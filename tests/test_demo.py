@@ -68,4 +68,4 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     assert sum(s["seconds"] for s in st["stages"]) == pytest.approx(st["seconds"], abs=1.0)
     tail = r.stdout[r.stdout.index("# time each stage took"):]
     print(tail)  # (the stage table, for bench/results: pytest -s shows it)
-    assert "stage\tseconds\tshare" in tail and re.search(r"^demo: \d+m\d\ds in all .* on \d+ cores, load", tail, re.M)
+    assert "stage\tseconds\tshare" in tail and re.search(r"^demo: \d+m\d\ds in all (\(.*\) )?on \d+ cores, load", tail, re.M)
