@@ -192,7 +192,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
                 code = None if ended is None else str(ended).encode()
             chunk = t.read_bytes(log, offset)
             ended = None
-            if (code is None and not chunk and until_end and slurm_end is None  # (Slurm: its own end watch above)
+            if (code is None and not chunk and until_end and not t.host.is_slurm  # (Slurm: its own end watch above)
                     and time.monotonic() - checked > LOST_CHECK_S):
                 checked = time.monotonic()
                 code, ended = still_running(t, run_id)
