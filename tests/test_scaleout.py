@@ -203,7 +203,7 @@ def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
     gpu_hf = as_gpu_hosts(hf, tmp_path)  # (the spec is built, nothing runs)
     rid = jobs.new_run_id("t") + "-grpdry"
     r = inv("train", "--host", "@pod", "--hosts", str(gpu_hf), "--run-id", rid, "--dataset",
-            str(work / "data" / "pipe"), "--verifier", ver, "--dry-run")
+            str(work / "data" / "pipe"), "--verifier", ver, "--config", "configs/demo.yaml", "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"train {rid} would start on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
     assert r.stdout.count("nothing was changed") == 2
@@ -223,7 +223,7 @@ def test_followed_group_train_fails_unless_every_node_succeeds(pod, pipeline_run
     # (--no-serve-check: these "GPU hosts" have no GPU; the preflight would serve a cuda host's vLLM on CPU)
     r = inv("train", "--host", "@pod", "--hosts", str(as_gpu_hosts(hf, tmp_path)), "--run-id", rid, "--dataset",
             str(work / "data" / "pipe"), "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--follow",
-            "--no-serve-check")
+            "--no-serve-check", "--config", "configs/demo.yaml")  # (its draft vocab fits the tiny verifier's)
     assert r.returncode != 0
     assert f"train {rid} started on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
     first = r.stderr.strip().splitlines()[0]
@@ -247,7 +247,8 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
     inv_hosts = inventory.load(hf)
     rid = jobs.new_run_id("t") + "-resume"
     args = ["train", "--host", "@pod", "--hosts", gpu_hf, "--run-id", rid, "--dataset", str(work / "data" / "pipe"),
-            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--no-serve-check"]  # (no GPU: see above)
+            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--no-serve-check",  # (no GPU: see above)
+            "--config", "configs/demo.yaml"]  # (the default config's draft vocab is larger than the tiny verifier's)
     with connect(inv_hosts.get("node0")) as t0, connect(inv_hosts.get("node1")) as t1:
         ck = jobs.run_path(t0, rid, "checkpoints")
         t0.check(f"mkdir -p {ck}/0 {ck}/1 && for e in 0 1; do head -c 300000 /dev/urandom > {ck}/$e/model.safetensors; "
