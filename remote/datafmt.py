@@ -17,7 +17,7 @@ import re
 import struct
 from pathlib import Path
 
-from contract import Refused, human_bytes
+from contract import Refused
 
 HS_DIR = "hidden_states"
 HS_NAME = re.compile(r"^hs_(\d+)\.safetensors$")
@@ -25,11 +25,6 @@ LEGACY_NAME = re.compile(r"^data_(\d+)\.pt$")
 RECORD = "specops-data.json"  # what specops knows about how the data was made
 STATE = "state.json"
 INFO = "dataset_info.json"
-
-def gib(b):
-    """Bytes in a unit that fits (MiB for a small dataset, not "0.00 GiB"), at most GiB."""
-    return human_bytes(b)
-
 
 #: safetensors' own limit on the JSON header (the Rust loader refuses larger ones)
 MAX_HEADER = 100_000_000

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import contract
 import vllm_server
-from contract import Refused, emit
-from datafmt import RECORD, check_verifier, gib, hs_files, read_arrow_columns, readable, verifier_config
+from contract import Refused, emit, human_bytes
+from datafmt import RECORD, check_verifier, hs_files, read_arrow_columns, readable, verifier_config
 from datafmt import read_json as read_config
 from errlines import first_error
 
@@ -298,10 +298,11 @@ def plan(a):
             out.update(rows=[start, end], todo=len(todo), done=(end - start) - len(todo), tokens=tokens,
                        estimate_bytes=need, free_bytes=free)
             print(f"[specops] disk budget: {tokens} tokens x {len(out['layer_ids'])} layers x {hidden} hidden x "
-                  f"2 B = {gib(need)} needed (+10%), {gib(free)} free at {data}", flush=True)
+                  f"2 B = {human_bytes(need)} needed (+10%), {human_bytes(free)} free at {data}", flush=True)
             if need * HEADROOM > free:
-                raise Refused(f"extraction needs {gib(need)} (+10% headroom = {gib(need * HEADROOM)}) but only "
-                              f"{gib(free)} is free at {data.resolve()}: free space, shard the rows, or move the data dir")
+                raise Refused(f"extraction needs {human_bytes(need)} (+10% headroom = {human_bytes(need * HEADROOM)}) "
+                              f"but only {human_bytes(free)} is free at {data.resolve()}: free space, shard the rows, "
+                              f"or move the data dir")
         elif not a.prepare:
             raise Refused(f"{data}: no prepared dataset (state.json): run `inv prepare-data` first")
     if a.max_model_len:

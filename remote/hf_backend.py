@@ -10,8 +10,8 @@ import os
 import time
 from pathlib import Path
 
-from contract import Refused
-from datafmt import gib, hs_files, read_arrow_columns, readable
+from contract import Refused, human_bytes
+from datafmt import hs_files, read_arrow_columns, readable
 
 NORMS = ("norm", "final_layernorm", "final_norm", "norm_f", "ln_f")
 DECODER_ATTRS = ("language_model", "model", "text_model", "decoder", "transformer")
@@ -59,21 +59,23 @@ def hf_placement(verifier, kind, tensor_parallel):
     use = min(tensor_parallel, torch.cuda.device_count())
     if use <= 1:
         if tensor_parallel > 1:
-            raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free{capped}) and "
+            raise Refused(f"the verifier's weights ({human_bytes(size)}) do not fit GPU 0 ({human_bytes(free0)} "
+                          f"free{capped}) and "
                           f"--tensor-parallel {tensor_parallel} has only {torch.cuda.device_count()} GPU(s) to "
                           f"spread it over (CUDA_VISIBLE_DEVICES, or this host's GPUs)")
-        raise Refused(f"the verifier's weights ({gib(size)}) do not fit GPU 0 ({gib(free0)} free{capped}): set "
+        raise Refused(f"the verifier's weights ({human_bytes(size)}) do not fit GPU 0 ({human_bytes(free0)} "
+                      f"free{capped}): set "
                       f"tensor_parallel in hosts.yaml (or --tensor-parallel) to spread it over several GPUs")
     import importlib.util
 
     if importlib.util.find_spec("accelerate") is None:
-        raise Refused(f"the verifier's weights ({gib(size)}) need {use} GPUs and device_map=auto needs "
+        raise Refused(f"the verifier's weights ({human_bytes(size)}) need {use} GPUs and device_map=auto needs "
                       f"`accelerate`, which this venv lacks: pip install accelerate (or use --backend vllm)")
     frees = [free(i) for i in range(use)]
     max_memory = {i: int(f * 0.9) for i, f in enumerate(frees)}
     if size * 1.05 > sum(max_memory.values()):
-        raise Refused(f"the verifier's weights ({gib(size)}) do not fit {use} GPU(s) "
-                      f"({gib(sum(max_memory.values()))} usable{capped}): use --backend vllm")
+        raise Refused(f"the verifier's weights ({human_bytes(size)}) do not fit {use} GPU(s) "
+                      f"({human_bytes(sum(max_memory.values()))} usable{capped}): use --backend vllm")
     each = "/".join(f"{m / 2**30:.1f}" for m in max_memory.values())
     return {"device": f"cuda:0..{use - 1} (device_map=auto, at most {each} GiB each{capped})",
             "device_map": "auto", "max_memory": max_memory, "free_gib": [round(f / 2**30, 2) for f in frees], **rec}
