@@ -330,9 +330,9 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                                            "DeepSeek-V3 MoE text_config, custom code)",
                                   "learnable": "a tiny Llama that learnt the demo's synthetic language on the host's "
                                                "CPU (its drafts can be accepted; a random verifier's never are)",
-                                  "seconds": "--learnable: training time cap (default 90; --size 1b: 300)",
-                                  "size": "--learnable: tiny (default, CPU) or 1b (about a billion parameters, "
-                                          "trained on the host's GPU: a verifier whose drafts show a speedup)"})
+                                  "seconds": "--learnable: training time cap (default 90; --size 1b: 300, 3b: 600)",
+                                  "size": "--learnable: tiny (default, CPU), 1b or 3b (about 1 / 2.8 billion "
+                                          "parameters, trained on the host's GPU: verifiers whose drafts show a speedup)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
                   learnable=False, seconds=None, size="tiny", dry_run=False):
     """Build a small verifier with a local tokenizer on the host (no model hub needed).

@@ -8,11 +8,13 @@ is also what a broken pipeline shows).
 Launch (what `inv make-verifier --learnable` / `inv demo` send, from the host workdir):
     <venv>/bin/python3 remote/learnable_verifier.py models/learnable-llama [--seconds 90] [--overwrite]
         [--steps 400] [--layers 4] [--frozen-layers 2] [--hidden 128] [--heads 2] [--seed 0] [--threads N]
-        [--size tiny|1b] [--device auto|cpu|cuda]
+        [--size tiny|1b|3b] [--device auto|cpu|cuda]
 
 --size 1b (a GPU host): about a billion parameters (16 layers, hidden 2048, 16 heads, 8 KV heads,
 intermediate 8192; lr 3e-4, batches of 32, 300 steps), trained on the GPU in bf16 autocast, so that
 a vLLM server's decoding is bound by memory as a real verifier's is and a draft's speedup shows.
+--size 3b: about 2.8 billion (28 layers, hidden 3072, 24 heads, 8 KV heads, intermediate 8192; lr
+2e-4, 300 steps): on an H200 the 1B's decoding is still bound by per-step overhead, this one less.
 Explicit flags override the preset's values.
 
 Training runs --steps steps (400: 40-60 s on one core; batches of 8 conversations, AdamW, cosine
@@ -131,6 +133,8 @@ SIZES = {  # --size presets; an explicit flag wins over its preset value
     "tiny": TINY,
     "1b": {**TINY, "layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 8, "intermediate": 8192, "lr": 3e-4,
            "batch": 32, "steps": 300, "warmup": 30, "seconds": 300.0},
+    "3b": {**TINY, "layers": 28, "hidden": 3072, "heads": 24, "kv_heads": 8, "intermediate": 8192, "lr": 2e-4,
+           "batch": 32, "steps": 300, "warmup": 30, "seconds": 600.0},
 }
 
 

