@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import inv
+from specops import inventory
 from specops.ops import data, jobs
 from specops.host.connection import connect
 from specops.contract import name_problem
@@ -237,3 +238,47 @@ def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
     with pytest.raises(ev.Refused) as e:
         ev.checkpoint_dir(tmp_path, "99")
     assert str(e.value) == f"no checkpoint 99 in {tmp_path}/checkpoints (its checkpoints: 0, 2, 10, interrupted)"
+
+
+def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(tmp_path):
+    """A host without GNU sha256sum (macOS has `shasum -a 256`) still gets a hash listing: the
+    second push sends nothing (without one, every file was sent on every connection). Without
+    shasum either, the host venv's python (hashlib) lists them. Over a real sshd whose login PATH
+    holds every tool of this machine but those."""
+    from rig import Rig
+
+    r = Rig().start()
+    try:
+        ak = r.root / "authorized_keys"
+        login = ak.read_text()
+        assert f"PATH={r.bin}:/usr/local/bin:/usr/bin:/bin" in login
+        hf = r.write_hosts(r.root / "hosts-nosha.yaml",
+                           {"mac": r.host(venv="~/light-venv", workdir="~/specops-nosha")})
+        h = inventory.load(str(hf)).get("mac")
+        base = ["--host", "mac", "--hosts", str(hf)]
+        for hidden in (("sha256sum",), ("sha256sum", "shasum")):
+            tools = r.root / ("tools-without-" + "-".join(hidden))
+            tools.mkdir()
+            for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+                for f in sorted(Path(d).iterdir()):
+                    if f.name not in hidden and not (tools / f.name).exists():
+                        (tools / f.name).symlink_to(f)
+            tools.chmod(0o755)
+            ak.write_text(login.replace(f"PATH={r.bin}:/usr/local/bin:/usr/bin:/bin", f"PATH={tools}"))
+            with connect(h) as t:
+                for name in hidden:
+                    assert t.run(f"command -v {name}").exited != 0, f"{name} still on the host's PATH"
+                t.check("test -x ~/light-venv/bin/python3 || /usr/bin/python3 -m venv --without-pip ~/light-venv",
+                        "light venv")
+                t.check("rm -rf ~/specops-nosha", "a fresh workdir")
+            first = inv("push", *base)
+            assert first.returncode == 0 and "file(s) sent" in first.stdout, first.stdout + first.stderr
+            again = inv("push", *base)
+            assert again.returncode == 0 and "push mac: already in sync" in again.stdout, \
+                (hidden, again.stdout + again.stderr)
+            with connect(h) as t:  # (the listing is of the host's files: an edit there is still seen)
+                t.check(f"echo '# edited' >> {t.workdir}/remote/loglines.py", "tampering")
+            fixed = inv("push", *base)
+            assert fixed.returncode == 0 and "push mac: 1 file(s) sent" in fixed.stdout, fixed.stdout + fixed.stderr
+    finally:
+        r.stop()
