@@ -101,14 +101,24 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
 
 def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipeline_run, hosts_file):
     """The README's path (make-verifier, then train with the default config: draft-vocab-size
-    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it."""
-    for extra in (["--dry-run"], []):
-        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--no-serve-check",
-                "--run-id", "t-vocab-" + str(int(time.time())), *extra)
+    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it. An
+    online plan (remote/online.py) is refused the same way, before any vLLM server starts (the
+    draft-serves preflight is left on: it never runs)."""
+    h = inventory.load(str(hosts_file)).get("box")
+    for extra in (["--dry-run"], [], ["--hidden-states", "online", "--dry-run"], ["--hidden-states", "online"]):
+        rid = "t-vocab-" + str(int(time.time()))
+        serve = [] if "online" in extra else ["--no-serve-check"]
+        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", *serve,
+                "--run-id", rid, *extra)
         assert r.returncode != 0
         line = one_line(r)
-        assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (" in line, line
+        assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (1024 tokens, " \
+            "vocab_size in " in line and "/config.json): set draft-vocab-size to 1024 or less" in line, line
         assert "(nothing was started)" in line
+        assert "draft-serves preflight" not in r.stdout and "would start the vLLM server" not in r.stdout, r.stdout
+        with connect(h) as t:  # (no run folder, no server, no preflight left behind)
+            assert not t.exists(jobs.run_path(t, rid)), rid
+            assert not t.run(f"pgrep -u \"$(id -u)\" -f {shlex.quote('vllm[.]entrypoints')}").stdout.strip()
 
 
 def test_a_training_whose_loss_is_not_finite_fails_pointing_at_inspect_data(pipeline_run, hosts_file, tmp_path):
