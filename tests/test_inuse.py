@@ -175,3 +175,14 @@ def test_a_run_keeps_its_history_and_is_not_resumed_on_new_data_unasked(pipeline
     assert len(starts) == 2 and [s["data"] for s in starts] == [f"{work}/data/pipe", f"{work}/data/pipe2"], starts
     assert starts[0]["config"]["max-steps"] == 2 and starts[1]["config"]["max-steps"] == 3
     assert starts[1]["changed"] == [f"dataset {work}/data/pipe -> {work}/data/pipe2"], starts[1]
+
+
+def test_the_extractions_disk_budget_is_in_units_that_fit(pipeline_run):
+    """Issue 24 item 12: the pipeline's extraction of a small dataset shows its disk budget in a unit
+    that fits (KiB/MiB), never "0.00 GiB"."""
+    import re
+
+    lines = [ln for ln in pipeline_run["out"].splitlines() if "disk budget: " in ln]
+    assert lines, pipeline_run["out"][-3000:]
+    assert all(re.search(r"= \d+(\.\d)? (B|KiB|MiB) \(\+10%\)", ln) for ln in lines), lines
+    assert "0.00 GiB" not in pipeline_run["out"]

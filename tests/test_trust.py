@@ -282,3 +282,17 @@ def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(tmp_pat
             assert fixed.returncode == 0 and "push mac: 1 file(s) sent" in fixed.stdout, fixed.stdout + fixed.stderr
     finally:
         r.stop()
+
+
+def test_disk_figures_are_in_units_that_fit():
+    """Issue 24 item 12: a small dataset's disk budget reads in MiB (or KiB, B), never "0.00 GiB";
+    the laptop and the host scripts share the one rule (remote/contract.py)."""
+    from specops import paths
+    from specops.contract import human_bytes
+
+    assert human_bytes(5.1 * 2**20) == "5.1 MiB" and human_bytes(0.004 * 2**30) == "4.1 MiB"
+    assert human_bytes(512) == "512 B" and human_bytes(3 * 2**10) == "3.0 KiB"
+    assert human_bytes(2.7 * 2**30) == "2.70 GiB" and human_bytes(3 * 2**40) == "3072.00 GiB"
+    assert human_bytes(3 * 2**40, top="TiB") == "3.00 TiB"
+    assert paths.remote_module("contract").human_bytes is human_bytes or \
+        paths.remote_module("contract").human_bytes(5.1 * 2**20) == "5.1 MiB"
