@@ -296,3 +296,21 @@ def test_disk_figures_are_in_units_that_fit():
     assert human_bytes(3 * 2**40, top="TiB") == "3.00 TiB"
     assert paths.remote_module("contract").human_bytes is human_bytes or \
         paths.remote_module("contract").human_bytes(5.1 * 2**20) == "5.1 MiB"
+
+
+def test_stop_of_an_ended_run_says_it_is_not_running(light_host):
+    """Issue 24 item 12: `stop` of a run that has ended says so, with its end, and signals nothing."""
+    import time
+
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    rid = jobs.new_run_id("t") + "-ended"
+    with connect(light_host) as t:
+        jobs.start(t, rid, ["/bin/sh", "-c", "exit 0"], kind="train")
+        t0 = time.time()
+        while not jobs.status(t, rid)[0].ended:
+            assert time.time() - t0 < 60, "the job did not end"
+            time.sleep(0.5)
+        assert jobs.status(t, rid)[0].state == "succeeded"
+    r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"stop {rid}: not running (succeeded" in r.stdout and "nothing was signalled" in r.stdout, r.stdout
