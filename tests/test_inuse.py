@@ -186,3 +186,32 @@ def test_the_extractions_disk_budget_is_in_units_that_fit(pipeline_run):
     assert lines, pipeline_run["out"][-3000:]
     assert all(re.search(r"= \d+(\.\d)? (B|KiB|MiB) \(\+10%\)", ln) for ln in lines), lines
     assert "0.00 GiB" not in pipeline_run["out"]
+
+
+def test_a_full_disk_during_prepare_data_is_its_own_error_line(verifier, hosts_file, work, tmp_path):
+    """Issue 24 item 7: prepare-data onto a disk that fills (a 16 KiB tmpfs holding the dataset's
+    folder) fails with the program's own `No space left on device` line, once, no specops
+    traceback; nothing is left on that disk. (A tmpfs needs root: the rig's tests run as root.)"""
+    import os
+    import subprocess
+
+    assert os.geteuid() == 0, "mounting the small tmpfs needs root (as the rig's test user does)"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": [(7 * i + j) % 1000 for j in range(64)],
+                                        "loss_mask": [0] * 8 + [1] * 56}) + "\n" for i in range(200)))
+    h = inventory.load(str(hosts_file)).get("box")
+    full = work / "full"
+    full.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16k,mode=0777", "specops-full", str(full)], check=True)
+    try:
+        r = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--dataset", f"{full}/ds",
+                "--data", str(rows), "--verifier", verifier, "--seq-length", "64")
+        assert r.returncode != 0, r.stdout[-2000:]
+        first = r.stderr.strip().splitlines()[0]
+        assert first.startswith("specops: prepare ") and "failed" in first, r.stderr
+        assert "No space left on device" in first, r.stderr[-3000:]
+        assert r.stderr.count("Traceback") <= 1 and "datagen.py" not in r.stderr, r.stderr
+        with connect(h) as t:
+            assert not t.run(f"ls -A {shlex.quote(str(full))}").stdout.strip()  # (no half dataset, no stage)
+    finally:
+        subprocess.run(["umount", str(full)], check=False)
