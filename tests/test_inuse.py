@@ -210,6 +210,7 @@ def test_a_full_disk_during_prepare_data_is_its_own_error_line(verifier, hosts_f
         first = r.stderr.strip().splitlines()[0]
         assert first.startswith("specops: prepare ") and "failed" in first, r.stderr
         assert "No space left on device" in first, r.stderr[-3000:]
+        print(first)
         assert r.stderr.count("Traceback") <= 1 and "datagen.py" not in r.stderr, r.stderr
         with connect(h) as t:
             assert not t.run(f"ls -A {shlex.quote(str(full))}").stdout.strip()  # (no half dataset, no stage)
