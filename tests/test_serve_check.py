@@ -163,7 +163,10 @@ def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, w
     p = subprocess.Popen([sys.executable, "-m", "invoke", "check", "--host", "box", "--hosts", str(hosts_file),
                           "--serve", "--config", DEMO, "--verifier", verifier, "--layers", LAYERS,
                           f"--vllm-arg=--seed={seed}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env={**os.environ, "NO_COLOR": "1"})
+                         text=True, env={**os.environ, "NO_COLOR": "1"},
+                         # (SIGINT as a terminal delivers it: a suite started in the background by a shell without
+                         # job control inherits SIGINT ignored, and so would the laptop process)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         with connect(h) as t:
             def server_job():
