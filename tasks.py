@@ -415,7 +415,8 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
                        "on extracted files: `inv extract` for the group first")
         hs = targets(c, host, hosts)
         with errors():
-            res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run, connect=open_host, **kw)
+            res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run, connect=open_host,
+                              continue_on_new_data=continue_on_new_data, **kw)
         if res:
             views.trained("", {**res, "nodes": True}, lambda x: f"inv {x} {hint_args(c, host, hosts)}")
         for h in hs if dry_run else []:

@@ -281,10 +281,12 @@ def holds(rec, lock, run_id):
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
-              term="group", fail_on=None):
+              term="group", fail_on=None, tied=False):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
     term: what `stop` sends SIGTERM to first: the whole process group, or only the command
     ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves).
+    tied: the job does not outlive the process that starts it (a synchronous script's own vLLM
+    server: even when that script is SIGKILLed, its supervisor stops the job; see tie()).
     The supervisor and everything it starts carry the job's tag, run folder and lock in their
     environment; its start time is recorded: that, not the pid alone, says a process is the job's."""
     d = run_dir(run_id, root)
@@ -314,6 +316,8 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         sup = [sys.executable, os.path.abspath(__file__), "supervise", "--dir", str(d.resolve())]
         if env_file:
             sup += ["--env-file", env_file]
+        if tied:
+            sup += ["--tied-to", str(os.getpid())]
         env = {**os.environ, TAG_VAR: tag, DIR_VAR: str(d.resolve()), LOCK_VAR: lock or ""}
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd=cwd, close_fds=True, env=env)
@@ -395,8 +399,42 @@ def stop_subjobs(d, grace):
             stop_job(sub, grace=grace)
 
 
-def supervise(d, env_file=None):
-    """Runs in the job's own session: start the command, record its end."""
+#: prctl(2)'s option: the signal this process gets when its parent (the thread that forked it) dies
+PR_SET_PDEATHSIG = 1
+
+
+def tie(parent, child_of, grace=15.0):
+    """The supervisor of a tied job: when `parent` (the process that started it) dies, for any
+    reason, SIGKILL included, the kernel sends SIGUSR1 (Linux prctl PR_SET_PDEATHSIG, through
+    ctypes); the command's group then gets SIGTERM, and the command SIGKILL after grace seconds
+    (watch() returns, and end_group() ends what the group left). Returns False when the parent is
+    gone already (the command is then not started)."""
+    def gone(_signum, _frame):
+        print(f"[specops] the process that started this job (pid {parent}) is gone: stopping the job", flush=True)
+        signal.signal(signal.SIGALRM, lambda *a: child_of() and kill_quiet(child_of(), signal.SIGKILL))
+        signal.alarm(int(grace))
+        kill_quiet(-os.getpgid(0), signal.SIGTERM)  # (the supervisor ignores SIGTERM: it records the end)
+
+    signal.signal(signal.SIGUSR1, gone)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
+    except (OSError, AttributeError):  # (not Linux: the script's own `finally` is what stops the job)
+        pass
+    return os.getppid() == parent  # (after prctl: a parent that died before it is seen here)
+
+
+def kill_quiet(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def supervise(d, env_file=None, tied_to=None):
+    """Runs in the job's own session: start the command, record its end. tied_to: the pid of the
+    process that started the job; the job ends when it does (tie())."""
     d = Path(d)
     rec = read_json(d / "job.json")
     env = dict(os.environ)
@@ -412,15 +450,20 @@ def supervise(d, env_file=None):
     # SIGTERM reaches the whole group; the supervisor outlives the child to record its code.
     signal.signal(signal.SIGTERM, lambda *a: None)
     signal.signal(signal.SIGINT, lambda *a: None)
+    started = {}
+    if tied_to and not tie(tied_to, lambda: started.get("pid")):
+        print(f"[specops] the process that started this job (pid {tied_to}) is gone: not started", flush=True)
+        (d / "exit_code").write_text("129\n")
+        return 0
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
     pos = file_size(d / "output.log")  # (where this start's output begins)
-    try:
+    try:  # (a tied job whose starter died meanwhile: its SIGKILL comes with tie()'s alarm)
         child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
     except OSError as e:
         print(f"[specops] cannot start: {e}", flush=True)
         (d / "exit_code").write_text("127\n")
         return 127
-    rec["child_pid"] = child.pid
+    rec["child_pid"] = started["pid"] = child.pid
     try:  # (child is this process's unreaped child: its start time is surely its own)
         update_json(d / "job.json", child_pid=child.pid, child_start=start_time(child.pid))
     except (OSError, ValueError) as e:  # the supervisor's duty is the exit code: never die before recording it
@@ -517,10 +560,11 @@ def main():
     sv = sub.add_parser("supervise")
     sv.add_argument("--dir", required=True)
     sv.add_argument("--env-file", default=None)
+    sv.add_argument("--tied-to", type=int, default=None, help="the pid whose death ends the job")
     a = ap.parse_args()
 
     if a.cmd == "supervise":
-        return supervise(a.dir, a.env_file)
+        return supervise(a.dir, a.env_file, a.tied_to)
     if a.cmd == "start":
         argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
         if not argv:

@@ -7,6 +7,7 @@ Plan (synchronous, changes nothing; what `inv train --hidden-states online|auto`
         [--train-gpus 4-7] [--nproc N] [--tensor-parallel N] [--trust-remote-code auto|true|false] \
         [--vllm-arg=ARG ...] [--max-model-len N] [--run-id R]
 Its payload: the dataset (rows, tokens, the hidden-state files already there and their bytes),
+the verifier's vocab_size (the laptop refuses a larger draft vocab before anything starts),
 the bytes the rows without a file would take against the disk budget (the free space at the
 data dir less 10%, or --disk-budget), the mode chosen and why (`reason`: both numbers), the
 layer ids, the GPU split and the server's command line (its port shows as <port>).
@@ -45,7 +46,7 @@ import contract
 import vllm_server
 from contract import Refused, emit
 from datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
-from datagen import HEADROOM, free_bytes, parse_layers, readable
+from datagen import HEADROOM, free_bytes, parse_layers, readable, verifier_vocab
 from job import children, is_torchrun, pid_alive
 
 MODES = ("auto", "online", "offline")
@@ -211,8 +212,10 @@ def plan(a):
     else:
         budget, budget_what = free / HEADROOM, f"{size(free)} free at {data.resolve()}, less 10%"
     mode, reason = decide(a.mode, facts, budget, budget_what)
+    vocab = verifier_vocab(verifier)[0]  # (the laptop refuses a draft vocab larger than it, as offline)
     out = {"ok": True, "mode": mode, "reason": reason, "asked": a.mode, "prepared": True, "data_dir": str(data),
-           "verifier": verifier, "hidden_size": hidden, "num_hidden_layers": n,
+           "verifier": verifier, "hidden_size": hidden, "num_hidden_layers": n, "verifier_vocab_size": vocab,
+           "verifier_config": str(Path(verifier) / "config.json"),
            "layer_ids": layer_ids, "record_layer_ids": record.get("layer_ids"), **facts,
            "budget_bytes": budget, "free_bytes": free}
     if mode == "online":

@@ -21,7 +21,10 @@ Launch (from the host workdir):
    host's tensor parallel, trust_remote_code and vllm_args; on a cpu host --enforce-eager and a
    short --max-model-len keep it cheap), one request of a few tokens, the spec-decode counters
    must move (the draft proposed tokens).
-3. The server is stopped by its process group; the scratch folder
+3. The server is stopped by its process group, also when this script ends early: a signal
+   (SIGTERM, SIGHUP, Ctrl-C), its SSH session gone (the laptop killed or interrupted, the
+   connection cut: vllm_server.end_with_session), or this process SIGKILLed (the server's job
+   is tied to it: job.py tie(), prctl PR_SET_PDEATHSIG). The scratch folder
    (<workdir>/.specops/serve-check/<key>/) is removed; after a failure its logs stay (the draft's
    weights go).
 
@@ -203,7 +206,7 @@ def serve(spec, ckpt, d, a, trust):
     log = d / "server" / "output.log"
     try:
         try:
-            server = vllm_server.start(d, argv, env, port, a.server_timeout)
+            server = vllm_server.start(d, argv, env, port, a.server_timeout, tied=True)  # (never outlives this)
         except vllm_server.ServerDied as e:
             text = log.read_text(errors="replace") if log.is_file() else ""
             raise Failed("serve", str(e).split(":")[0], vllm_server.root_error(text) or errlines.first_error(text),
@@ -304,6 +307,7 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
             return res
 
+    vllm_server.end_with_session()  # (the laptop gone: stop the server now, not after its start and request)
     return vllm_server.server_job("draft-serves preflight", spec["kind"], None, work)
 
 

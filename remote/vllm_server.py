@@ -176,17 +176,30 @@ def last_line(text, width=160):
     return ""
 
 
-def start(run_dir, argv, env, port, timeout):
+def start(run_dir, argv, env, port, timeout, tied=False):
     """Start the server job under run_dir/server and wait for GET /health (or its death); every
-    contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line."""
+    contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line.
+    Whatever ends the wait early (a signal's SystemExit, Ctrl-C, an error) stops the server first.
+    tied: the server does not outlive this process, even SIGKILLed (job.start_job's tied)."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
-    rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port})
+    rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port}, tied=tied)
     if not rec.get("ok"):
         raise ServerDied(rec.get("error"))
     d = Path(run_dir) / "server"
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
+    try:
+        return wait_healthy(d, port, timeout)
+    except ServerDied:
+        raise
+    except BaseException:  # (the caller never got `d` to stop: stop it here)
+        stop_job(d, grace=10)
+        reap(d)
+        raise
+
+
+def wait_healthy(d, port, timeout):
     t0 = last = time.time()
     url = f"http://127.0.0.1:{port}/health"
     while True:
@@ -288,6 +301,39 @@ def died_line(err, server_dir):
     line = (what + (f"; log tail: {tail}" if tail else "") + f" (log: {log})").replace(". ", "; ")
     # no `XError: ` inside: job.py's error line would be cut to the innermost one
     return re.sub(r"(\w(?:Error|Exception)):\s", r"\1 ", line)
+
+
+def end_with_session(every=1.0):
+    """A synchronous script (remote/serve_check.py) run over SSH: its stdout is the laptop's session
+    (a pipe or socket to sshd). Once nothing reads it (the laptop interrupted, killed, or the
+    connection cut: sshd is gone), this process gets SIGHUP, so server_job's `finally` stops its
+    server, its output then going to /dev/null. Nothing is watched when stdout is not a pipe or
+    socket (a terminal, a file)."""
+    import select
+    import stat
+    import threading
+
+    try:
+        mode = os.fstat(1).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return None
+
+    def loop():
+        p = select.poll()
+        p.register(1, 0)  # (POLLERR: a pipe's reader is gone; POLLHUP: a socket's peer; always reported)
+        while True:
+            if any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in p.poll(every * 1000)):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                os.kill(os.getpid(), signal.SIGHUP)
+                return
+
+    t = threading.Thread(target=loop, name="end-with-session", daemon=True)
+    t.start()
+    return t
 
 
 def server_job(name, kind, result, work):

@@ -101,14 +101,24 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
 
 def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipeline_run, hosts_file):
     """The README's path (make-verifier, then train with the default config: draft-vocab-size
-    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it."""
-    for extra in (["--dry-run"], []):
-        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--no-serve-check",
-                "--run-id", "t-vocab-" + str(int(time.time())), *extra)
+    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it. An
+    online plan (remote/online.py) is refused the same way, before any vLLM server starts (the
+    draft-serves preflight is left on: it never runs)."""
+    h = inventory.load(str(hosts_file)).get("box")
+    for extra in (["--dry-run"], [], ["--hidden-states", "online", "--dry-run"], ["--hidden-states", "online"]):
+        rid = "t-vocab-" + str(int(time.time()))
+        serve = [] if "online" in extra else ["--no-serve-check"]
+        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", *serve,
+                "--run-id", rid, *extra)
         assert r.returncode != 0
         line = one_line(r)
-        assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (" in line, line
+        assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (1024 tokens, " \
+            "vocab_size in " in line and "/config.json): set draft-vocab-size to 1024 or less" in line, line
         assert "(nothing was started)" in line
+        assert "draft-serves preflight" not in r.stdout and "would start the vLLM server" not in r.stdout, r.stdout
+        with connect(h) as t:  # (no run folder, no server, no preflight left behind)
+            assert not t.exists(jobs.run_path(t, rid)), rid
+            assert not t.run(f"pgrep -u \"$(id -u)\" -f {shlex.quote('vllm[.]entrypoints')}").stdout.strip()
 
 
 def test_a_training_whose_loss_is_not_finite_fails_pointing_at_inspect_data(pipeline_run, hosts_file, tmp_path):
@@ -165,3 +175,44 @@ def test_a_run_keeps_its_history_and_is_not_resumed_on_new_data_unasked(pipeline
     assert len(starts) == 2 and [s["data"] for s in starts] == [f"{work}/data/pipe", f"{work}/data/pipe2"], starts
     assert starts[0]["config"]["max-steps"] == 2 and starts[1]["config"]["max-steps"] == 3
     assert starts[1]["changed"] == [f"dataset {work}/data/pipe -> {work}/data/pipe2"], starts[1]
+
+
+def test_the_extractions_disk_budget_is_in_units_that_fit(pipeline_run):
+    """Issue 24 item 12: the pipeline's extraction of a small dataset shows its disk budget in a unit
+    that fits (KiB/MiB), never "0.00 GiB"."""
+    import re
+
+    lines = [ln for ln in pipeline_run["out"].splitlines() if "disk budget: " in ln]
+    assert lines, pipeline_run["out"][-3000:]
+    assert all(re.search(r"= \d+(\.\d)? (B|KiB|MiB)( needed)? \(\+10%\)", ln) for ln in lines), lines
+    assert "0.00 GiB" not in pipeline_run["out"]
+
+
+def test_a_full_disk_during_prepare_data_is_its_own_error_line(verifier, hosts_file, work, tmp_path):
+    """Issue 24 item 7: prepare-data onto a disk that fills (a 16 KiB tmpfs holding the dataset's
+    folder) fails with the program's own `No space left on device` line, once, no specops
+    traceback; nothing is left on that disk. (A tmpfs needs root: the rig's tests run as root.)"""
+    import os
+    import subprocess
+
+    assert os.geteuid() == 0, "mounting the small tmpfs needs root (as the rig's test user does)"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": [(7 * i + j) % 1000 for j in range(64)],
+                                        "loss_mask": [0] * 8 + [1] * 56}) + "\n" for i in range(200)))
+    h = inventory.load(str(hosts_file)).get("box")
+    full = work / "full"
+    full.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16k,mode=0777", "specops-full", str(full)], check=True)
+    try:
+        r = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--dataset", f"{full}/ds",
+                "--data", str(rows), "--verifier", verifier, "--seq-length", "64")
+        assert r.returncode != 0, r.stdout[-2000:]
+        first = r.stderr.strip().splitlines()[0]
+        assert first.startswith("specops: prepare ") and "failed" in first, r.stderr
+        assert "No space left on device" in first, r.stderr[-3000:]
+        print(first)
+        assert r.stderr.count("Traceback") <= 1 and "datagen.py" not in r.stderr, r.stderr
+        with connect(h) as t:
+            assert not t.run(f"ls -A {shlex.quote(str(full))}").stdout.strip()  # (no half dataset, no stage)
+    finally:
+        subprocess.run(["umount", str(full)], check=False)

@@ -130,6 +130,28 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     assert not Path("/tmp/specops-never").exists()
 
 
+@pytest.mark.integration
+@pytest.mark.heavy
+def test_a_verifier_that_did_not_learn_says_its_whole_reason_through_inv(cpu_box, hosts_file, work):
+    """Issue 24 item 12: `inv make-verifier --learnable --seconds 5` (far too short to learn)
+    fails with the script's whole reason on one line (the numbers, the fix), exit 1, nothing
+    published; the progress lines stay on stdout."""
+    from conftest import inv
+
+    out = f"{work}/models/never-learnt"
+    r = inv("make-verifier", "--host", "box", "--hosts", str(hosts_file), "--learnable", "--seconds", "5",
+            "--path", out)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    m = re.fullmatch(r"specops: building the learnable verifier on box failed: RuntimeError: the verifier did not "
+                     r"learn the language in [0-9.]+ s \(\d+ steps, stopped by --(seconds|steps)\): greedy agreement "
+                     r"[0-9.]+ < 0\.8; give it more --seconds \(learnable_verifier\.py:\d+\)", lines[0])
+    assert m, lines[0]
+    assert "greedy agreement" in r.stdout and "training up to 5 s" in r.stdout, r.stdout
+    assert not Path(out).exists()
+
+
 def test_learnable_takes_no_shape_flags():
     from conftest import inv
 

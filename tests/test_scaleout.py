@@ -274,3 +274,50 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
         assert f"node1 holds checkpoint(s) [2] in {ck1} that rank 0 (node0) lacks (its latest: 1)" in r.stderr, r.stderr
         assert "nothing was started" in r.stderr
         assert jobs.status(t0, rid)[0].state == "failed"  # still the first attempt's record
+
+
+def test_group_resume_on_other_settings_is_refused_unless_asked(pod, pipeline_run, work, tmp_path):
+    """Issue 24 item 5 for a group: resuming a group run id with other settings is refused (a dry
+    run shows it, a real start changes nothing) unless --continue-on-new-data; then every node's
+    run.json appends the start with what changed. (The nodes are declared GPU hosts: speculators
+    then fails on this GPU-less machine, which is enough: the rule is checked before any start.)"""
+    hf = str(pod["hosts_file"])
+    gpu_hf = str(as_gpu_hosts(hf, tmp_path))
+    inv_hosts = inventory.load(hf)
+    rid = jobs.new_run_id("t") + "-grpnew"
+    other = tmp_path / "other-lr.yaml"
+    other.write_text(Path("configs/demo.yaml").read_text().replace("lr: 5.0e-3", "lr: 1.0e-3"))
+    args = ["train", "--host", "@pod", "--hosts", gpu_hf, "--run-id", rid, "--dataset", str(work / "data" / "pipe"),
+            "--verifier", f"{work}/models/tiny-llama", "--max-steps", "1", "--no-serve-check"]  # (no GPU)
+
+    def starts(t):
+        return json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))["starts"]
+
+    with connect(inv_hosts.get("node0")) as t0, connect(inv_hosts.get("node1")) as t1:
+        r = inv(*args, "--config", "configs/demo.yaml")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        for t in (t0, t1):
+            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
+            assert len(starts(t)) == 1, t.host.name
+        for extra in (["--dry-run"], []):
+            r = inv(*args, "--config", str(other), *extra)
+            assert r.returncode != 0, r.stdout[-2000:]
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert lines[0].startswith(f"specops: run {rid} on node0 was trained on other data or settings "
+                                       f"(lr 0.005 -> 0.001): resuming it mixes them in one run; pass "
+                                       f"--continue-on-new-data"), lines[0]
+            assert "(nothing was started)" in lines[0]
+            assert "started on 2 nodes" not in r.stdout
+            for t in (t0, t1):
+                assert len(starts(t)) == 1, t.host.name  # (nothing appended, nothing replaced)
+                assert starts(t)[0]["config"]["lr"] == 0.005
+        r = inv(*args, "--config", str(other), "--continue-on-new-data")
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"train {rid} started on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
+        for t in (t0, t1):
+            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
+            s = starts(t)
+            assert len(s) == 2, (t.host.name, s)
+            assert s[0]["config"]["lr"] == 0.005 and s[0]["changed"] == []
+            assert s[1]["config"]["lr"] == 0.001 and s[1]["changed"] == ["lr 0.005 -> 0.001"], s[1]

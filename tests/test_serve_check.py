@@ -12,13 +12,17 @@ and `--no-serve-check` starting it anyway: tests/test_kimi.py (its fixtures).
 
 import importlib
 import json
+import os
 import re
+import shlex
+import signal
+import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import LAYERS, REPO, inv
+from conftest import LAYERS, REPO, inv, wait_for
 from specops.ops import check, jobs
 from specops import inventory
 from specops.host.connection import connect
@@ -136,3 +140,64 @@ def test_check_serve_passes_on_the_tiny_verifier_with_the_demo_config(verifier, 
     # no verifier: one line
     r = inv("check", "--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO)
     assert r.returncode != 0 and "check --serve on box: no verifier: pass --verifier DIR" in r.stderr, r.stderr
+
+
+def left_of(t, tag, pgid):
+    """The host's processes that are still the preflight's server: its tag in their environment,
+    or in its process group (vLLM's engine processes overwrite their environment)."""
+    out = t.run(f"for p in /proc/[0-9]*; do grep -qzx -- {shlex.quote(f'SPECOPS_JOB={tag}')} $p/environ 2>/dev/null "
+                f"&& echo ${{p#/proc/}}; done; pgrep -g {int(pgid)}; true", changes=False).stdout
+    return sorted(set(out.split()))
+
+
+@pytest.mark.integration
+@pytest.mark.heavy
+@pytest.mark.parametrize("kill", ["laptop SIGINT", "laptop SIGTERM", "host SIGKILL"])
+def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, work, kill):
+    """Issue 24 (no orphans): `inv check --serve` interrupted or killed on the laptop while its vLLM
+    server starts (the SSH session gone: the host script sees nobody reads its output), or its
+    host script SIGKILLed there (the server's supervisor is tied to it: prctl PR_SET_PDEATHSIG):
+    within seconds no process of the server remains (its tag, its process group)."""
+    seed = str(int(time.time() * 1000) % 10**9)  # (a server setting of its own: never a cached pass)
+    h = inventory.load(str(hosts_file)).get("box")
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "check", "--host", "box", "--hosts", str(hosts_file),
+                          "--serve", "--config", DEMO, "--verifier", verifier, "--layers", LAYERS,
+                          f"--vllm-arg=--seed={seed}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "NO_COLOR": "1"},
+                         # (SIGINT as a terminal delivers it: a suite started in the background by a shell without
+                         # job control inherits SIGINT ignored, and so would the laptop process)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        with connect(h) as t:
+            def server_job():
+                r = t.run(f"grep -l -F -- {shlex.quote(f'--seed={seed}')} {work}/.specops/serve-check/*/server/job.json",
+                          changes=False)
+                for path in r.stdout.split():
+                    rec = json.loads(t.read_bytes(path))
+                    if rec.get("pgid") and rec.get("state") == "running":
+                        return rec
+                assert p.poll() is None, p.communicate()
+                return None
+
+            rec = wait_for(server_job, 600, "the preflight's vLLM server to start")
+            assert left_of(t, rec["tag"], rec["pgid"]), "the server is not there to be orphaned"
+            if kill == "laptop SIGINT":
+                p.send_signal(signal.SIGINT)
+            elif kill == "laptop SIGTERM":
+                p.terminate()
+            else:  # (the preflight script itself: the supervisor's --tied-to names it)
+                sup = t.run(f"ps -o args= -p {int(rec['pid'])}", changes=False).stdout.split()
+                script = int(sup[sup.index("--tied-to") + 1])
+                assert "serve_check.py" in t.run(f"ps -o args= -p {script}", changes=False).stdout
+                t.check(f"kill -KILL {script}", "SIGKILL the preflight")
+            t0 = time.time()
+            wait_for(lambda: not left_of(t, rec["tag"], rec["pgid"]), 60, f"the server's processes to end ({kill})")
+            print(f"{kill}: the preflight's vLLM server gone {time.time() - t0:.1f} s after")
+            mine = f"pgrep -u \"$(id -u)\" -f {shlex.quote(f'serve_check[.]py.*--seed={seed}')}"
+            wait_for(lambda: not t.run(mine, changes=False).stdout.strip(), 30, "the preflight script to end")
+        _, err = p.communicate(timeout=120)  # (the laptop returns at once: it never waits for the host's output)
+        assert p.returncode != 0 and "Traceback" not in err, err[-3000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

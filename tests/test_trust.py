@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import inv
+from specops import inventory
 from specops.ops import data, jobs
 from specops.host.connection import connect
 from specops.contract import name_problem
@@ -237,3 +238,79 @@ def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
     with pytest.raises(ev.Refused) as e:
         ev.checkpoint_dir(tmp_path, "99")
     assert str(e.value) == f"no checkpoint 99 in {tmp_path}/checkpoints (its checkpoints: 0, 2, 10, interrupted)"
+
+
+def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(tmp_path):
+    """A host without GNU sha256sum (macOS has `shasum -a 256`) still gets a hash listing: the
+    second push sends nothing (without one, every file was sent on every connection). Without
+    shasum either, the host venv's python (hashlib) lists them. Over a real sshd whose login PATH
+    holds every tool of this machine but those."""
+    from rig import Rig
+
+    r = Rig().start()
+    try:
+        ak = r.root / "authorized_keys"
+        login = ak.read_text()
+        assert f"PATH={r.bin}:/usr/local/bin:/usr/bin:/bin" in login
+        hf = r.write_hosts(r.root / "hosts-nosha.yaml",
+                           {"mac": r.host(venv="~/light-venv", workdir="~/specops-nosha")})
+        h = inventory.load(str(hf)).get("mac")
+        base = ["--host", "mac", "--hosts", str(hf)]
+        for hidden in (("sha256sum",), ("sha256sum", "shasum")):
+            tools = r.root / ("tools-without-" + "-".join(hidden))
+            tools.mkdir()
+            for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+                for f in sorted(Path(d).iterdir()):
+                    if f.name not in hidden and not (tools / f.name).exists():
+                        (tools / f.name).symlink_to(f)
+            tools.chmod(0o755)
+            ak.write_text(login.replace(f"PATH={r.bin}:/usr/local/bin:/usr/bin:/bin", f"PATH={tools}"))
+            with connect(h) as t:
+                for name in hidden:
+                    assert t.run(f"command -v {name}").exited != 0, f"{name} still on the host's PATH"
+                t.check("test -x ~/light-venv/bin/python3 || /usr/bin/python3 -m venv --without-pip ~/light-venv",
+                        "light venv")
+                t.check("rm -rf ~/specops-nosha", "a fresh workdir")
+            first = inv("push", *base)
+            assert first.returncode == 0 and "file(s) sent" in first.stdout, first.stdout + first.stderr
+            again = inv("push", *base)
+            assert again.returncode == 0 and "push mac: already in sync" in again.stdout, \
+                (hidden, again.stdout + again.stderr)
+            with connect(h) as t:  # (the listing is of the host's files: an edit there is still seen)
+                t.check(f"echo '# edited' >> {t.workdir}/remote/loglines.py", "tampering")
+            fixed = inv("push", *base)
+            assert fixed.returncode == 0 and "push mac: 1 file(s) sent" in fixed.stdout, fixed.stdout + fixed.stderr
+    finally:
+        r.stop()
+
+
+def test_disk_figures_are_in_units_that_fit():
+    """Issue 24 item 12: a small dataset's disk budget reads in MiB (or KiB, B), never "0.00 GiB";
+    the laptop and the host scripts share the one rule (remote/contract.py)."""
+    from specops import paths
+    from specops.contract import human_bytes
+
+    assert human_bytes(5.1 * 2**20) == "5.1 MiB" and human_bytes(0.004 * 2**30) == "4.1 MiB"
+    assert human_bytes(512) == "512 B" and human_bytes(3 * 2**10) == "3.0 KiB"
+    assert human_bytes(2.7 * 2**30) == "2.70 GiB" and human_bytes(3 * 2**40) == "3072.00 GiB"
+    assert human_bytes(3 * 2**40, top="TiB") == "3.00 TiB"
+    assert paths.remote_module("contract").human_bytes is human_bytes or \
+        paths.remote_module("contract").human_bytes(5.1 * 2**20) == "5.1 MiB"
+
+
+def test_stop_of_an_ended_run_says_it_is_not_running(light_host):
+    """Issue 24 item 12: `stop` of a run that has ended says so, with its end, and signals nothing."""
+    import time
+
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    rid = jobs.new_run_id("t") + "-ended"
+    with connect(light_host) as t:
+        jobs.start(t, rid, ["/bin/sh", "-c", "exit 0"], kind="train")
+        t0 = time.time()
+        while not jobs.status(t, rid)[0].ended:
+            assert time.time() - t0 < 60, "the job did not end"
+            time.sleep(0.5)
+        assert jobs.status(t, rid)[0].state == "succeeded"
+    r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"stop {rid}: not running (succeeded" in r.stdout and "nothing was signalled" in r.stdout, r.stdout

@@ -121,16 +121,24 @@ def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
                 overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False,
-                connect=None, serve_check=True) -> dict:
+                connect=None, serve_check=True, continue_on_new_data=False) -> dict:
     """Start the run on every node; with follow, rank 0's log, then every node's end state (an
     error unless all succeeded). serve_check: the draft-serves preflight on the first node only
-    (every node trains the same draft), after every node's inputs are checked, before any starts."""
+    (every node trains the same draft), after every node's inputs are checked, before any starts.
+    continue_on_new_data: a node whose run.json says this run id trained on another dataset or
+    settings refuses the start unless given (train.refuse_new_data, as on one host); each node's
+    run.json appends the start either way."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     ts = connect_all(hosts, dry_run, **({"connect": connect} if connect else {}))
+
+    def spec_for(t: Transport, i: int) -> dict:
+        spec = train.make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc,
+                               overrides=overrides, extra=node_extra(hosts, i, nproc, rdzv_host, port))
+        train.refuse_new_data(t, rid, spec, continue_on_new_data)
+        return spec
+
     try:
-        launch(ts, rid, lambda t, i: train.make_spec(
-            t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
-            extra=node_extra(hosts, i, nproc, rdzv_host, port)), kind="train", lock="train",
+        launch(ts, rid, spec_for, kind="train", lock="train",
             before_start=lambda specs: (train.preflight_serve(ts[0], specs[0], train.refuse_running(ts[0], rid),
                                                               vllm_args=None, enabled=serve_check),
                                         align_checkpoints(ts, rid)))

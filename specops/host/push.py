@@ -45,12 +45,28 @@ def _not_writable(t, wd: str) -> SpecopsError:
 SEP = "@@specops-pushed@@"
 
 
-def host_listing(wd: str) -> str:
+#: the host venv's hashlib, where the host has neither sha256sum nor shasum (lines as sha256sum's)
+PY_SHA256 = ('import hashlib,sys;[print(hashlib.sha256(open(f,"rb").read()).hexdigest(),f,sep="  ") '
+             'for f in sys.argv[1:]]')
+
+
+def hasher(python: str) -> str:
+    """The shell that sets "$@" to a sha256 lister of the files given after it: sha256sum (GNU),
+    else `shasum -a 256` (macOS, BSD), else the host venv's python (hashlib), else none (then
+    every file counts as changed and is sent)."""
+    py = shlex.quote(python)
+    return (f"if command -v sha256sum >/dev/null 2>&1; then set -- sha256sum --; "
+            f"elif command -v shasum >/dev/null 2>&1; then set -- shasum -a 256 --; "
+            f"elif test -x {py}; then set -- {py} -c {shlex.quote(PY_SHA256)}; else set -- false; fi")
+
+
+def host_listing(wd: str, python: str) -> str:
     """The shell that lists sha256 of the pushed folders' files as they are on the host (not as
     the manifest says: a script edited or deleted there is seen), then the manifest."""
     dirs = " ".join(shlex.quote(d) for d in (paths.REMOTE, paths.PROFILES))
-    return (f"cd {shlex.quote(wd)} 2>/dev/null && find {dirs} -type f ! -path '*/__pycache__/*' ! -name '*.pyc' "
-            f"-exec sha256sum -- {{}} + 2>/dev/null; echo {SEP}; cat {shlex.quote(paths.MANIFEST)} 2>/dev/null; exit 0")
+    return (f"{hasher(python)}; cd {shlex.quote(wd)} 2>/dev/null && find {dirs} -type f ! -path '*/__pycache__/*' "
+            f"! -name '*.pyc' -exec \"$@\" {{}} + 2>/dev/null; echo {SEP}; cat {shlex.quote(paths.MANIFEST)} "
+            f"2>/dev/null; exit 0")
 
 
 def parse_listing(out: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -74,12 +90,13 @@ def push(t) -> list[str]:
     wd = t.expand(t.host.workdir_path)
     q = shlex.quote(wd)
     mine = local_manifest()
+    py = t.expand(t.host.python)
     # one round trip: make sure the workdir is there and writable, and hash what it holds
     if t.dry_run:  # read what is there; change nothing
-        r = t.run(host_listing(wd), changes=False)
+        r = t.run(host_listing(wd, py), changes=False)
     else:
         r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
-                  + host_listing(wd))
+                  + host_listing(wd, py))
     if r.exited == NOT_WRITABLE:
         raise _not_writable(t, wd)
     held, pushed = parse_listing(r.stdout if r.ok else "")

@@ -14,6 +14,7 @@ from typing import Optional
 
 import paramiko
 from fabric import Connection
+from fabric.runners import Remote
 from invoke.exceptions import CommandTimedOut
 
 from specops.host import hostkeys, transfer
@@ -63,6 +64,21 @@ class SSHTransport(Transport):
                                f"point 'key' at an OpenSSH private key") from None
         return str(p)
 
+    class Interruptible(Remote):
+        """fabric's runner, except that Ctrl-C (and SIGTERM, raised as it: specops.cli) ends the
+        command's session at once: without a pty fabric re-raises it only once the host command's
+        output ends (invoke joins its reader threads), so the laptop hung and the host's script ran
+        on. Closing the channel ends both: the host's sshd closes the command's pipes (a host script
+        that serves vLLM then stops it: remote/vllm_server.py end_with_session)."""
+
+        def send_interrupt(self, interrupt):
+            if not self.using_pty:
+                try:
+                    self.channel.close()
+                except (paramiko.SSHException, OSError, EOFError):
+                    pass
+            super().send_interrupt(interrupt)
+
     def _connection(self, address, user, port, gateway=None) -> Connection:
         kw = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if self.key_file:
@@ -72,6 +88,7 @@ class SSHTransport(Transport):
             connect_kwargs=kw, gateway=gateway if gateway is not None else False,
             forward_agent=self.forward_agent,
         )
+        c.config.runners.remote = self.Interruptible
         # Fabric installs AutoAddPolicy and loads no known_hosts: replace both before open().
         hostkeys.install(c.client, self.host.known_hosts, self.host.accept_new_host_key)
         return c

@@ -98,6 +98,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         plan = hidden_states_plan(t, data=data_dir(t, dataset), verifier=verifier or h.verifier, mode=hidden_states,
                                   layers=layers, disk_budget_gb=disk_budget_gb, server_gpus=server_gpus,
                                   train_gpus=train_gpus, nproc=nproc, vllm_args=vllm_args, run_id=rid)
+        refuse_draft_vocab(cfg, plan.get("verifier_vocab_size"), plan.get("verifier_config"))
         note_plan(t, plan)
         if plan["mode"] == "online":
             return online_spec(t, plan, cfg, rid)
