@@ -282,15 +282,18 @@ def _vllm(vllm_arg):
 @task(iterable=["vllm_arg"], help={
     **COMMON, "dry_run": DRY_RUN, "backend": "vllm (default) or hf",
     "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
-    "shard": "i/n: this host's share of the rows", "rows": "a:b: a row range (hf backend)", "dataset": DATA,
+    "shard": "i/n: this host's share of the rows",
+    "shards": "a `scheduler: slurm` host: N tasks of one job array, each a share of the rows on its own GPUs",
+    "rows": "a:b: a row range (hf backend)", "dataset": DATA,
     "verifier": VERIFIER, "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
     "max_model_len": "vLLM --max-model-len (default: the data's sequence length)", "vllm_arg": VLLM_ARG,
     "overwrite": "replace hidden states extracted with other layer ids (never relabelled without it)"})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
             verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None,
-            overwrite=False):
+            overwrite=False, shards=None):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
-    With a group, each host extracts its share, then every host gets every shard.
+    With a group, each host extracts its share, then every host gets every shard. A `scheduler:
+    slurm` host with --shards N: one job array, a share and a vLLM server per task.
 
     Example: inv extract --host gpu1 --dataset default"""
     if backend not in ("vllm", "hf"):
@@ -309,6 +312,27 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             verdict("extract", res["outcomes"])
         if dry_run:
             views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
+        return
+    if shards is not None:
+        from specops.group.fanout import verdict
+        from specops.group.extract import extract_array
+
+        if shard or rows or overwrite:
+            raise Exit("specops: --shards splits the rows itself (one share per array task): drop --shard/--rows/"
+                       "--overwrite")
+        with session(c, host, hosts, dry_run) as t, errors():
+            res = extract_array(t, int(shards), dataset=dataset, verifier=verifier, backend=backend,
+                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
+                                detach=detach, **_vllm(vllm_arg))
+            if res and res["outcomes"]:
+                views.extract_array(res)
+                verdict("extract", res["outcomes"])
+                if res["left"] != 0:
+                    raise SpecopsError(f"extract {res['run_id']}: every task succeeded but {res['left']} row(s) of "
+                                       f"the dataset still have no hidden states: run the same command again "
+                                       f"(extraction resumes)")
+                ds = f" --dataset {dataset}" if dataset else ""
+                views.next_step(t.hint(f"inspect-data{ds}"), f"then {t.hint(f'train{ds}')}")
         return
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
