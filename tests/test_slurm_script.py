@@ -124,3 +124,17 @@ def test_array_task_ids():
     assert queue.task_ids("3") == (3,) and queue.task_ids("0-3") == (0, 1, 2, 3)
     assert queue.task_ids("1,3") == (1, 3) and queue.task_ids("0-6:2") == (0, 2, 4, 6)
     assert queue.task_ids("2-4%2") == (2, 3, 4) and queue.task_ids("") == ()
+
+
+def test_an_online_split_names_the_allocations_gpus():
+    """In a Slurm job the server's and the trainer's GPUs are positions in the allocation's own
+    CUDA_VISIBLE_DEVICES (a node that does not renumber them gives e.g. 4,5,6,7)."""
+    on = paths.remote_module("online")
+    env = {"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert on.allocated("0,1", env) == "4,5" and on.allocated("2,3", env) == "6,7"
+    assert on.allocated("0,1", {"CUDA_VISIBLE_DEVICES": "4,5"}) == "0,1"  # (not a Slurm job: as they are)
+    try:
+        on.allocated("4", env)
+        raise AssertionError("an index past the allocation was taken")
+    except on.Refused as e:
+        assert "this Slurm allocation has 4 (4,5,6,7)" in str(e)
