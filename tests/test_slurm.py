@@ -453,13 +453,12 @@ def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster
                 "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = r.stdout
-    lines = out.splitlines()
-    step = next(i for i, ln in enumerate(lines) if ln.strip() == "echo '[specops] draft-serves preflight "
-                                                                 "(remote/serve_check.py) before the trainer'")
-    assert "remote/serve_check.py --spec " in lines[step + 1] and f"runs/{rid}/train-spec.json --job-step " \
-        in lines[step + 1] and f"runs/{rid}/serve-check.json" in lines[step + 1], lines[step:step + 4]
-    assert lines[step + 2].strip().startswith('rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > '), lines[step + 2]
-    assert lines[step + 3].strip().startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c"), lines[step + 3]
+    script = out.split("echo '[specops] draft-serves preflight (remote/serve_check.py) before the trainer'\n", 1)[1]
+    step, rest = script.split('\nrc=$?; if [ "$rc" != 0 ]; then echo "$rc" > ', 1)
+    assert step.startswith("srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c "), step
+    assert "remote/serve_check.py --spec " in step and f"runs/{rid}/train-spec.json --job-step " in step \
+        and f"runs/{rid}/serve-check.json" in step, step
+    assert rest.split("\n", 1)[1].startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c"), rest[:500]
     assert "remote/train.py --spec" in out and "#SBATCH --nodes=1" in out and "sbatch --parsable" in out
     assert "the job would start the vLLM server: " in out and "hidden states: online" in " ".join(out.split())
     assert queued(slurm) == before

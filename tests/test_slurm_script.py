@@ -111,13 +111,16 @@ def test_an_array_job_script():
 
 
 def test_a_step_before_srun_fails_the_job_with_its_code():
-    j = BatchJob(name="n", workdir="/w", run_dir="/w/runs/r", command=["x"], request=Request(),
-                 before=(("draft-serves preflight", [PY, "remote/serve_check.py", "--spec", "/w/s.json"]),))
+    j = BatchJob(name="n", workdir="/w", run_dir="/w/runs/r", command=["x"], request=Request(nodes=2),
+                 setup=("module load cuda",), before=(("draft-serves preflight", [PY, "remote/serve_check.py",
+                                                                                  "--spec", "/w/s.json"]),))
     lines = render(j).splitlines()
     i = lines.index("echo '[specops] draft-serves preflight'")
-    assert lines[i + 1] == f"{PY} remote/serve_check.py --spec /w/s.json"
-    assert lines[i + 2] == 'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > /w/runs/r/exit_code; exit "$rc"; fi'
-    assert lines[i + 3].startswith("srun ")
+    step = shlex.split(lines[i + 1] + "\n" + lines[i + 2])
+    assert step[:5] == ["srun", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1", "bash"]  # (the first node)
+    assert step[6] == f"module load cuda\nexec {PY} remote/serve_check.py --spec /w/s.json", step
+    assert lines[i + 3] == 'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > /w/runs/r/exit_code; exit "$rc"; fi'
+    assert lines[i + 4].startswith("srun --ntasks-per-node=1 ")
 
 
 def test_array_task_ids():

@@ -87,15 +87,16 @@ class BatchJob:
     def exit_file(self) -> str:
         return f"{self.run_dir}/exit_code-{ARRAY_TASK}" if self.array else f"{self.run_dir}/exit_code"
 
-    def node_shell(self) -> str:
-        """What each node's task runs: the setup lines, the run's environment, then the command."""
+    def node_shell(self, command: Optional[Sequence[str]] = None) -> str:
+        """What each node's task runs: the setup lines, the run's environment, then the command
+        (default: the job's)."""
         lines = list(self.setup)
         if self.env_file:  # (KEY=VALUE lines, 0600; exported as they are, never evaluated)
             lines.append(f'while IFS= read -r kv; do export "$kv"; done < {shlex.quote(self.env_file)}')
-        if self.array:
+        if self.array and command is None:
             lines.append('echo "[specops] array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID on $(hostname), '
                          'GPUs ${CUDA_VISIBLE_DEVICES:-none}"')
-        lines.append("exec " + " ".join(map(shell_arg, self.command)))
+        lines.append("exec " + " ".join(map(shell_arg, self.command if command is None else command)))
         return "\n".join(lines)
 
 
@@ -106,8 +107,9 @@ def render(job: BatchJob) -> str:
     q = shlex.quote
     ex = shell_arg(job.exit_file)
     steps = []
-    for label, argv in job.before:  # (in the batch shell, on the allocation's first node)
-        steps += [f"echo {q(f'[specops] {label}')}", " ".join(map(shell_arg, argv)),
+    for label, argv in job.before:  # (one task on the allocation's first node, its setup lines first)
+        steps += [f"echo {q(f'[specops] {label}')}",
+                  f"srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell(argv))}",
                   f'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > {ex}; exit "$rc"; fi']
     return "\n".join([
         "#!/bin/bash",
