@@ -159,8 +159,9 @@ def clean(c, host=None, hosts=None, older_than=None, checkpoints=False, dry_run=
 
 
 @task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
-            "rank": "with a group: which node's log (default 0, the first host)"})
-def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
+            "rank": "with a group: which node's log (default 0, the first host)",
+            "task": "a Slurm job array run (`extract --shards N`): which task's log"})
+def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0, task=None):
     """Show a run's log; with -f, follow it (reconnecting if the connection drops).
 
     Example: inv logs --host gpu1 -f"""
@@ -171,11 +172,16 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
         host = hs[int(rank)].name
     with session(c, host, hosts) as t:
         j = _jobs.get(t, run_id)
+        if task is None and getattr(j, "array", None):
+            raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
+                               f"give --task 0..{j.array - 1}")
         if follow:
-            if _jobs.run_following(t, j.run_id):
+            if _jobs.run_following(t, j.run_id, task=task):
                 raise SpecopsError(f"run {j.run_id} ended: {_jobs.status(t, j.run_id)[0].describe}")
         else:
-            views.log(t.read_bytes(_jobs.run_path(t, j.run_id, "output.log"), max(j.log_bytes - (1 << 20), 0)) or b"")
+            log, _ = _jobs.log_files(t, j.run_id, task)
+            size = j.subjobs[task].log_bytes if task is not None else j.log_bytes
+            views.log(t.read_bytes(log, max(size - (1 << 20), 0)) or b"")
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "run_id": "run to stop", "grace": "seconds between SIGTERM and SIGKILL (default 120)"})

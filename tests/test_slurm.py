@@ -437,6 +437,11 @@ def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_check
         for i in (0, 1):
             log = t.read_bytes(jobs.run_path(t, rid, f"output-{jid}_{i}.log")).decode()
             assert f"[specops] array task {i} of {jid} on " in log and ", GPUs none" not in log, log[-2000:]
+    r = inv("logs", *base, "--run-id", rid, "--task", "1")
+    assert r.returncode == 0 and f"[specops] array task 1 of {jid} on " in r.stdout, r.stdout[-2000:] + r.stderr
+    r = inv("logs", *base, "--run-id", rid)
+    assert r.returncode != 0 and f"run {rid} is a Slurm job array of 2 tasks, each with its own log: give --task 0..1" \
+        in r.stderr, r.stderr
     r = inv("inspect-data", *base, "--path", dst, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]
 

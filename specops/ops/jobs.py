@@ -174,8 +174,9 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
 
 def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]] = None, offset: int = 0,
            poll: float = 0.5, until_end: bool = True, reconnect: bool = True,
-           tries: int = 5) -> tuple[int, Optional[int]]:
-    """Hand the job's log to `write` from byte `offset` as it grows, until the job ends (exit code)
+           tries: int = 5, task: Optional[int] = None) -> tuple[int, Optional[int]]:
+    """Hand the job's log (a Slurm array run's: task `task`'s) to `write` from byte `offset` as it
+    grows, until the job ends (exit code)
     or forever if not until_end. A lost connection is re-opened in place with backoff, from the
     byte last written: no line is lost or repeated. Returns (offset, exit code or None)."""
     write = write or t.log
@@ -186,7 +187,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
     while True:
         try:
             if where is None:  # (needs the host's $HOME: inside the retry loop too)
-                where = run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+                where = log_files(t, run_id, task)
             log, code_file = where
             code = t.read_bytes(code_file)
             if code is None and slurm_end is not None:  # (a cancelled job's batch shell writes none)
@@ -252,6 +253,18 @@ def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[
     return None, None
 
 
+def log_files(t: Transport, run_id: str, task: Optional[int] = None) -> tuple[str, str]:
+    """(log, exit code file) of a run, or of task `task` of a Slurm job array run."""
+    rec = cluster.record(t, run_id) if task is not None and t.host.is_slurm else None
+    if task is None or not rec or not rec.get("array"):
+        if task is not None:
+            raise SpecopsError(f"run {run_id} on {t.host.name} is not a Slurm job array: drop --task")
+        return run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+    if not 0 <= task < int(rec["array"]):
+        raise SpecopsError(f"--task {task}: run {run_id} has tasks 0..{int(rec['array']) - 1}")
+    return cluster.array_log(t, run_id, rec["job_ids"][-1], task), run_path(t, run_id, f"exit_code-{task}")
+
+
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
     data = t.read_bytes(run_path(t, run_id, "output.log"), 0) or b""
     return "\n".join(data.decode(errors="replace").splitlines()[-n:])
@@ -273,10 +286,10 @@ def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
         time.sleep(1)
 
 
-def run_following(t: Transport, run_id: str) -> Optional[int]:
+def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Optional[int]:
     """Follow a run's log until it ends (its exit code); Ctrl-C detaches (None), the run goes on."""
     try:
-        return follow(t, run_id)[1]
+        return follow(t, run_id, task=task)[1]
     except KeyboardInterrupt:
         t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
                f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
