@@ -398,11 +398,17 @@ def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = r.stdout
     for line in ("#SBATCH --array=0-1", "#SBATCH --gpus-per-node=1", "#SBATCH --partition=debug",
-                 "--output=" + f"{work}/runs/", "_extract/output-%A_%a.log"):
+                 "--output=" + f"{work}/runs/", "-extract/output-%A_%a.log"):
         assert line in out, out[-4000:]
     node = out.split("bash -c '", 1)[1]
     assert (f"remote/datagen.py --data-dir {dst} --verifier {work}/models/tiny-llama --kind cpu --extract "
-            f"--backend vllm --concurrency 32 --layers {LAYERS} --shard '\"'\"'\"$SLURM_ARRAY_TASK_ID\"/2") in node, node
+            f"--backend vllm --concurrency 32 --layers {LAYERS} --shard \"$SLURM_ARRAY_TASK_ID\"/2 --tensor-parallel 1 "
+            f"--trust-remote-code auto --result ") in node, node
+    # each task's own vLLM server, as task 0 would start it (task i: --rank i)
+    served = [ln for ln in out.splitlines() if "would start: " in ln and "vllm.entrypoints.openai.api_server" in ln]
+    assert len(served) == 1 and "--tensor-parallel-size 1" in served[0], out[-3000:]
+    gen = [ln for ln in out.splitlines() if "would start: " in ln and "generate-offline-data" in ln]
+    assert len(gen) == 1 and "--world-size 2 --rank 0" in gen[0], gen
     assert "/result-\"$SLURM_ARRAY_TASK_ID\".json" in node and "sbatch --parsable" in out
     assert queued(slurm) == before
     with connect(h) as t:

@@ -60,7 +60,10 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
     common = dict(data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier), extract=True,
                   backend=backend, layers=layers, concurrency=concurrency, max_model_len=max_model_len,
                   **({"vllm_args": vllm_args} if vllm_args else {}))
-    data.plan_datagen(t, data.datagen_args(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked there)
+    plan = data.plan_datagen(t, data.datagen_args(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
+    if t.dry_run:
+        t.plan(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
+        data.planned_commands(t, plan)
     args = data.datagen_args(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
     rid = jobs.new_run_id("extract")
     argv = [t.expand(t.host.python), "remote/datagen.py", *args,
