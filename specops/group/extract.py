@@ -76,7 +76,13 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
            f"`{t.hint(f'status --run-id {rid}')}` shows each task")
     if detach:
         return {"run_id": rid, "job_id": jid, "outcomes": [], "completion": None, "left": None}
-    j = jobs.wait_ended(t, rid, timeout)
+    try:
+        j = jobs.wait_ended(t, rid, timeout)
+    except KeyboardInterrupt:  # (as a single extraction does: Ctrl-C stops what it started)
+        t.note(f"interrupted: stopping {rid} (every task of Slurm job array {jid}) ...", "warn")
+        res = jobs.stop(t, rid, grace=60)
+        raise SpecopsError(f"extract {rid} interrupted and stopped on {t.host.name} "
+                           f"({res.state if res else '?'})") from None
     outs = []
     for task in j.subjobs:
         i = int(task.run_id[len("task"):])
