@@ -210,7 +210,8 @@ def serve(spec, ckpt, d, a, trust):
             server = vllm_server.start(d, argv, env, port, a.server_timeout)
         except vllm_server.ServerDied as e:
             text = log.read_text(errors="replace") if log.is_file() else ""
-            raise Failed("serve", str(e).split(":")[0], vllm_server.root_error(text) or errlines.first_error(text),
+            raise Failed("serve", str(e).split(" (log: ")[0].split(": ")[0],
+                         vllm_server.root_error(text) or errlines.first_error(text),
                          log) from None
         base = f"http://127.0.0.1:{port}"
         vocab = int(tc.get("vocab_size") or 1000)
