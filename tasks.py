@@ -159,8 +159,9 @@ def clean(c, host=None, hosts=None, older_than=None, checkpoints=False, dry_run=
 
 
 @task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
-            "rank": "with a group: which node's log (default 0, the first host)"})
-def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
+            "rank": "with a group: which node's log (default 0, the first host)",
+            "task": "a Slurm job array run (`extract --shards N`): which task's log"})
+def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0, task=None):
     """Show a run's log; with -f, follow it (reconnecting if the connection drops).
 
     Example: inv logs --host gpu1 -f"""
@@ -171,11 +172,16 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0):
         host = hs[int(rank)].name
     with session(c, host, hosts) as t:
         j = _jobs.get(t, run_id)
+        if task is None and getattr(j, "array", None):
+            raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
+                               f"give --task 0..{j.array - 1}")
         if follow:
-            if _jobs.run_following(t, j.run_id):
+            if _jobs.run_following(t, j.run_id, task=task):
                 raise SpecopsError(f"run {j.run_id} ended: {_jobs.status(t, j.run_id)[0].describe}")
         else:
-            views.log(t.read_bytes(_jobs.run_path(t, j.run_id, "output.log"), max(j.log_bytes - (1 << 20), 0)) or b"")
+            log, _ = _jobs.log_files(t, j.run_id, task)
+            size = j.subjobs[task].log_bytes if task is not None else j.log_bytes
+            views.log(t.read_bytes(log, max(size - (1 << 20), 0)) or b"")
 
 
 @task(help={**COMMON, "dry_run": DRY_RUN, "run_id": "run to stop", "grace": "seconds between SIGTERM and SIGKILL (default 120)"})
@@ -282,15 +288,18 @@ def _vllm(vllm_arg):
 @task(iterable=["vllm_arg"], help={
     **COMMON, "dry_run": DRY_RUN, "backend": "vllm (default) or hf",
     "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
-    "shard": "i/n: this host's share of the rows", "rows": "a:b: a row range (hf backend)", "dataset": DATA,
+    "shard": "i/n: this host's share of the rows",
+    "shards": "a `scheduler: slurm` host: N tasks of one job array, each a share of the rows on its own GPUs",
+    "rows": "a:b: a row range (hf backend)", "dataset": DATA,
     "verifier": VERIFIER, "concurrency": "vLLM requests in flight (default 32)", "detach": "start it and return",
     "max_model_len": "vLLM --max-model-len (default: the data's sequence length)", "vllm_arg": VLLM_ARG,
     "overwrite": "replace hidden states extracted with other layer ids (never relabelled without it)"})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
             verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None,
-            overwrite=False):
+            overwrite=False, shards=None):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
-    With a group, each host extracts its share, then every host gets every shard.
+    With a group, each host extracts its share, then every host gets every shard. A `scheduler:
+    slurm` host with --shards N: one job array, a share and a vLLM server per task.
 
     Example: inv extract --host gpu1 --dataset default"""
     if backend not in ("vllm", "hf"):
@@ -309,6 +318,27 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             verdict("extract", res["outcomes"])
         if dry_run:
             views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
+        return
+    if shards is not None:
+        from specops.group.fanout import verdict
+        from specops.group.extract import extract_array
+
+        if shard or rows or overwrite:
+            raise Exit("specops: --shards splits the rows itself (one share per array task): drop --shard/--rows/"
+                       "--overwrite")
+        with session(c, host, hosts, dry_run) as t, errors():
+            res = extract_array(t, int(shards), dataset=dataset, verifier=verifier, backend=backend,
+                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
+                                detach=detach, **_vllm(vllm_arg))
+            if res and res["outcomes"]:
+                views.extract_array(res)
+                verdict("extract", res["outcomes"])
+                if res["left"] != 0:
+                    raise SpecopsError(f"extract {res['run_id']}: every task succeeded but {res['left']} row(s) of "
+                                       f"the dataset still have no hidden states: run the same command again "
+                                       f"(extraction resumes)")
+                ds = f" --dataset {dataset}" if dataset else ""
+                views.next_step(t.hint(f"inspect-data{ds}"), f"then {t.hint(f'train{ds}')}")
         return
     with session(c, host, hosts, dry_run) as t:
         args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),

@@ -245,6 +245,21 @@ def server_argv(server, verifier, kind, stage, port):
 
 # -- the run ---------------------------------------------------------------------------------
 
+def allocated(indices, env=None):
+    """GPU indices of the split (0-based) as this process may name them: in a Slurm job, the
+    allocation's own CUDA_VISIBLE_DEVICES (e.g. 4,5,6,7 where the node does not renumber them)
+    at those positions; elsewhere the indices as they are."""
+    env = os.environ if env is None else env
+    given = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if not env.get("SLURM_JOB_ID") or not given:
+        return indices
+    picked = [int(i) for i in str(indices).split(",")]
+    if max(picked) >= len(given):
+        raise Refused(f"GPUs {indices}: this Slurm allocation has {len(given)} ({','.join(given)}): lower "
+                      f"--server-gpus/--train-gpus or raise slurm.gpus_per_node")
+    return ",".join(given[i] for i in picked)
+
+
 def signal_trainer(p, sig=signal.SIGTERM):
     """The trainer, or its ranks under torchrun (each saves its checkpoint; torchrun follows)."""
     if p.poll() is not None:
@@ -288,8 +303,8 @@ def run(spec, trainer_argv, *, poll=1.0):
     senv = vllm_server.server_env(os.getcwd(), kind, on["tensor_parallel"])
     tenv = {**base_env, "COLUMNS": "120", "PYTHONUNBUFFERED": "1"}
     if on.get("server_gpus") is not None:
-        senv["CUDA_VISIBLE_DEVICES"] = on["server_gpus"]
-        tenv["CUDA_VISIBLE_DEVICES"] = on["train_gpus"]
+        senv["CUDA_VISIBLE_DEVICES"] = allocated(on["server_gpus"])
+        tenv["CUDA_VISIBLE_DEVICES"] = allocated(on["train_gpus"])
     state = {"trainer": None, "stopping": False}
 
     def on_term(signum, _frame):

@@ -8,6 +8,10 @@ Launch (from the host workdir):
         [--vllm-arg=ARG ...] [--num-spec-tokens 3] [--max-tokens 8] [--max-model-len 512] \
         [--draft-timeout 900] [--server-timeout 1200] [--no-cache]
     (or --spec runs/R/train-spec.json: an existing run's spec)
+    --job-step RUN/serve-check.json: a step of a Slurm job before its trainer: the reply goes to
+    that file, the log gets one line (`[specops] draft-serves preflight: ...`, or on a failure
+    `[specops] error: ...` with vLLM's root cause, which `inv status`/`inv logs` show) and the exit
+    code is 1 when the draft does not serve, so the job ends before the trainer starts.
 
 1. The draft: `speculators train <the run's flags> --dry-run` (speculators 0.9.0's own "build the
    speculator, initialise its weights, save a checkpoint, exit before training"), started the way
@@ -209,7 +213,8 @@ def serve(spec, ckpt, d, a, trust):
             server = vllm_server.start(d, argv, env, port, a.server_timeout, tied=True)  # (never outlives this)
         except vllm_server.ServerDied as e:
             text = log.read_text(errors="replace") if log.is_file() else ""
-            raise Failed("serve", str(e).split(":")[0], vllm_server.root_error(text) or errlines.first_error(text),
+            raise Failed("serve", str(e).split(" (log: ")[0].split(": ")[0],
+                         vllm_server.root_error(text) or errlines.first_error(text),
                          log) from None
         base = f"http://127.0.0.1:{port}"
         vocab = int(tc.get("vocab_size") or 1000)
@@ -248,6 +253,25 @@ def skip_reason(spec):
     return None
 
 
+def failure_line(res):
+    """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
+    root = res.get("root_cause") or res.get("error")
+    what = ("speculators could not build an untrained draft of this config" if res.get("stage") == "draft"
+            else "vLLM could not serve the verifier with an untrained EAGLE-3 draft of this config")
+    return f"{what}: {root}" + (f" (log on the host: {res['log']})" if res.get("log") else "")
+
+
+def step_line(res):
+    """A job step's one line in the job's log."""
+    if res.get("ok"):
+        how = (f"skipped: {res['skipped']}" if res.get("skipped") else
+               f"passed before ({res.get('cached_at')}, {res.get('check_seconds') or 0:.0f} s then)" if res.get("cached")
+               else f"vLLM served the verifier with an untrained draft in {res.get('check_seconds') or 0:.0f} s")
+        return f"[specops] draft-serves preflight: {how}"
+    return (f"[specops] error: the draft-serves preflight failed: {failure_line(res)}; the trainer was not started "
+            f"(--no-serve-check skips the preflight)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", default=None, help="a train spec (runs/R/train-spec.json)")
@@ -261,6 +285,8 @@ def main():
     ap.add_argument("--draft-timeout", type=float, default=900)
     ap.add_argument("--server-timeout", type=float, default=1200)
     ap.add_argument("--no-cache", action="store_true", help="serve again even if this setting passed before")
+    ap.add_argument("--job-step", default=None, metavar="RESULT", help="a Slurm job's step: the reply to RESULT, "
+                                                                      "one line in the log, exit 1 on a failure")
     a = ap.parse_args()
     spec = load_spec(a)
     if a.tensor_parallel < 1:
@@ -308,7 +334,12 @@ def main():
             return res
 
     vllm_server.end_with_session()  # (the laptop gone: stop the server now, not after its start and request)
-    return vllm_server.server_job("draft-serves preflight", spec["kind"], None, work)
+    code = vllm_server.server_job("draft-serves preflight", spec["kind"], a.job_step, work)
+    if a.job_step:
+        res = json.loads(Path(a.job_step).read_text())
+        print(step_line(res), flush=True)
+        return code or (0 if res.get("ok") else 1)
+    return code
 
 
 if __name__ == "__main__":

@@ -131,12 +131,15 @@ class StepFailed(RuntimeError):
 
 PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] )?")
 EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+ARGPARSE = re.compile(r"^([\w.-]+): error: (.+)$")  # (argparse's last line before it exits 2)
 
 
 def root_error(text):
     """The first exception line of a vLLM log (its workers' prefixes stripped; lines logged as
     INFO/WARNING are not failures): the root cause; vLLM's own wrappers ('Engine core
-    initialization failed') come after it."""
+    initialization failed') come after it. A server that never got past its arguments has no
+    exception: then argparse's own line (`api_server.py: error: unrecognized arguments: ...`)."""
+    usage = None
     for line in text.splitlines():
         p = PREFIX.match(line.strip())
         if p.group(1) in ("INFO", "WARNING", "DEBUG"):
@@ -144,7 +147,10 @@ def root_error(text):
         m = EXC.match(line.strip()[p.end():])
         if m:
             return f"{m.group(1).split('.')[-1]}: {m.group(2).strip()}"[:400]
-    return None
+        u = None if usage else ARGPARSE.match(line.strip())
+        if u:
+            usage = f"{u.group(1)}: error: {u.group(2).strip()}"[:400]
+    return usage
 
 
 def died(d, what):

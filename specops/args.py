@@ -93,6 +93,8 @@ FLAGS: dict[str, Number] = {
     "seq_length": _i("the longest row in tokens", 2048),
     "hidden": _i("the hidden size", 256, le=1 << 16),
     "rank": _i("a node's rank", 0, ge=0),
+    "task": _i("a task of the Slurm job array", 0, ge=0),
+    "shards": _i("how many tasks of the Slurm job array (shares of the rows)", 2, le=1000),
     "seconds": _f("a time cap in seconds", 90, gt=0),
     "timeout": _f("seconds per attempt", 300, gt=0),
     "min_free_gb": _f("the free disk in GiB", 5, ge=0),

@@ -271,6 +271,15 @@ def extract_group(res: dict) -> None:
         line(f"extract: every host now holds all shards ({res['completion']['mode']})")
 
 
+def extract_array(res: dict) -> None:
+    """A Slurm job array's extraction: one row per task, then where the shards are."""
+    outcomes(f"extract {res['run_id']} (Slurm job array {res['job_id']}, {len(res['outcomes'])} tasks)",
+             res["outcomes"], extracted)
+    if res.get("completion"):
+        line(f"extract: every row has its hidden states, the tasks' shards in one data dir "
+             f"({res['completion']['mode']})")
+
+
 def trained(host: str, res: dict, hint) -> None:
     rid = res["run_id"]
     if res.get("states"):

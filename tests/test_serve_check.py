@@ -201,3 +201,14 @@ def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, w
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_server_refusing_its_arguments_has_argparse_line_as_root_cause():
+    """vLLM that never got past its arguments logs no exception: argparse's own line is the cause
+    (an exception line, where there is one, still wins)."""
+    vs = remote("vllm_server")
+    log = ("usage: api_server.py [-h] [--host HOST]\n                     [model_tag]\n"
+           "api_server.py: error: unrecognized arguments: --no-such-vllm-flag\n")
+    assert vs.root_error(log) == "api_server.py: error: unrecognized arguments: --no-such-vllm-flag"
+    assert vs.root_error("ValueError: No common block size for 16\n" + log) == "ValueError: No common block size for 16"
+    assert vs.root_error("INFO 12-01 09:45:16 [x.py:1] nothing wrong\n") is None

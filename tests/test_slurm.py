@@ -55,6 +55,8 @@ def cluster_hosts(login, rig, work, slurm):
         "cluster-unshared": {**cluster_host(login, rig, work), "workdir": f"{rig.home}/specops-unshared"},
         "cluster-pair": {**cluster_host(login, rig, work, nodes=2), "env": {"GLOO_SOCKET_IFNAME": "lo"}},
         "cluster-local": {**cluster_host(login, rig, work), "workdir": str(slurm.node_local)},
+        "cluster-gpu1": cluster_host(login, rig, work, gpus_per_node=1),
+        "cluster-gpu2": cluster_host(login, rig, work, gpus_per_node=2),
     })
 
 
@@ -268,11 +270,13 @@ def test_slurm_refuses_an_unknown_feature_nothing_queued(slurm, cluster_hosts, c
 
 
 def test_online_and_nodes_where_they_do_not_apply(slurm, cluster_hosts):
-    r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--hidden-states", "online", "--run-id", "s-on")
+    r = inv("train", "--host", "cluster-pair", "--hosts", str(cluster_hosts), "--hidden-states", "online",
+            "--run-id", "s-on")
     first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
-    assert r.returncode != 0 and first.startswith("specops: --hidden-states online on cluster: a Slurm job trains on "
-                                                  "extracted hidden states for now: `inv extract") \
-        and first.endswith("first, then train offline (nothing was submitted)"), r.stderr
+    assert r.returncode != 0 and first.startswith("specops: --hidden-states online on cluster-pair: the vLLM server "
+                                                  "and the trainer share one node's allocation; 2 nodes asked: give "
+                                                  "--nodes 1, or `inv extract") \
+        and first.endswith("first and train offline (nothing was submitted)"), r.stderr
     r = inv("train", "--host", "local", "--nodes", "2", "--run-id", "s-local-nodes")
     assert r.returncode != 0 and "--nodes is for a `scheduler: slurm` host; local is one host" in r.stderr, r.stderr
 
@@ -311,3 +315,221 @@ def test_extract_runs_as_a_slurm_job(slurm, cluster_hosts, cluster_checked, pipe
     assert done.nodes.startswith("node") and done.state == "COMPLETED"
     r = inv("inspect-data", "--host", "cluster", "--hosts", str(cluster_hosts), "--path", dst, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]
+
+
+def timed(name):
+    """Print a test's own time (CI's budget: each Slurm test says what it costs)."""
+    t0 = time.time()
+
+    class _T:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            print(f"\n[time] {name}: {time.time() - t0:.1f} s")
+    return _T()
+
+
+def test_shards_only_for_a_slurm_host(slurm, cluster_hosts):
+    r = inv("extract", "--host", "local", "--shards", "2", "--backend", "hf")
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[0] == (
+        "specops: --shards is for a `scheduler: slurm` host (a job array); local is one host: drop --shards, or "
+        "give --shard i/n (a group splits the rows itself)"), r.stderr
+    r = inv("extract", "--host", "cluster", "--hosts", str(cluster_hosts), "--shards", "0")
+    assert r.returncode == 2 and "--shards" in r.stderr, r.stderr
+
+
+@pytest.mark.heavy
+def test_array_tasks_report_each_exit_code_and_stop_cancels_the_array(slurm, cluster_hosts, cluster_checked):
+    """Real Slurm arrays through jobs.start: each task's state and exit code in `inv status`; a
+    task that fails fails the run with its code; `inv stop` ends the running tasks and the pending one."""
+    from specops.slurm.script import ARRAY_TASK
+
+    base = ["--host", "cluster-gpu2", "--hosts", str(cluster_hosts)]
+    h = inventory.load(str(cluster_hosts)).get("cluster-gpu2")
+    with timed("array exit codes and stop"), connect(h) as t:
+        rid = "s-array-codes-" + str(int(time.time()))
+        jid = jobs.start(t, rid, ["bash", "-c", f"exit $(( {ARRAY_TASK} * 3 ))"], kind="extract", array=2).slurm_job_id
+        j = wait_for(lambda: (lambda x: x if x.ended else None)(jobs.status(t, rid)[0]), 120, "the array's end")
+        st = json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]
+        assert st["state"] == "failed" and st["exit_code"] == 3 and st["slurm_job_id"] == jid, st
+        tasks = {s["run_id"]: s for s in st["subjobs"]}
+        assert (tasks["task0"]["state"], tasks["task0"]["exit_code"]) == ("succeeded", 0), tasks
+        assert (tasks["task1"]["state"], tasks["task1"]["exit_code"]) == ("failed", 3), tasks
+        assert tasks["task1"]["detail"].startswith(f"Slurm job {jid}_1 FAILED, exit 3"), tasks["task1"]
+        assert st["detail"].startswith(f"Slurm job array {jid}: ") and f"task1 Slurm job {jid}_1 FAILED, exit 3" \
+            in st["detail"], st["detail"]
+        table = " ".join(inv("status", *base).stdout.split())
+        assert f"{rid}/task0" in table and f"{rid}/task1" in table, table
+
+        # three tasks, each the whole node's two GPUs: two run, the third waits; stop ends all three
+        rid = "s-array-stop-" + str(int(time.time()))
+        jid = jobs.start(t, rid, ["sleep", "300"], kind="extract", array=3).slurm_job_id
+        j = wait_for(lambda: (lambda x: x if [s.state for s in x.subjobs].count("running") == 2 else None)(
+            jobs.status(t, rid)[0]), 60, "two tasks running")
+        assert j.state == "running" and [s.state for s in j.subjobs].count("pending") == 1, j.subjobs
+        r = inv("stop", *base, "--run-id", rid, "--grace", "20")
+        assert r.returncode == 0 and f"stop {rid}: stopped" in r.stdout, r.stdout + r.stderr
+        assert not [q for q in queued(slurm) if q.startswith(jid)] and not any(
+            j.get("ArrayJobId") == jid and j.get("JobState") in ("PENDING", "RUNNING")
+            for j in queue.records(slurm.cmd("scontrol", "-o", "show", "job").stdout))
+        assert all(s.state == "stopped" for s in jobs.status(t, rid)[0].subjobs)
+
+
+def copy_rows(h, work, name):
+    src, dst = f"{work}/data/pipe", f"{work}/data/{name}"
+    with connect(h) as t:
+        t.check(f"rm -rf {dst} && mkdir -p {dst} && cp {src}/*.json {src}/*.arrow {dst}/", "copy the prepared rows")
+    return dst
+
+
+@pytest.mark.heavy
+def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
+    """The vLLM array as it would be submitted: each task its share (--shard $SLURM_ARRAY_TASK_ID/2) and a
+    vLLM server of its own on its allocation's GPU; nothing queued, nothing written."""
+    from conftest import LAYERS
+
+    h = inventory.load(str(cluster_hosts)).get("cluster-gpu1")
+    dst = copy_rows(h, work, "pipe-array-dry")
+    before = queued(slurm)
+    with timed("extract array dry-run"):
+        r = inv("extract", "--host", "cluster-gpu1", "--hosts", str(cluster_hosts), "--shards", "2", "--dataset", dst,
+                "--verifier", f"{work}/models/tiny-llama", "--layers", LAYERS, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    out = r.stdout
+    for line in ("#SBATCH --array=0-1", "#SBATCH --gpus-per-node=1", "#SBATCH --partition=debug",
+                 "--output=" + f"{work}/runs/", "-extract/output-%A_%a.log"):
+        assert line in out, out[-4000:]
+    node = out.split("bash -c '", 1)[1]
+    assert (f"remote/datagen.py --data-dir {dst} --verifier {work}/models/tiny-llama --kind cpu --extract "
+            f"--backend vllm --concurrency 32 --layers {LAYERS} --shard \"$SLURM_ARRAY_TASK_ID\"/2 --tensor-parallel 1 "
+            f"--trust-remote-code auto --result ") in node, node
+    # each task's own vLLM server, as task 0 would start it (task i: --rank i)
+    served = [ln for ln in out.splitlines() if "would start: " in ln and "vllm.entrypoints.openai.api_server" in ln]
+    assert len(served) == 1 and "--tensor-parallel-size 1" in served[0], out[-3000:]
+    gen = [ln for ln in out.splitlines() if "would start: " in ln and "generate-offline-data" in ln]
+    assert len(gen) == 1 and "--world-size 2 --rank 0" in gen[0], gen
+    assert "/result-\"$SLURM_ARRAY_TASK_ID\".json" in node and "sbatch --parsable" in out
+    assert queued(slurm) == before
+    with connect(h) as t:
+        assert not t.exists(f"{dst}/hidden_states")
+
+
+@pytest.mark.heavy
+def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
+    """`inv extract --shards 2` (hf backend): one array, each task its share of the rows on its own
+    fake GPU; every row's file in the one data dir at the end; status shows each task."""
+    from conftest import LAYERS
+
+    h = inventory.load(str(cluster_hosts)).get("cluster-gpu1")
+    dst = copy_rows(h, work, "pipe-array")
+    base = ["--host", "cluster-gpu1", "--hosts", str(cluster_hosts)]
+    with timed("extract array (hf, 2 tasks)"):
+        r = inv("extract", *base, "--shards", "2", "--backend", "hf", "--dataset", dst,
+                "--verifier", f"{work}/models/tiny-llama", "--layers", LAYERS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    out = " ".join(r.stdout.split())
+    rid = out.split("extract submitted on cluster-gpu1: run ", 1)[1].split(" ", 1)[0]
+    jid = out.split("(Slurm job array ", 1)[1].split(",", 1)[0]
+    assert f"task0 ({jid}_0)" in out and f"task1 ({jid}_1)" in out, out
+    assert "every row has its hidden states, the tasks' shards in one data dir (shared filesystem)" in out, out
+    st = json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]
+    assert st["state"] == "succeeded" and st["kind"] == "extract" and st["exit_code"] == 0, st
+    assert [(s["run_id"], s["state"], s["slurm_job_id"]) for s in st["subjobs"]] == [
+        ("task0", "succeeded", f"{jid}_0"), ("task1", "succeeded", f"{jid}_1")], st["subjobs"]
+    with connect(h) as t:
+        rows = [json.loads(t.read_bytes(jobs.run_path(t, rid, f"result-{i}.json")))["rows"] for i in (0, 1)]
+        files = int(t.check(f"ls {dst}/hidden_states | grep -c '^hs_.*safetensors$'", "count files").stdout)
+        assert rows[0][0] == 0 and rows[0][1] == rows[1][0] and rows[1][1] == files > 1, (rows, files)  # (contiguous)
+        for i in (0, 1):
+            log = t.read_bytes(jobs.run_path(t, rid, f"output-{jid}_{i}.log")).decode()
+            assert f"[specops] array task {i} of {jid} on " in log and ", GPUs none" not in log, log[-2000:]
+    r = inv("logs", *base, "--run-id", rid, "--task", "1")
+    assert r.returncode == 0 and f"[specops] array task 1 of {jid} on " in r.stdout, r.stdout[-2000:] + r.stderr
+    r = inv("logs", *base, "--run-id", rid)
+    assert r.returncode != 0 and f"run {rid} is a Slurm job array of 2 tasks, each with its own log: give --task 0..1" \
+        in r.stderr, r.stderr
+    r = inv("inspect-data", *base, "--path", dst, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]
+
+
+@pytest.mark.heavy
+def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    """--hidden-states online on a slurm host: one batch job on one node; its first step the
+    draft-serves preflight, then remote/train.py, which starts the vLLM server, the trainer once the
+    server is healthy, and stops the server when the trainer ends or Slurm signals the job."""
+    before = queued(slurm)
+    rid = "s-online-dry"
+    with timed("online training dry-run"):
+        r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--hidden-states", "online",
+                "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid, "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    out = r.stdout
+    script = out.split("echo '[specops] draft-serves preflight (remote/serve_check.py) before the trainer'\n", 1)[1]
+    step, rest = script.split('\nrc=$?; if [ "$rc" != 0 ]; then echo "$rc" > ', 1)
+    assert step.startswith("srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c "), step
+    assert "remote/serve_check.py --spec " in step and f"runs/{rid}/train-spec.json --job-step " in step \
+        and f"runs/{rid}/serve-check.json" in step, step
+    assert rest.split("\n", 1)[1].startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c"), rest[:500]
+    assert "remote/train.py --spec" in out and "#SBATCH --nodes=1" in out and "sbatch --parsable" in out
+    assert "the job would start the vLLM server: " in out and "hidden states: online" in " ".join(out.split())
+    assert queued(slurm) == before
+
+
+@pytest.mark.heavy
+def test_serve_preflight_failure_on_slurm_is_one_line_and_no_training(slurm, cluster_hosts, cluster_checked,
+                                                                      pipeline_run):
+    """The preflight is the job's first step: vLLM refusing the server fails the job in one line
+    (inv train --follow, inv status, inv logs) and the trainer never starts."""
+    rid = "s-serve-fail-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    with timed("preflight failure as a Slurm step"):
+        r = inv("train", *base, "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid, "--follow",
+                "--vllm-arg=--no-such-vllm-flag")
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"specops: train {rid} on cluster failed (Slurm job ") and \
+        ": the draft-serves preflight failed: vLLM could not serve the verifier with an untrained EAGLE-3 draft " \
+        "of this config: " in first and "no-such-vllm-flag" in first and \
+        first.endswith("the trainer was not started (--no-serve-check skips the preflight)"), r.stderr
+    st = json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]
+    assert st["state"] == "failed" and st["exit_code"] == 1 and st["error"].startswith(
+        "the draft-serves preflight failed: vLLM could not serve"), st
+    logs = inv("logs", *base, "--run-id", rid)
+    assert "[specops] error: the draft-serves preflight failed" in logs.stdout, logs.stdout[-2000:]
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    with connect(h) as t:
+        log = (t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"").decode()
+        assert "train/loss=" not in log and "[specops] $ " not in log.split("draft-serves preflight failed")[1]
+        assert not t.exists(jobs.run_path(t, rid, "run.json"), "-f"), "the trainer started"
+        assert not json.loads(t.read_bytes(jobs.run_path(t, rid, "serve-check.json")))["ok"]
+
+
+@pytest.mark.heavy
+def test_online_training_in_one_allocation(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
+    """A real online run as one Slurm job: the server first on the allocation's node, the trainer
+    once it is healthy (half the rows have no file: generated by the server), the server stopped
+    when the trainer ends; nothing of the server left running."""
+    from test_online import FAST, alive_in_group, hs_count
+
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    src, dst = f"{work}/data/pipe", f"{work}/data/pipe-slurm-half"
+    with connect(h) as t:
+        t.check(f"rm -rf {dst} && cp -r {src} {dst} && cd {dst}/hidden_states && for f in hs_*.safetensors; do "
+                f"i=${{f#hs_}}; i=${{i%.safetensors}}; [ $((i % 2)) -eq 1 ] && rm $f; done; true", "half the files")
+        before = hs_count(t, dst)
+    rid = "s-online-" + str(int(time.time()))
+    with timed("online training as one Slurm job"):
+        r = inv("train", "--host", "cluster", "--hosts", str(cluster_hosts), "--hidden-states", "online",
+                "--config", "configs/demo.yaml", "--dataset", dst, "--run-id", rid, "--max-steps", "2", "--follow",
+                "--no-serve-check", *(f"--vllm-arg={a}" for a in FAST))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode(errors="replace")
+        assert log.index("vLLM server healthy after") < log.index("train/loss=") < log.index("trainer exited 0") \
+            < log.index("vLLM server stopped"), log[-3000:]
+        srv = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))
+        assert alive_in_group(t, srv["pgid"]) == [], "the vLLM server outlived the job"
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and "COMPLETED, exit 0" in j.detail, j.describe
+        assert hs_count(t, dst) == before  # (generated rows are never written into the dataset)

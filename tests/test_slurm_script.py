@@ -89,3 +89,55 @@ def test_gres_and_the_partition_judgement():
     assert "time limit 2-00 asked; partition gpu allows at most 1-00:00:00" in queue.judge(p, Request(time="2-00"))
     down = queue.Partition.of({**rec, "State": "DOWN"})
     assert queue.judge(down, Request()).startswith("partition gpu is DOWN")
+
+
+def test_an_array_job_script():
+    """`--array=0-N-1`, `%A_%a` logs, a per-task exit code, and the task index expanded by the shell."""
+    from specops.slurm.script import ARRAY_TASK, shell_arg
+
+    j = BatchJob(name="specops-x", workdir="/w", run_dir="/w/runs/x", request=Request(gpus_per_node=1),
+                 command=[PY, "remote/datagen.py", "--shard", f"{ARRAY_TASK}/2", "--result",
+                          f"/w/runs/x/result-{ARRAY_TASK}.json"], array=2)
+    text = render(j)
+    head = [ln for ln in text.splitlines() if ln.startswith("#SBATCH ")]
+    assert "#SBATCH --array=0-1" in head and "#SBATCH --output=/w/runs/x/output-%A_%a.log" in head
+    assert "#SBATCH --gpus-per-node=1" in head
+    assert 'echo "$rc" > /w/runs/x/exit_code-"$SLURM_ARRAY_TASK_ID"' in text
+    node = shlex.split(text.split("bash -c ", 1)[1].split("\nrc=$?")[0])[0]
+    assert node.splitlines()[-1] == (f'exec {PY} remote/datagen.py --shard "$SLURM_ARRAY_TASK_ID"/2 --result '
+                                     f'/w/runs/x/result-"$SLURM_ARRAY_TASK_ID".json')
+    assert shell_arg("a b") == "'a b'" and shell_arg(ARRAY_TASK) == '"$SLURM_ARRAY_TASK_ID"'
+    assert "--array" not in render(job()) and "output.log" in render(job())
+
+
+def test_a_step_before_srun_fails_the_job_with_its_code():
+    j = BatchJob(name="n", workdir="/w", run_dir="/w/runs/r", command=["x"], request=Request(nodes=2),
+                 setup=("module load cuda",), before=(("draft-serves preflight", [PY, "remote/serve_check.py",
+                                                                                  "--spec", "/w/s.json"]),))
+    lines = render(j).splitlines()
+    i = lines.index("echo '[specops] draft-serves preflight'")
+    step = shlex.split(lines[i + 1] + "\n" + lines[i + 2])
+    assert step[:5] == ["srun", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1", "bash"]  # (the first node)
+    assert step[6] == f"module load cuda\nexec {PY} remote/serve_check.py --spec /w/s.json", step
+    assert lines[i + 3] == 'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > /w/runs/r/exit_code; exit "$rc"; fi'
+    assert lines[i + 4].startswith("srun --ntasks-per-node=1 ")
+
+
+def test_array_task_ids():
+    assert queue.task_ids("3") == (3,) and queue.task_ids("0-3") == (0, 1, 2, 3)
+    assert queue.task_ids("1,3") == (1, 3) and queue.task_ids("0-6:2") == (0, 2, 4, 6)
+    assert queue.task_ids("2-4%2") == (2, 3, 4) and queue.task_ids("") == ()
+
+
+def test_an_online_split_names_the_allocations_gpus():
+    """In a Slurm job the server's and the trainer's GPUs are positions in the allocation's own
+    CUDA_VISIBLE_DEVICES (a node that does not renumber them gives e.g. 4,5,6,7)."""
+    on = paths.remote_module("online")
+    env = {"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert on.allocated("0,1", env) == "4,5" and on.allocated("2,3", env) == "6,7"
+    assert on.allocated("0,1", {"CUDA_VISIBLE_DEVICES": "4,5"}) == "0,1"  # (not a Slurm job: as they are)
+    try:
+        on.allocated("4", env)
+        raise AssertionError("an index past the allocation was taken")
+    except on.Refused as e:
+        assert "this Slurm allocation has 4 (4,5,6,7)" in str(e)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
+from specops.errors import SpecopsError
 from specops.ops import data
 from specops.group.fanout import Outcome, run_on
 from specops.inventory import Host
@@ -35,3 +37,65 @@ def extract_group(hosts: list[Host], *, dataset=None, dry_run=False, connect=Non
     outs = extract_sharded(hosts, dataset=dataset, dry_run=dry_run, connect=connect, **kw)
     done = all(o.ok for o in outs) and not dry_run
     return {"outcomes": outs, "completion": shards.complete_data(hosts, dataset) if done else None}
+
+
+def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, backend="vllm", layers=None,
+                  concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, detach=False,
+                  timeout: float = 7 * 86400) -> Optional[dict]:
+    """A `scheduler: slurm` host: one Slurm job array of `shards` tasks, each extracting its
+    contiguous share of the rows (datagen --shard i/n, i = $SLURM_ARRAY_TASK_ID) with its own vLLM
+    server on its own allocation's GPUs (slurm.gpus_per_node), into the one data dir on the
+    cluster's shared filesystem. Waits for every task (unless detach), then checks, as the group
+    path does, that every row now has its file (datagen --plan: nothing left to write).
+    {"run_id", "job_id", "outcomes": [one per task], "completion", "left"}; None under --dry-run."""
+    from specops.group.fanout import Outcome
+    from specops.ops import jobs
+    from specops.slurm import script
+
+    if not t.host.is_slurm:
+        raise SpecopsError(f"--shards is for a `scheduler: slurm` host (a job array); {t.host.name} is one host: "
+                           f"drop --shards, or give --shard i/n (a group splits the rows itself)")
+    if shards < 1:
+        raise SpecopsError(f"--shards {shards}: give 1 or more (the tasks of the job array)")
+    common = dict(data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier), extract=True,
+                  backend=backend, layers=layers, concurrency=concurrency, max_model_len=max_model_len,
+                  **({"vllm_args": vllm_args} if vllm_args else {}))
+    plan = data.plan_datagen(t, data.datagen_args(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
+    if t.dry_run:
+        t.plan(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
+        data.planned_commands(t, plan)
+    args = data.datagen_args(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
+    rid = jobs.new_run_id("extract")
+    argv = [t.expand(t.host.python), "remote/datagen.py", *args,
+            "--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json")]
+    started = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(args), array=shards)
+    if started is None:
+        return None
+    jid = started.slurm_job_id
+    t.note(f"extract submitted on {t.host.name}: run {rid} (Slurm job array {jid}, {shards} task(s)); "
+           f"`{t.hint(f'status --run-id {rid}')}` shows each task")
+    if detach:
+        return {"run_id": rid, "job_id": jid, "outcomes": [], "completion": None, "left": None}
+    try:
+        j = jobs.wait_ended(t, rid, timeout)
+    except KeyboardInterrupt:  # (as a single extraction does: Ctrl-C stops what it started)
+        t.note(f"interrupted: stopping {rid} (every task of Slurm job array {jid}) ...", "warn")
+        res = jobs.stop(t, rid, grace=60)
+        raise SpecopsError(f"extract {rid} interrupted and stopped on {t.host.name} "
+                           f"({res.state if res else '?'})") from None
+    outs = []
+    for task in j.subjobs:
+        i = int(task.run_id[len("task"):])
+        raw = t.read_bytes(jobs.run_path(t, rid, f"result-{i}.json"))
+        res = json.loads(raw) if raw else None
+        if task.state.value == "succeeded" and res and res.get("ok"):
+            outs.append(Outcome(f"{task.run_id} ({task.slurm_job_id})", True, res))
+        else:
+            why = (res or {}).get("error") or task.error or task.last_line
+            outs.append(Outcome(f"{task.run_id} ({task.slurm_job_id})", False,
+                                error=f"{task.describe}" + (f": {why}" if why else "")))
+    left = None
+    if all(o.ok for o in outs):  # (the shards are one folder already: the workdir is shared, `inv check` proved it)
+        left = data.plan_datagen(t, data.datagen_args(t, **common), kind="extract", quiet=True).get("todo")
+    return {"run_id": rid, "job_id": jid, "outcomes": outs, "left": left,
+            "completion": {"mode": "shared filesystem", "moved": 0, "notes": []} if left == 0 else None}

@@ -268,10 +268,7 @@ def serve_line(res: dict) -> str:
 
 def serve_failure(res: dict) -> str:
     """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
-    root = res.get("root_cause") or res.get("error")
-    what = ("speculators could not build an untrained draft of this config" if res.get("stage") == "draft"
-            else "vLLM could not serve the verifier with an untrained EAGLE-3 draft of this config")
-    return f"{what}: {root}" + (f" (log on the host: {res['log']})" if res.get("log") else "")
+    return paths.remote_module("serve_check").failure_line(res)
 
 
 def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True

@@ -84,10 +84,8 @@ def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[st
     return args + t.host.vllm_flags(list(vllm_args or []))
 
 
-def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
-                detach: bool = False, quiet: bool = False) -> Optional[dict]:
-    """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
-    result; None when detached, or under --dry-run (the commands it would start are planned)."""
+def plan_datagen(t: Transport, args: list[str], *, kind: str, quiet: bool = False) -> dict:
+    """remote/datagen.py --plan (changes nothing): the checks, the disk budget (a note), the commands."""
     pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
     plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
     if not plan.get("ok"):
@@ -97,14 +95,31 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
                       f"{plan['hidden_size']} x 2 B = {human_bytes(plan['estimate_bytes'])} "
                       f"(+10%); {human_bytes(plan['free_bytes'])} free; {plan['todo']} file(s) to write, "
                       f"{plan['done']} already there")
+    return plan
+
+
+def datagen_lock(args: list[str]) -> str:
+    """One writer per data dir."""
+    return "data-" + hashlib.sha1(args[args.index("--data-dir") + 1].encode()).hexdigest()[:12]
+
+
+def planned_commands(t: Transport, plan: dict) -> None:
+    """Under --dry-run, what the job would start (the vLLM server, speculators ...): review -tp before GPU hours."""
+    if t.dry_run:
+        for cmd in plan.get("commands", []):
+            t.plan("would start: " + shlex.join(map(str, cmd)))
+
+
+def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
+                detach: bool = False, quiet: bool = False) -> Optional[dict]:
+    """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
+    result; None when detached, or under --dry-run (the commands it would start are planned)."""
+    plan = plan_datagen(t, args, kind=kind, quiet=quiet)
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
-    data = args[args.index("--data-dir") + 1]
-    lock = "data-" + hashlib.sha1(data.encode()).hexdigest()[:12]  # one writer per data dir
-    if t.dry_run:  # what the job would start (the vLLM server, speculators ...): review -tp before GPU hours
-        for cmd in plan.get("commands", []):
-            t.plan("would start: " + shlex.join(map(str, cmd)))
+    lock = datagen_lock(args)
+    planned_commands(t, plan)
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         started = jobs.start(t, rid, argv, kind=kind, lock=lock)
         code = None if started is None else jobs.follow(t, rid, write=lambda b: None)[1]

@@ -42,16 +42,17 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
-          nodes: Optional[int] = None) -> Optional[Started]:
+          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Optional[Started]:
     """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
-    slurm.nodes)."""
+    slurm.nodes), or each task's of a job array (`array` tasks: script.BatchJob.array); `before`:
+    (label, argv) steps of the batch shell before it (script.BatchJob.before)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     if t.host.is_slurm:
-        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock)
+        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
@@ -71,7 +72,8 @@ GPU_LOCK = "train"
 
 
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
-           nodes: Optional[int] = None, lock: Optional[str] = None) -> Optional[Started]:
+           nodes: Optional[int] = None, lock: Optional[str] = None, array: int = 0,
+           before: Sequence[tuple] = ()) -> Optional[Started]:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
     shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
     other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
@@ -83,7 +85,7 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
                                f"({j.detail}) (nothing was submitted)")
     job = script.BatchJob(name=f"specops-{run_id}", workdir=t.workdir, run_dir=run_path(t, run_id), command=list(argv),
                           request=script.Request.of(s, nodes=nodes), setup=tuple(s.setup),
-                          env_file=run_path(t, run_id) + ".env" if env else None)
+                          env_file=run_path(t, run_id) + ".env" if env else None, array=array, before=tuple(before))
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
     jid = cluster.submit(t, job, text, run_id, kind, lock=lock)
@@ -172,8 +174,9 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
 
 def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]] = None, offset: int = 0,
            poll: float = 0.5, until_end: bool = True, reconnect: bool = True,
-           tries: int = 5) -> tuple[int, Optional[int]]:
-    """Hand the job's log to `write` from byte `offset` as it grows, until the job ends (exit code)
+           tries: int = 5, task: Optional[int] = None) -> tuple[int, Optional[int]]:
+    """Hand the job's log (a Slurm array run's: task `task`'s) to `write` from byte `offset` as it
+    grows, until the job ends (exit code)
     or forever if not until_end. A lost connection is re-opened in place with backoff, from the
     byte last written: no line is lost or repeated. Returns (offset, exit code or None)."""
     write = write or t.log
@@ -184,7 +187,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
     while True:
         try:
             if where is None:  # (needs the host's $HOME: inside the retry loop too)
-                where = run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+                where = log_files(t, run_id, task)
             log, code_file = where
             code = t.read_bytes(code_file)
             if code is None and slurm_end is not None:  # (a cancelled job's batch shell writes none)
@@ -250,6 +253,18 @@ def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[
     return None, None
 
 
+def log_files(t: Transport, run_id: str, task: Optional[int] = None) -> tuple[str, str]:
+    """(log, exit code file) of a run, or of task `task` of a Slurm job array run."""
+    rec = cluster.record(t, run_id) if task is not None and t.host.is_slurm else None
+    if task is None or not rec or not rec.get("array"):
+        if task is not None:
+            raise SpecopsError(f"run {run_id} on {t.host.name} is not a Slurm job array: drop --task")
+        return run_path(t, run_id, "output.log"), run_path(t, run_id, "exit_code")
+    if not 0 <= task < int(rec["array"]):
+        raise SpecopsError(f"--task {task}: run {run_id} has tasks 0..{int(rec['array']) - 1}")
+    return cluster.array_log(t, run_id, rec["job_ids"][-1], task), run_path(t, run_id, f"exit_code-{task}")
+
+
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
     data = t.read_bytes(run_path(t, run_id, "output.log"), 0) or b""
     return "\n".join(data.decode(errors="replace").splitlines()[-n:])
@@ -271,10 +286,10 @@ def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
         time.sleep(1)
 
 
-def run_following(t: Transport, run_id: str) -> Optional[int]:
+def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Optional[int]:
     """Follow a run's log until it ends (its exit code); Ctrl-C detaches (None), the run goes on."""
     try:
-        return follow(t, run_id)[1]
+        return follow(t, run_id, task=task)[1]
     except KeyboardInterrupt:
         t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
                f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
@@ -284,11 +299,11 @@ def run_following(t: Transport, run_id: str) -> Optional[int]:
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
-                 nodes: Optional[int] = None) -> Optional[int]:
+                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
     under --dry-run."""
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before)
     if j is None:
         return None
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"

@@ -9,7 +9,7 @@ import shlex
 from typing import Optional
 
 from specops.ops import jobs
-from specops.ops.check import refuse_failed_settings, serve_gate
+from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
 from specops.config import load_config, revision
 from specops.ops.data import data_dir
 from specops.errors import SpecopsError
@@ -46,8 +46,9 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
         args += ["--layers", str(layers)]
     if disk_budget_gb is not None:
         args += ["--disk-budget", str(int(float(disk_budget_gb) * 2**30))]
-    if h.gpus is not None:
-        args += ["--gpus", str(h.gpus)]
+    gpus = h.gpus if h.gpus is not None else (h.slurm.gpus_per_node or None) if h.is_slurm else None
+    if gpus is not None:  # (a Slurm job's: what its allocation gets, not the login node's)
+        args += ["--gpus", str(gpus)]
     if server_gpus:
         args += ["--server-gpus", str(server_gpus)]
     if train_gpus:
@@ -193,18 +194,31 @@ def launch_argv(t: Transport, spec_path: str, script: str = "train") -> list[str
 RDZV_PORT = 29500
 
 
-def slurm_settings(t: Transport, hidden_states: str, serve_check: bool) -> tuple[str, bool]:
-    """A slurm host trains offline (on extracted files) and runs no draft-serves preflight on its
-    login node; what it cannot do yet is refused."""
-    if hidden_states == "online":
-        raise SpecopsError(f"--hidden-states online on {t.host.name}: a Slurm job trains on extracted hidden "
-                           f"states for now: `{t.hint('extract')}` first, then train offline (nothing was submitted)")
-    if hidden_states == "auto":
-        t.note(f"hidden states: offline (a Slurm job on {t.host.name} trains on the dataset's extracted files)")
-    if serve_check:
-        t.note(f"draft-serves preflight: not run on {t.host.name} (a Slurm login node; vLLM would serve there, "
-               f"not on a compute node)")
-    return "offline", False
+def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> str:
+    """A slurm host: online hidden states put the vLLM server and the trainer in one allocation of one
+    node (remote/train.py starts the server first, the trainer once it is healthy, and stops the
+    server when the trainer ends or Slurm signals the job); several nodes train offline."""
+    n = nodes or t.host.slurm.nodes
+    if hidden_states == "online" and n > 1:
+        raise SpecopsError(f"--hidden-states online on {t.host.name}: the vLLM server and the trainer share one "
+                           f"node's allocation; {n} nodes asked: give --nodes 1, or `{t.hint('extract --shards N')}` "
+                           f"first and train offline (nothing was submitted)")
+    if hidden_states == "auto" and n > 1:
+        t.note(f"hidden states: offline (a {n}-node Slurm job on {t.host.name} trains on the dataset's extracted files)")
+        return "offline"
+    return hidden_states
+
+
+def serve_step(t: Transport, rid: str, spec_path: str, vllm_args: Optional[list]) -> tuple:
+    """A Slurm job's draft-serves preflight: a step on the allocation's first node before the
+    trainer (the login node has no GPU to serve on); a failure ends the job with vLLM's root cause
+    in one line of its log (remote/serve_check.py --job-step)."""
+    t.note(f"draft-serves preflight: a step of the Slurm job before the trainer, on its node (vLLM serves the "
+           f"verifier with an untrained draft: about 80 s on a 2-core CPU node, a minute or two on a GPU, at once "
+           f"when the same setting passed before; {SERVE_SKIP})")
+    argv = [t.expand(t.host.python), "remote/serve_check.py", "--spec", spec_path,
+            "--job-step", jobs.run_path(t, rid, "serve-check.json"), *t.host.vllm_flags(list(vllm_args or []))]
+    return ("draft-serves preflight (remote/serve_check.py) before the trainer", argv)
 
 
 def refuse_running(t: Transport, rid: str) -> list:
@@ -292,7 +306,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     h = t.host
     extra = None
     if h.is_slurm:  # (the partition first, before the data is read or anything written)
-        hidden_states, serve_check = slurm_settings(t, hidden_states, serve_check)
+        hidden_states = slurm_settings(t, hidden_states, nodes)
         cluster.judge_request(t, script.Request.of(h.slurm, nodes=nodes), "train")
         cluster.refuse_unshared(t, "train")
         extra = {"nnodes": nodes or h.slurm.nodes, "scheduler": "slurm", "rdzv_port": RDZV_PORT}
@@ -304,12 +318,16 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                      server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args, extra=extra)
     host_jobs = refuse_running(t, rid)
     refuse_new_data(t, rid, spec, continue_on_new_data)
-    served = preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
+    served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
+    if h.is_slurm and not serve_check:
+        t.note("draft-serves preflight: skipped (--no-serve-check)")
     fresh = not t.exists(spec["run_dir"], "-d")
     path = put_spec(t, spec)
+    before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes)
+                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes,
+                                 before=before)
     except SpecopsError:
         marker = cluster.RECORD if h.is_slurm else "job.json"
         if fresh and not t.exists(f"{spec['run_dir']}/{marker}", "-f"):  # a refused start leaves no run folder

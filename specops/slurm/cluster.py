@@ -149,7 +149,8 @@ def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock:
         t.plan(f"write {path}:\n{text}")
         t.plan(f"run: {cmd}")
         return None
-    t.check(f"mkdir -p {_q(job.run_dir)} && rm -f {_q(job.exit_file)}", "mkdir run dir")
+    old = f"{_q(job.run_dir)}/exit_code-*" if job.array else _q(job.exit_file)
+    t.check(f"mkdir -p {_q(job.run_dir)} && rm -f {old}", "mkdir run dir")
     t.put_text(text, path, label="(sbatch script)", whole=True)
     r = slurm(t, cmd, "sbatch", changes=True)
     if not r.ok or not r.stdout.strip():
@@ -159,7 +160,7 @@ def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock:
     rec = record(t, run_id) or {"run_id": run_id, "kind": kind, "job_ids": []}
     rec["job_ids"].append(job_id)
     rec.update(submitted=time.time(), stopped=False, nodes=job.request.nodes, partition=job.request.partition,
-               lock=lock)
+               lock=lock, array=job.array)
     _write_record(t, run_id, rec)
     return job_id
 
@@ -191,9 +192,8 @@ def _list_runs(t: Transport) -> list[tuple[dict, int, Optional[int]]]:
     return sorted(out, key=lambda x: x[0].get("submitted", 0))
 
 
-def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[queue.SlurmJob]) -> Job:
-    jid = rec["job_ids"][-1]
-    stopped = rec.get("stopped")
+def _state(jid: str, code: Optional[int], sj: Optional[queue.SlurmJob], stopped: bool):
+    """(state, detail, exit code) from Slurm's record (else the exit code the batch shell wrote)."""
     if sj is not None:
         state, detail = sj.job_state, sj.describe()
         exit_code = sj.code if state.terminal else None
@@ -206,8 +206,17 @@ def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[q
         state, detail, exit_code = JobState.LOST, f"Slurm no longer lists job {jid} and it left no exit code", None
     if stopped and state.terminal:
         state = JobState.STOPPED
-    log = f"{run_dir(t, rec['run_id'])}/output.log"
-    tail = (t.read_bytes(log, max(size - 16384, 0)) or b"").decode(errors="replace") if size else ""
+    return state, detail, exit_code
+
+
+def _tail(t: Transport, log: str, size: int) -> str:
+    return (t.read_bytes(log, max(size - 16384, 0)) or b"").decode(errors="replace") if size else ""
+
+
+def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[queue.SlurmJob]) -> Job:
+    jid = rec["job_ids"][-1]
+    state, detail, exit_code = _state(jid, code, sj, rec.get("stopped"))
+    tail = _tail(t, f"{run_dir(t, rec['run_id'])}/output.log", size)
     err = None
     if state in (JobState.FAILED, JobState.KILLED):
         err = paths.remote_module("errlines").first_error(tail)
@@ -218,13 +227,67 @@ def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[q
                reason=sj.reason if sj else "", lock=rec.get("lock"))
 
 
+def array_log(t: Transport, run_id: str, array_id: str, task: int) -> str:
+    """An array task's log (sbatch's --output=RUN/output-%A_%a.log)."""
+    return f"{run_dir(t, run_id)}/output-{array_id}_{task}.log"
+
+
+def _array_job(t: Transport, rec: dict, known: dict[str, queue.SlurmJob]) -> Job:
+    """A job array's run: one subjob per task (`task<i>`: its Slurm record, log and exit code),
+    the run's state theirs together (running while any runs; succeeded when all did; else the
+    first failed task's exit code and error)."""
+    jid, n, rid = rec["job_ids"][-1], int(rec["array"]), rec["run_id"]
+    by_task = {i: j for j in known.values() if j.array_job_id == jid for i in j.array_tasks}
+    rd = run_dir(t, rid)
+    probe = "; ".join(f'printf "%s %s\\n" "$(stat -c %s {_q(array_log(t, rid, jid, i))} 2>/dev/null || echo 0)" '
+                      f'"$(cat {_q(rd)}/exit_code-{i} 2>/dev/null || echo -)"' for i in range(n))
+    seen = [ln.split() for ln in t.run(probe, changes=False).stdout.splitlines()]
+    tasks = []
+    for i in range(n):
+        size, code = (seen[i] + ["0", "-"])[:2] if i < len(seen) else ("0", "-")
+        c = int(code) if code.lstrip("-").isdigit() else None
+        sj = by_task.get(i)
+        state, detail, exit_code = _state(f"{jid}_{i}", c, sj, rec.get("stopped"))
+        tail = _tail(t, array_log(t, rid, jid, i), int(size))
+        err = paths.remote_module("errlines").first_error(tail) if state in (JobState.FAILED, JobState.KILLED) else None
+        tasks.append(Job(run_id=f"task{i}", kind=rec.get("kind", ""), state=state,
+                         detail=detail.replace(f"Slurm job {sj.job_id} ", f"Slurm job {jid}_{i} ") if sj else detail,
+                         log_bytes=int(size), exit_code=exit_code, error=err, slurm_job_id=f"{jid}_{i}",
+                         last_line=paths.remote_module("loglines").last_meaningful(tail),
+                         nodes=sj.nodes if sj else "", reason=sj.reason if sj else ""))
+    states = [j.state for j in tasks]
+    bad = next((j for j in tasks if j.state in (JobState.FAILED, JobState.KILLED, JobState.LOST)), None)
+    if not all(s.terminal for s in states):
+        state = JobState.PENDING if all(s == JobState.PENDING for s in states) else JobState.RUNNING
+        exit_code = None
+    elif bad is None:
+        state, exit_code = (JobState.STOPPED if rec.get("stopped") and any(s == JobState.STOPPED for s in states)
+                            else JobState.SUCCEEDED), 0
+    else:
+        state, exit_code = bad.state, bad.exit_code if bad.exit_code is not None else 1
+    if rec.get("stopped") and state.terminal:
+        state = JobState.STOPPED
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.value] = counts.get(s.value, 0) + 1
+    detail = f"Slurm job array {jid}: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + f" of {n} task(s)"
+    if bad is not None and state.terminal:
+        detail += f"; {bad.run_id} {bad.detail}"
+    return Job(run_id=rid, kind=rec.get("kind", ""), state=state, detail=detail,
+               age_s=round(time.time() - rec.get("submitted", time.time()), 1),
+               log_bytes=sum(j.log_bytes for j in tasks), last_line=next((j.last_line for j in tasks if j.last_line), ""),
+               exit_code=exit_code, error=bad.error if bad is not None else None, slurm_job_id=jid,
+               nodes=",".join(j.nodes for j in tasks if j.nodes), lock=rec.get("lock"), subjobs=tasks, array=n)
+
+
 def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
     """The runs with a Slurm record (one, or all), state from Slurm, as `inv status` shows jobs."""
     runs = [r for r in _list_runs(t) if run_id is None or r[0].get("run_id") == run_id]
     if run_id is not None and not runs:
         raise SpecopsError(f"unknown run id {run_id!r} on {t.host.name}: `{t.hint('status')}` lists the runs")
     known = slurm_jobs(t, [r[0]["job_ids"][-1] for r in runs])
-    return [_job(t, rec, size, code, known.get(rec["job_ids"][-1])) for rec, size, code in runs]
+    return [_array_job(t, rec, known) if rec.get("array") else _job(t, rec, size, code, known.get(rec["job_ids"][-1]))
+            for rec, size, code in runs]
 
 
 def end_watcher(t: Transport, run_id: str) -> Callable[[], Optional[int]]:
@@ -253,6 +316,8 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
         return Stopped(ok=True, run_id=run_id, state=j.state, detail=j.detail, already=j.state.value)
     pending = j.state == JobState.PENDING
     term = f"scancel {_q(jid)}" if pending else f"scancel --signal=TERM {_q(jid)}"
+    if not pending and any(s.state == JobState.PENDING for s in j.subjobs):  # (an array's tasks not started yet)
+        term = f"scancel --state=PENDING {_q(jid)} && {term}"
     if t.dry_run:
         t.plan(f"run: {term}")
         if not pending:

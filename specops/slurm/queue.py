@@ -58,6 +58,10 @@ class SlurmJob:
     signal: int
     run_time: str
     stdout: str
+    #: a job array's: its id (the one sbatch answered) and this record's task indices (a pending
+    #: remainder is one record for several: `0-3`, `1,3`, `2-7%2`); empty for a plain job
+    array_job_id: str = ""
+    array_tasks: tuple = ()
 
     @classmethod
     def of(cls, rec: dict) -> "SlurmJob":
@@ -66,7 +70,8 @@ class SlurmJob:
                    state=rec.get("JobState", "UNKNOWN").split()[0], reason=_null(rec.get("Reason")),
                    nodes=_null(rec.get("NodeList")), exit_code=int(code or 0) if code.isdigit() else 0,
                    signal=int(sig) if sig.isdigit() else 0, run_time=rec.get("RunTime", ""),
-                   stdout=_null(rec.get("StdOut")))
+                   stdout=_null(rec.get("StdOut")), array_job_id=_null(rec.get("ArrayJobId")),
+                   array_tasks=task_ids(_null(rec.get("ArrayTaskId"))))
 
     @property
     def job_state(self) -> JobState:
@@ -87,6 +92,17 @@ class SlurmJob:
         end = f"signal {self.signal}" if self.signal else f"exit {self.exit_code}"
         return f"Slurm job {self.job_id} {self.state}, {end}" + (
             f" ({self.reason})" if self.reason and self.state != "COMPLETED" else "")
+
+
+def task_ids(text: str) -> tuple:
+    """Slurm's ArrayTaskId (`3`, `0-3`, `1,3,5`, `0-7:2`, `2-7%2`) -> the indices."""
+    out: list[int] = []
+    for part in text.split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if m:
+            a, b, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+            out += range(a, b + 1, step)
+    return tuple(out)
 
 
 def jobs(text: str) -> dict[str, SlurmJob]:

@@ -5,6 +5,11 @@ node command (the host venv's interpreter, e.g. `remote/train.py --spec ...`), w
 rank from Slurm's environment (SLURM_NNODES, SLURM_NODEID) and the rendezvous address from
 SPECOPS_RDZV_ADDR: the first node of the allocation, as `scontrol show node` gives its address.
 The batch shell records srun's exit code in RUN/exit_code.
+
+A job array (BatchJob.array = N, `sbatch --array=0-N-1`): N tasks of the same script, each its
+own allocation (its own GPUs); an argument holding ARRAY_TASK gets the task's index
+($SLURM_ARRAY_TASK_ID) there, e.g. `--shard {array_task}/N`. Each task writes its own log,
+RUN/output-<array job id>_<task>.log (sbatch's `%A_%a`), and exit code, RUN/exit_code-<task>.
 """
 
 from __future__ import annotations
@@ -17,6 +22,16 @@ from specops.inventory import Slurm
 
 #: the variable the batch shell sets to the first node's address (remote/launch.py reads it)
 RDZV_VAR = "SPECOPS_RDZV_ADDR"
+#: in an argument of an array job's command: the task's index (the shell's $SLURM_ARRAY_TASK_ID)
+ARRAY_TASK = "{array_task}"
+
+
+def shell_arg(arg: str) -> str:
+    """One argument, quoted for the shell, ARRAY_TASK left to the shell to expand."""
+    pieces = str(arg).split(ARRAY_TASK)
+    if len(pieces) == 1:
+        return shlex.quote(str(arg))
+    return '"$SLURM_ARRAY_TASK_ID"'.join(shlex.quote(p) if p else "" for p in pieces)
 
 
 @dataclass(frozen=True)
@@ -59,40 +74,56 @@ class BatchJob:
     request: Request
     setup: Sequence[str] = field(default_factory=tuple)
     env_file: Optional[str] = None
+    #: tasks of a job array (0: a plain job)
+    array: int = 0
+    #: (label, argv) run in the batch shell before srun; a step that fails ends the job with its code
+    before: Sequence[tuple] = field(default_factory=tuple)
 
     @property
     def output(self) -> str:
-        return f"{self.run_dir}/output.log"
+        return f"{self.run_dir}/output-%A_%a.log" if self.array else f"{self.run_dir}/output.log"
 
     @property
     def exit_file(self) -> str:
-        return f"{self.run_dir}/exit_code"
+        return f"{self.run_dir}/exit_code-{ARRAY_TASK}" if self.array else f"{self.run_dir}/exit_code"
 
-    def node_shell(self) -> str:
-        """What each node's task runs: the setup lines, the run's environment, then the command."""
+    def node_shell(self, command: Optional[Sequence[str]] = None) -> str:
+        """What each node's task runs: the setup lines, the run's environment, then the command
+        (default: the job's)."""
         lines = list(self.setup)
         if self.env_file:  # (KEY=VALUE lines, 0600; exported as they are, never evaluated)
             lines.append(f'while IFS= read -r kv; do export "$kv"; done < {shlex.quote(self.env_file)}')
-        lines.append("exec " + shlex.join(self.command))
+        if self.array and command is None:
+            lines.append('echo "[specops] array task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID on $(hostname), '
+                         'GPUs ${CUDA_VISIBLE_DEVICES:-none}"')
+        lines.append("exec " + " ".join(map(shell_arg, self.command if command is None else command)))
         return "\n".join(lines)
 
 
 def render(job: BatchJob) -> str:
     """The sbatch script: the header from the request, srun starting one task per node."""
     head = [f"--job-name={job.name}", *job.request.options(), f"--chdir={job.workdir}", f"--output={job.output}",
-            "--open-mode=append"]
+            "--open-mode=append"] + ([f"--array=0-{job.array - 1}"] if job.array else [])
     q = shlex.quote
+    ex = shell_arg(job.exit_file)
+    steps = []
+    for label, argv in job.before:  # (one task on the allocation's first node, its setup lines first)
+        steps += [f"echo {q(f'[specops] {label}')}",
+                  f"srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell(argv))}",
+                  f'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > {ex}; exit "$rc"; fi']
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {shlex.quote(o)}" for o in head),
-        f"# specops: {job.name}: one task per node; the rendezvous on the allocation's first node",
-        f"rm -f {q(job.exit_file)}",
+        f"# specops: {job.name}: " + (f"an array of {job.array} tasks, one allocation each" if job.array else
+                                      "one task per node; the rendezvous on the allocation's first node"),
+        f"rm -f {ex}",
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f'{RDZV_VAR}=$(scontrol -o show node "$first" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
         f'export {RDZV_VAR}="${{{RDZV_VAR}:-$first}}"',
+        *steps,
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell())}",
         "rc=$?",
-        f'echo "$rc" > {q(job.exit_file)}',
+        f'echo "$rc" > {ex}',
         'exit "$rc"',
         "",
     ])
