@@ -126,6 +126,9 @@ class Ticker:
     def feed(self, line):
         pass
 
+    def finish(self):
+        pass
+
     def line(self):
         return f"install: {self.what}: {time.time() - self.t0:.0f}s"
 
