@@ -129,6 +129,8 @@ class Ticker:
     def finish(self):
         pass
 
+    run = finish  # (pipprogress.run calls it when the command exits non-zero)
+
     def line(self):
         return f"install: {self.what}: {time.time() - self.t0:.0f}s"
 
