@@ -83,6 +83,26 @@ def test_make_test_prints_its_slowest_tests_and_setup_keeps_its_seconds():
     assert "else .venv/bin/pip install" in r.stdout  # (pip when uv fails)
 
 
+def test_make_demo_installs_only_the_demos_system_packages():
+    """`make demo` runs .ci/system-deps demo (python3-venv, rsync: no sshd, Slurm or munge);
+    `make test` the test rig's set too; another set is refused in one line, exit 2."""
+    env = {**os.environ, "MAKEFLAGS": ""}
+    demo = subprocess.run(["make", "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert "bash .ci/system-deps demo" in demo.stdout and "system-deps test" not in demo.stdout, demo.stdout
+    test = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert "bash .ci/system-deps test" in test.stdout, test.stdout
+    text = (REPO / ".ci/system-deps").read_text()
+    demo_part = "\n".join(ln for ln in text.split('if [ "$what" = test ]')[0].splitlines() if not ln.startswith("#"))
+    assert "slurm-wlm" not in demo_part and "munge" not in demo_part and "openssh-server" not in demo_part
+    assert "python3-venv" in demo_part and "rsync" in demo_part
+    bad = subprocess.run(["bash", str(REPO / ".ci/system-deps"), "foo"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "system-deps: unknown set 'foo': choose demo or test"
+    # (on this machine everything is there: both sets install nothing)
+    for what in ("demo", "test"):
+        r = subprocess.run(["bash", str(REPO / ".ci/system-deps"), what], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout == "", (what, r.stdout, r.stderr)
+
+
 def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
     """run_script(progress=True): each `[specops] ...` line of the script's stdout is a note the
     moment it is printed (the payload still decoded), other lines are not."""
