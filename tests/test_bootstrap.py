@@ -168,7 +168,8 @@ def test_install_by_uv_where_it_fits(tmp_path):
     assert compiling[0] == "[specops] install: byte-compiling the installed packages (as pip does; uv does not)"
     assert re.fullmatch(r"\[specops\] install: byte-compiled in [\d.]+ s", compiling[-1]), compiling
     assert list(venv.glob("lib/python3*/site-packages/sympy/__pycache__/__init__.cpython-*.pyc")), "sympy not compiled"
-    assert re.search(r"-m compileall -q -j 0 \S+/venv/lib/python3[\d.]+/site-packages", log), log[-2000:]
+    assert re.search(r"-m compileall -q -j 0 -x \S+ \S+/venv/lib/python3[\d.]+/site-packages", log), log[-2000:]
+    assert not list(venv.glob("lib/python3*/site-packages/numpy/*/tests/__pycache__")), "numpy's tests compiled"
     assert re.search(r"uv pip install --python \S+/venv/bin/python3 .*--index-strategy unsafe-best-match --no-deps -r",
                      log), log[-2000:]
     assert (tmp_path / ".specops/uv/bin/uv").is_file()
