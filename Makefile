@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` (main job on the built-in `local` host) and
-# `make test` (the test suite). Both set up what they need first.
+# `make test` (the test suite). Both set up what they need first (`make demo` only the demo's
+# system packages: .ci/system-deps demo; `make test` the test rig's too).
 PY ?= python3
 VENV := .venv
 # the laptop venv's installer: uv (pip-installed into the venv first; about 3x less CPU than pip
@@ -13,7 +14,7 @@ setup: $(VENV)/.specops-setup
 # (the stamp keeps the seconds setup took: `make demo`'s stage table starts with them)
 $(VENV)/.specops-setup: pyproject.toml .ci/system-deps
 	@echo "start=$$(date +%s)" > .specops-setup.tmp
-	bash .ci/system-deps
+	bash .ci/system-deps demo
 	$(PY) -m venv $(VENV)
 	if [ "$(INSTALLER)" = uv ] && $(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV) && \
 	  $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[test,plot]'; then :; \
@@ -24,5 +25,7 @@ demo: setup
 	$(VENV)/bin/inv demo
 
 # --durations: the 25 slowest tests and setups, printed at the end (CI allows 90 minutes)
+# (the test rig's system packages too: sshd, Slurm, munge; `make demo` needs none of them)
 test: setup
+	bash .ci/system-deps test
 	$(VENV)/bin/python -m pytest -q -ra --durations=25

@@ -257,7 +257,7 @@ def main():
             emit({"ok": False, "action": "failed", "error": str(e), "mismatches": [], "tail": []})
             return 1
         common += ["--no-index", "--find-links", a.wheelhouse]
-    rc = 0
+    rc, by_uv = 0, False
     progress = pipprogress.Progress(len(reqs) if mode == "exact" else None)
     contract.progress(f"install: profile {Path(a.profile).stem} ({len(reqs)} requirement(s)"
                       f"{', no dependencies' if mode == 'exact' else ''}); its log: {log}")
@@ -286,6 +286,7 @@ def main():
                 rc = uvinstall.install(uv, f.name, log, no_deps=True, extra_index=idx if with_index else None,
                                        progress=progress)
                 if not rc:
+                    by_uv = True
                     break
             if rc:  # (an index uv cannot reach, ...: pip installs this group as ever)
                 contract.progress(f"install: uv exited {rc} (its output is in the log): pip installs "
@@ -294,6 +295,9 @@ def main():
                 rc = pip(common + extra + ["-r", f.name], log, progress)
         finally:
             os.unlink(f.name)
+    if rc == 0 and by_uv:  # (pip byte-compiles what it installs; uv leaves it to every later import)
+        contract.progress("install: byte-compiling the installed packages (as pip does; uv does not)")
+        contract.progress(f"install: byte-compiled in {uvinstall.compile_bytecode(log)} s")
     bad = mismatches(reqs) if rc == 0 else []
     ok = rc == 0 and not bad
     if ok:

@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 UV_VERSION = "0.13.9"
@@ -114,3 +115,43 @@ def install(exe, reqs_file, log, *, no_deps, extra_index=None, progress=None):
 def where_cache():
     """uv's cache: beside pip's (~/.cache/uv), on the filesystem of the venv mostly: linked, not copied."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "uv"
+
+
+class Ticker:
+    """A Progress for a step with no count of its own (pipprogress.run's lines): its elapsed seconds."""
+
+    def __init__(self, what):
+        self.what, self.t0 = what, time.time()
+
+    def feed(self, line):
+        pass
+
+    def finish(self):
+        pass
+
+    run = finish  # (pipprogress.run calls it when the command exits non-zero)
+
+    def line(self):
+        return f"install: {self.what}: {time.time() - self.t0:.0f}s"
+
+
+#: left to compile at import, if ever imported (a quarter of the cpu profile's 23,500 files): the
+#: packages' own tests, and transformers' model folders other than auto and llama (the host loads
+#: a model's own through AutoConfig; vLLM and speculators bring their own model code)
+SKIP_COMPILE = r"/(tests?|testing)/|/transformers/models/(?!(auto|llama)/)"
+
+
+def compile_bytecode(log, progress=True):
+    """Byte-compile the venv's site-packages (stdlib compileall, every core; files already
+    compiled are skipped), as pip does at install and uv does not: without it every import of
+    torch and vLLM compiles them again wherever Python may not write __pycache__
+    (PYTHONDONTWRITEBYTECODE), about twice the CPU seconds of a vLLM server's start on a CPU
+    (bench/results/first-ten-minutes.md). Its seconds (the exit code is not a failure: a few
+    packages ship files of other Python versions, which compileall reports and skips)."""
+    import pipprogress
+    import sysconfig
+
+    t0 = time.time()
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", "-x", SKIP_COMPILE, sysconfig.get_paths()["purelib"]]
+    pipprogress.run(cmd, log, Ticker("byte-compiling the installed packages") if progress else None)
+    return round(time.time() - t0, 1)

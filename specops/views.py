@@ -4,6 +4,7 @@ data and hand progress lines to their connection; only this module writes to the
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json as _json
 import math
@@ -66,9 +67,38 @@ def mark(ok: Optional[bool], hard: bool = True) -> str:
 
 
 # -- the connection's sinks ---------------------------------------------------------------
+#: the live line on a terminal (a rich Status: a spinner and a host script's latest progress line)
+_live = None
+
+
+def live_line(text: Optional[str]) -> None:
+    """On a terminal, one line kept in place (rich): text replaces what it said; None ends it.
+    Other output is printed above it while it runs. In a pipe: nothing (the caller prints lines)."""
+    global _live
+    if text is None:
+        if _live is not None:
+            _live.stop()
+            _live = None
+        return
+    if _live is None:
+        _live = console.status(escape(text), spinner="dots")
+        _live.start()
+    else:
+        _live.update(escape(text))
+
+
+atexit.register(live_line, None)  # (a task that ends or fails mid-step leaves no live line behind)
+
+
 def note(n: Note) -> None:
     """Progress lines from the library (through the connection), on stderr when they are not
-    results: plan lines of a dry run, warnings, finished steps."""
+    results: plan lines of a dry run, warnings, finished steps. A host script's progress lines
+    (kind "progress": every ~15 s) are one live line on a terminal, each a line in a pipe."""
+    if n.kind == "progress" and is_terminal():
+        live_line(f"[specops] {n.text}")
+        return
+    if n.kind in ("done", "warn"):  # (a step ended or went wrong: its live line goes)
+        live_line(None)
     if n.kind == "plan":
         line(f"DRY-RUN {n.host}: {n.text}")
     elif n.kind == "warn":
@@ -101,6 +131,7 @@ def transfer_progress(label: str):
 
 def log(chunk: bytes) -> None:
     """A followed job log, byte for byte."""
+    live_line(None)
     sys.stdout.buffer.write(chunk)
     sys.stdout.flush()
 

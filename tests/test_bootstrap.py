@@ -159,9 +159,17 @@ def test_install_by_uv_where_it_fits(tmp_path):
     assert res["ok"] and res["action"] == "installed" and res["mismatches"] == [], res
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[specops] install:")]
     assert "uv 0.13.9 installs it" in lines[1], lines
-    assert all(re.search(r": \d+ of 3 packages in place; uv is installing(: \d+ of the \d+ large wheels it names "
-                         r"downloaded \([\d.]+ k?M?G?B of [\d.]+ k?M?G?B\))?$", ln) for ln in lines[2:]), lines
     log = (tmp_path / "install.log").read_text()
+    compiling = [ln for ln in lines if "byte-compil" in ln]
+    assert all(re.search(r": \d+ of 3 packages in place; uv is installing(: \d+ of the \d+ large wheels it names "
+                         r"downloaded \([\d.]+ k?M?G?B of [\d.]+ k?M?G?B\))?$", ln)
+               for ln in lines[2:] if ln not in compiling), lines
+    # then the venv byte-compiled, as pip would have (uv does not): imports never compile again
+    assert compiling[0] == "[specops] install: byte-compiling the installed packages (as pip does; uv does not)"
+    assert re.fullmatch(r"\[specops\] install: byte-compiled in [\d.]+ s", compiling[-1]), compiling
+    assert list(venv.glob("lib/python3*/site-packages/sympy/__pycache__/__init__.cpython-*.pyc")), "sympy not compiled"
+    assert re.search(r"-m compileall -q -j 0 -x \S+ \S+/venv/lib/python3[\d.]+/site-packages", log), log[-2000:]
+    assert not list(venv.glob("lib/python3*/site-packages/numpy/*/tests/__pycache__")), "numpy's tests compiled"
     assert re.search(r"uv pip install --python \S+/venv/bin/python3 .*--index-strategy unsafe-best-match --no-deps -r",
                      log), log[-2000:]
     assert (tmp_path / ".specops/uv/bin/uv").is_file()

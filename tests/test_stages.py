@@ -83,6 +83,26 @@ def test_make_test_prints_its_slowest_tests_and_setup_keeps_its_seconds():
     assert "else .venv/bin/pip install" in r.stdout  # (pip when uv fails)
 
 
+def test_make_demo_installs_only_the_demos_system_packages():
+    """`make demo` runs .ci/system-deps demo (python3-venv, rsync: no sshd, Slurm or munge);
+    `make test` the test rig's set too; another set is refused in one line, exit 2."""
+    env = {**os.environ, "MAKEFLAGS": ""}
+    demo = subprocess.run(["make", "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert "bash .ci/system-deps demo" in demo.stdout and "system-deps test" not in demo.stdout, demo.stdout
+    test = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert "bash .ci/system-deps test" in test.stdout, test.stdout
+    text = (REPO / ".ci/system-deps").read_text()
+    demo_part = "\n".join(ln for ln in text.split('if [ "$what" = test ]')[0].splitlines() if not ln.startswith("#"))
+    assert "slurm-wlm" not in demo_part and "munge" not in demo_part and "openssh-server" not in demo_part
+    assert "python3-venv" in demo_part and "rsync" in demo_part
+    bad = subprocess.run(["bash", str(REPO / ".ci/system-deps"), "foo"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "system-deps: unknown set 'foo': choose demo or test"
+    # (on this machine everything is there: both sets install nothing)
+    for what in ("demo", "test"):
+        r = subprocess.run(["bash", str(REPO / ".ci/system-deps"), what], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout == "", (what, r.stdout, r.stderr)
+
+
 def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
     """run_script(progress=True): each `[specops] ...` line of the script's stdout is a note the
     moment it is printed (the payload still decoded), other lines are not."""
@@ -107,3 +127,67 @@ def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
     assert progress_args() == ["--progress-every", "2"]
     monkeypatch.delenv("SPECOPS_PROGRESS_EVERY")
     assert progress_args() == []
+
+
+LIVE_PROBE = """
+import time
+from specops import views
+from specops.host.transport import Note
+for i in range(3):
+    views.note(Note("local", "progress", f"vLLM server starting: {i * 15}s"))
+    time.sleep(0.4)
+views.note(Note("local", "done", "✓ serve (3.1 s)"))
+"""
+
+
+def test_progress_notes_are_a_live_line_on_a_terminal_and_lines_in_a_pipe(tmp_path):
+    """A script's progress lines (notes of kind "progress"): in a pipe one line each, as before;
+    on a terminal (a real pty) one live line (rich) rewritten in place, ended before the next
+    finished step's line, which stays."""
+    import pty
+
+    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_PLAIN"}
+    piped = subprocess.run([sys.executable, "-c", LIVE_PROBE], capture_output=True, text=True, env=env, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.splitlines() == [f"[specops] vLLM server starting: {s}s" for s in (0, 15, 30)] + \
+        ["✓ serve (3.1 s)"], piped.stdout
+    out = bytearray()
+
+    def read(fd):
+        data = os.read(fd, 65536)
+        out.extend(data)
+        return data
+
+    env.update(TERM="xterm-256color", COLUMNS="120")
+    env.pop("NO_COLOR", None)
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        status = pty.spawn([sys.executable, "-c", LIVE_PROBE], read)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")
+    text = out.decode(errors="replace")
+    assert "vLLM server starting: 30s" in text, text
+    before, _, after = text.partition("✓ serve (3.1 s)")
+    assert after, text  # (the finished step's line is printed)
+    # the three progress lines drawn over one another in one line (carriage return + erase), never
+    # scrolled: one line break at most before the step's line (where the live line ended)
+    assert "\r\x1b[2K" in before and before.count("\n") <= 1, text
+    assert before.index("starting: 0s") < before.index("starting: 15s") < before.index("starting: 30s"), text
+
+
+def test_a_scripts_progress_lines_are_progress_notes(tmp_path):
+    """run_script(progress=True)'s notes from a script's progress lines are of kind "progress"."""
+    from specops.host.remote_exec import run_script
+
+    with local(tmp_path) as t:
+        t.ensure_pushed()
+        Path(t.workdir, "remote", "progress_probe.py").write_text(
+            "from contract import emit, progress\nprogress('one')\nemit({'ok': True})\n")
+        seen = []
+        t.on_note = seen.append
+        assert run_script(t, "progress_probe", progress=True)["ok"] is True
+    assert [(n.kind, n.text) for n in seen if n.text == "one"] == [("progress", "one")]

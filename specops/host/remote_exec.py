@@ -46,10 +46,11 @@ PROGRESS = "[specops] "
 
 
 def progress_notes(t: Transport):
-    """A line callback: a script's `[specops] TEXT` lines as the connection's info notes (TEXT)."""
+    """A line callback: a script's `[specops] TEXT` lines as the connection's progress notes
+    (TEXT; the views show them as a live line on a terminal, a line each in a pipe)."""
     def on_line(line: str) -> None:
         if line.startswith(PROGRESS):
-            t.note(line[len(PROGRESS):])
+            t.note(line[len(PROGRESS):], "progress")
     return on_line
 
 

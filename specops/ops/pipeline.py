@@ -187,13 +187,20 @@ def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] =
 
 
 def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG) -> str:
-    """A control run `<run_id>.untrained`: `speculators train` on the same data, verifier and config,
-    one step at learning rate 0: its checkpoint is the draft training starts from (speculators'
-    own initialisation, the verifier's embeddings and lm_head). Returns the control's run id."""
+    """A control run `<run_id>.untrained`: `speculators train --dry-run` on the same data, verifier
+    and config (speculators 0.9.0's own "build the speculator, initialise its weights, save the
+    checkpoint, exit before training", as the draft-serves preflight builds its draft): the draft
+    training starts from (speculators' own initialisation, the verifier's embeddings and lm_head),
+    with no data loaded and no step taken. Its checkpoint is moved to checkpoints/0, where a
+    training's first one would be. Returns the control's run id."""
     cid = f"{run_id}.untrained"
+    ck = jobs.run_path(t, cid, "checkpoints")
     t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
     train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
-                overrides={"max-steps": 1, "epochs": 1, "lr": 0.0}, serve_check=False)  # (evaluate serves it next)
+                overrides={"dry-run": True}, serve_check=False)  # (evaluate serves it next)
+    q = shlex.quote(ck)
+    t.check(f"cd {q} && test -f config.json && mkdir 0 && find . -mindepth 1 -maxdepth 1 ! -name 0 "
+            f"-exec mv -t 0 {{}} +", f"{cid}: the dry run's checkpoint as checkpoints/0")
     return cid
 
 
@@ -227,7 +234,7 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
         with t.step("control: the untrained draft (speculators' step 0), served the same way"):
             cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
             out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
-                                                  kind="untrained", how="speculators train: 1 step at lr 0")
+                                                  kind="untrained", how="speculators train --dry-run: its initialised draft")
         t.note(f"untrained draft: mean acceptance length {out['untrained']['mean_acceptance_length']:.2f}", "done")
     if "wrong_layers" in controls:
         with t.step("control: the trained draft fed other layers' hidden states, served the same way"):
