@@ -13,6 +13,7 @@ from specops.errors import SpecopsError
 from specops.group.fanout import connect_all
 from specops.group.train import DEFAULT_PORT, launch, node_extra, wait_ended
 from specops.inventory import Host
+from specops.payloads import TrainSpec
 
 
 def rank_lines(log: bytes) -> list[dict]:
@@ -30,8 +31,8 @@ def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int,
         req = script.Request.of(host.slurm, nodes=nodes)
         cluster.judge_request(t, req, "dist-check")
         cluster.refuse_unshared(t, "dist-check")
-        spec = {"run_dir": jobs.run_path(t, rid), "kind": host.profile, "nproc": nproc, "nnodes": req.nodes,
-                "scheduler": "slurm", "rdzv_port": port}
+        spec = TrainSpec(run_dir=jobs.run_path(t, rid), kind=host.profile, nproc=nproc, nnodes=req.nodes,
+                         scheduler="slurm", rdzv_port=port)
         path = train.put_spec(t, spec)
         jobs.start(t, rid, train.launch_argv(t, path, "dist_check"), kind="dist-check", nodes=req.nodes)
         j = jobs.wait_ended(t, rid, timeout)
@@ -53,8 +54,8 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
     rid = jobs.new_run_id("distcheck")
     ts = connect_all(hosts, **({"connect": connect} if connect else {}))
     try:
-        launch(ts, rid, lambda t, i: {"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
-                                      **node_extra(hosts, i, nproc, rdzv_host, port)},
+        launch(ts, rid, lambda t, i: TrainSpec.of({"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
+                                                   **node_extra(hosts, i, nproc, rdzv_host, port)}),
                kind="dist-check", lock=None, script="dist_check")
         ended = wait_ended(ts, rid, timeout)
         states = {n: j.describe for n, j in ended.items()}

@@ -19,6 +19,7 @@ from specops.errors import SpecopsError
 from specops.group.fanout import connect_all
 from specops.inventory import Host
 from specops.host.transport import Transport
+from specops.payloads import TrainSpec
 
 DEFAULT_PORT = 29500
 
@@ -33,9 +34,9 @@ def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optio
             "nproc": nproc or hosts[i].gpus or 1, "nodes": [h.name for h in hosts]}
 
 
-def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], dict], *, kind: str,
+def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], TrainSpec], *, kind: str,
            lock: Optional[str], script: str = "train", before_start: Optional[Callable[[list], object]] = None
-           ) -> list[dict]:
+           ) -> list[TrainSpec]:
     """Build every node's spec first (all checks before anything starts), then before_start(specs),
     then start them all; if one fails to start, stop the ones already running."""
     specs = [spec_for(t, i) for i, t in enumerate(ts)]
