@@ -264,9 +264,9 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
     with session(c, host, hosts, dry_run) as t:
-        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
-                                  prepare=_data.remote_input(t, data), seq_length=int(seq_length),
-                                  overwrite=overwrite, **_vllm(vllm_arg))
+        args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                prepare=_data.remote_input(t, data), seq_length=int(seq_length),
+                                overwrite=overwrite, **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
         if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
@@ -311,10 +311,10 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
         return
     with session(c, host, hosts, dry_run) as t:
-        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
-                                  extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
-                                  concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
-                                  **_vllm(vllm_arg))
+        args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
+                                concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
+                                **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         if res:
             views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")

@@ -107,3 +107,19 @@ def test_a_running_job_is_not_ended_and_an_ended_one_keeps_its_end_time():
     r1, r2 = jobs.status(t)
     assert r1.ended is False and r1.ended_at is None
     assert r2.ended is True and r2.ended_at - r2.started == 60.0
+
+
+def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
+    from specops.ops.data import Datagen, datagen_args, run_datagen
+
+    t = RecordingTransport(host(), dry_run=True, answers=[
+        (r"remote/datagen\.py", 0, framed({"ok": True, "commands": [["vllm", "serve", "/v"]]}))])
+    kw = dict(data=f"{ODD}/data/d", verifier="/v", extract=True, layers="1,2,3", shard="0/2")
+    dg = Datagen.of(t, **kw)
+    assert dg.argv() == ["--data-dir", f"{ODD}/data/d", "--verifier", "/v", "--kind", "cpu", "--extract",
+                         "--backend", "vllm", "--concurrency", "32", "--layers", "1,2,3", "--shard", "0/2",
+                         *t.host.vllm_flags([])]
+    assert datagen_args(t, **kw) == dg.argv() and dg.argv("--plan")[-1] == "--plan"
+    assert run_datagen(t, dg, kind="extract") is None  # (--dry-run: the plan is read, the job is planned)
+    assert t.commands[0] == script_command(t, "datagen", dg.argv("--plan"))
+    assert "would start: vllm serve /v" in t.planned

@@ -18,10 +18,10 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
     index = {h.name: i for i, h in enumerate(hosts)}
 
     def one(t: Transport):
-        args = data.datagen_args(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
-                                 extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
-                                 concurrency=concurrency, max_model_len=max_model_len,
-                                 **({"vllm_args": vllm_args} if vllm_args else {}))
+        args = data.Datagen.of(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
+                               extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
+                               concurrency=concurrency, max_model_len=max_model_len,
+                               **({"vllm_args": vllm_args} if vllm_args else {}))
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
     return run_on(hosts, one, dry_run=dry_run, **({"connect": connect} if connect else {}))

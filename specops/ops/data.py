@@ -6,6 +6,7 @@ import hashlib
 import json
 import posixpath
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -57,39 +58,69 @@ def verifier_path(t: Transport, verifier: Optional[str]) -> str:
     return t.expand(v)
 
 
-def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None,
-                 seq_length: int = 2048, extract: bool = False, backend: str = "vllm",
-                 layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
-                 concurrency: int = 32, max_model_len: Optional[int] = None,
-                 vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> list[str]:
-    """remote/datagen.py's arguments. The host's vLLM settings (hosts.yaml tensor_parallel,
-    trust_remote_code, vllm_args) come from t.host; `vllm_args` are this run's `--vllm-arg`s,
-    passed after the host's (the last one wins in vLLM). --max-model-len defaults on the host
-    to the longest row + 1."""
-    args = ["--data-dir", data, "--verifier", verifier, "--kind", t.host.profile]
-    if prepare:
-        args += ["--prepare", prepare, "--seq-length", str(seq_length)]
-    if extract:
-        args += ["--extract", "--backend", backend, "--concurrency", str(concurrency)]
-        if layers:
-            args += ["--layers", str(layers)]
-        if shard:
-            args += ["--shard", shard]
-        if rows:
-            args += ["--rows", rows]
-    if max_model_len:
-        args += ["--max-model-len", str(max_model_len)]
-    if overwrite:  # (a dataset prepared from another file, hidden states of other layer ids)
-        args.append("--overwrite")
-    return args + t.host.vllm_flags(list(vllm_args or []))
+@dataclass(frozen=True)
+class Datagen:
+    """remote/datagen.py's arguments as a value: built once (`Datagen.of`), rendered to argv at one
+    edge (`argv`). The host's vLLM settings (hosts.yaml tensor_parallel, trust_remote_code,
+    vllm_args) and this run's `--vllm-arg`s (after the host's: the last one wins in vLLM) are
+    `vllm`; --max-model-len defaults on the host to the longest row + 1."""
+
+    data: str
+    verifier: str
+    kind: str
+    prepare: Optional[str] = None
+    seq_length: int = 2048
+    extract: bool = False
+    backend: str = "vllm"
+    layers: Optional[str] = None
+    shard: Optional[str] = None
+    rows: Optional[str] = None
+    concurrency: int = 32
+    max_model_len: Optional[int] = None
+    overwrite: bool = False
+    vllm: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None, seq_length: int = 2048,
+           extract: bool = False, backend: str = "vllm", layers: Optional[str] = None, shard: Optional[str] = None,
+           rows: Optional[str] = None, concurrency: int = 32, max_model_len: Optional[int] = None,
+           vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> "Datagen":
+        return cls(data=data, verifier=verifier, kind=t.host.profile, prepare=prepare, seq_length=seq_length,
+                   extract=extract, backend=backend, layers=layers, shard=shard, rows=rows, concurrency=concurrency,
+                   max_model_len=max_model_len, overwrite=overwrite,
+                   vllm=tuple(t.host.vllm_flags(list(vllm_args or []))))
+
+    def argv(self, *more: str) -> list[str]:
+        """The script's arguments (then `more`, e.g. --plan)."""
+        args = ["--data-dir", self.data, "--verifier", self.verifier, "--kind", self.kind]
+        if self.prepare:
+            args += ["--prepare", self.prepare, "--seq-length", str(self.seq_length)]
+        if self.extract:
+            args += ["--extract", "--backend", self.backend, "--concurrency", str(self.concurrency)]
+            if self.layers:
+                args += ["--layers", str(self.layers)]
+            if self.shard:
+                args += ["--shard", self.shard]
+            if self.rows:
+                args += ["--rows", self.rows]
+        if self.max_model_len:
+            args += ["--max-model-len", str(self.max_model_len)]
+        if self.overwrite:  # (a dataset prepared from another file, hidden states of other layer ids)
+            args.append("--overwrite")
+        return args + list(self.vllm) + list(more)
 
 
-def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
+def datagen_args(t: Transport, **kw) -> list[str]:
+    """remote/datagen.py's argv for these settings (`Datagen.of(t, **kw).argv()`)."""
+    return Datagen.of(t, **kw).argv()
+
+
+def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] = None,
                 detach: bool = False, quiet: bool = False) -> Optional[dict]:
     """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
     result; None when detached, or under --dry-run (the commands it would start are planned)."""
-    pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
-    plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
+    pending = t.dry_run and dg.prepare is not None and dg.prepare in t.would_put
+    plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False)
     if not plan.get("ok"):
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
     if "estimate_bytes" in plan and not quiet:
@@ -99,9 +130,8 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
                       f"{plan['done']} already there")
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
-    argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
-    data = args[args.index("--data-dir") + 1]
-    lock = "data-" + hashlib.sha1(data.encode()).hexdigest()[:12]  # one writer per data dir
+    argv = [t.expand(t.host.python), "remote/datagen.py", *dg.argv("--result", result)]
+    lock = "data-" + hashlib.sha1(dg.data.encode()).hexdigest()[:12]  # one writer per data dir
     if t.dry_run:  # what the job would start (the vLLM server, speculators ...): review -tp before GPU hours
         for cmd in plan.get("commands", []):
             t.plan("would start: " + shlex.join(map(str, cmd)))

@@ -132,9 +132,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         src = sample_file(t, data_file, n, tmp)
-        args = data.datagen_args(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
-                                 extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
-                                 overwrite=True)
+        args = data.Datagen.of(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
+                               extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
+                               overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
             dg = data.run_datagen(t, args, kind="plan-data")
@@ -188,8 +188,8 @@ def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg
     own plan: read-only)."""
     from specops.host.remote_exec import run_script
 
-    args = data.datagen_args(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
-    res = run_script(t, "datagen", args + ["--plan"], changes=False)
+    args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
+    res = run_script(t, "datagen", args.argv("--plan"), changes=False)
     if not res.get("ok"):
         raise SpecopsError(f"plan on {t.host.name}: {res.get('error')}")
     return {"tokens": res.get("tokens") or 0, "estimate_bytes": res.get("estimate_bytes") or 0,
