@@ -66,7 +66,7 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
     over(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
                                                                      wheelhouse=wheelhouse), dry_run=dry_run,
          describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) pushed, "
-                            f"profile {o.install.get('action')}")
+                            f"profile {o.install.action}")
 
 
 @task(iterable=["vllm_arg"],

@@ -12,11 +12,46 @@ from specops.errors import SpecopsError
 
 
 class Payload(BaseModel):
-    """Every payload: ok, and the one-line error when not."""
+    """Every payload: ok, and the one-line error when not; `exit`: the script's exit status.
+    Callers read fields as attributes; the fields a model does not name stay as extras
+    (extra="allow": a newer host script may say more). A payload also reads like the dict it was
+    decoded from (`p["rows"]`, `p.get("x")`, `"x" in p`: a field the host sent), for the views
+    that render several scripts' payloads alike."""
 
     model_config = ConfigDict(extra="allow")
     ok: bool
     error: Optional[str] = None
+    exit: Optional[int] = None
+
+    @classmethod
+    def of(cls, payload):
+        """A payload as given, or this model of a decoded dict."""
+        return payload if isinstance(payload, cls) else cls.model_validate(payload)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data):
+        """A host script's null for a field with a non-null default (a list, a flag) reads as the default."""
+        if isinstance(data, dict):
+            f = cls.model_fields
+            return {k: v for k, v in data.items() if not (v is None and k in f and f[k].default is not None)}
+        return data
+
+    def __getitem__(self, key: str):
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default=None):
+        """A field the host sent, else default (as dict.get: a declared field it left out is not sent)."""
+        return getattr(self, key) if key in self else default
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.model_fields_set or key in (self.__pydantic_extra__ or {})
+
+    def __setitem__(self, key: str, value) -> None:
+        setattr(self, key, value)
 
 
 class Job(BaseModel):
@@ -137,3 +172,119 @@ class TrainSpec(BaseModel):
     def to_json(self) -> str:
         """The file's text: only the fields set (the host's reader fills in the rest)."""
         return json.dumps(self.model_dump(exclude_unset=True), indent=1)
+
+
+# --- the other host scripts' replies (run_script(..., model=M)): the fields the laptop reads ---
+
+
+class DeepCheck(Payload):
+    """remote/deep_check.py: each candidate setting's training steps."""
+    results: Optional[list[dict[str, Any]]] = None
+    tail: list[str] = []
+    #: the config file the settings came from (set by the laptop)
+    config: Optional[str] = None
+
+
+class ServeCheck(Payload):
+    """remote/serve_check.py: vLLM served the verifier with an untrained draft (or why not)."""
+    skipped: Optional[str] = None
+    check_seconds: Optional[float] = None
+    cached: bool = False
+    cached_at: Any = None
+    root_cause: Optional[str] = None
+    stage: Optional[str] = None
+    log: Optional[str] = None
+    refused: bool = False
+    bug: bool = False
+
+
+class Installed(Payload):
+    """remote/install_profile.py --list-installed: the venv's packages and platform."""
+    installed: dict[str, str] = {}
+    python: Optional[str] = None
+    glibc: str = ""
+    machine: str = ""
+
+
+class Install(Payload):
+    """remote/install_profile.py: the profile installed (or verified), or what did not fit."""
+    mode: Optional[str] = None
+    action: Optional[str] = None
+    changed: dict[str, Any] = {}
+    pip_exit: Optional[int] = None
+    broken: list[str] = []
+    missing: list[str] = []
+    mismatches: list[dict[str, Any]] = []
+    tail: list[str] = []
+    seconds: Optional[float] = None
+    #: a top-up of an existing venv: what it added, kept as it was, could not bring
+    added: dict[str, Any] = {}
+    kept: list[Any] = []
+    absent: list[dict[str, Any]] = []
+    pip_check: list[str] = []
+    overrides: list[Any] = []
+
+
+class DatagenPlan(Payload):
+    """remote/datagen.py --plan: the disk budget and the commands the job would start."""
+    tokens: Optional[int] = None
+    layer_ids: list[int] = []
+    hidden_size: Optional[int] = None
+    estimate_bytes: Optional[int] = None
+    free_bytes: Optional[int] = None
+    todo: Optional[int] = None
+    done: Optional[int] = None
+    commands: list[list[Any]] = []
+
+
+class Converted(Payload):
+    """remote/convert_data.py: a dataset converted to specops' layout."""
+
+
+class ModelBuilt(Payload):
+    """remote/tiny_verifier.py / remote/learnable_verifier.py: a verifier built on the host."""
+    path: Optional[str] = None
+
+
+class ServePlan(Payload):
+    """remote/evaluate.py --plan / remote/regenerate.py --plan: the servers the job would start."""
+    commands: list[list[Any]] = []
+    prompts: Any = None
+
+
+class Inspection(Payload):
+    """remote/inspect_data.py: the data layout's verdict (ok false with violations: data that fail)."""
+    format: Optional[str] = None
+    files: Optional[int] = None
+    rows: Optional[int] = None
+    violations: list[dict[str, Any]] = []
+    n_violations: int = 0
+    record: Optional[dict[str, Any]] = None
+    verifier_vocab_size: Optional[int] = None
+    verifier_config: Optional[str] = None
+
+
+class Manifest(Payload):
+    """remote/manifest.py: every file under a directory, with its size and sha256."""
+    files: dict[str, dict[str, Any]] = {}
+
+
+class HiddenStatesPlan(Payload):
+    """remote/online.py (read-only): which hidden states a run uses, and why."""
+    mode: Optional[Literal["offline", "online"]] = None
+    asked: Optional[str] = None
+    reason: str = ""
+    notes: list[str] = []
+    rows: Optional[int] = None
+    files: Optional[int] = None
+    missing: Optional[int] = None
+    prepared: Optional[bool] = None
+    tokens: Optional[int] = None
+    hidden_size: Optional[int] = None
+    file_bytes: Optional[int] = None
+    layer_ids: list[int] = []
+    nproc: Optional[int] = None
+    verifier: Optional[str] = None
+    data_dir: Optional[str] = None
+    server: Optional[dict[str, Any]] = None
+    server_command: Optional[list[Any]] = None

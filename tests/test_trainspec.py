@@ -112,3 +112,37 @@ def test_the_launchers_read_the_spec_through_the_checked_reader():
         text = (paths.REMOTE_DIR / f"{script}.py").read_text()
         assert "trainspec.read(" in text and "json.loads(Path(" not in text.split("trainspec.read(")[0][-400:], script
     assert typing.get_type_hints(TrainSpec)["run_dir"] is str
+
+
+def test_every_host_script_reply_has_a_model():
+    """Every run_script call in specops names the reply's model (specops/payloads.py): callers read
+    attributes, and a reply outside the contract is one line naming the field."""
+    import ast
+
+    from specops import paths as p
+
+    missing = []
+    for f in sorted((p.REPO / "specops").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "run_script":
+                if not any(k.arg == "model" for k in node.keywords):
+                    missing.append(f"{f.relative_to(p.REPO)}:{node.lineno}")
+    assert missing == []
+
+
+def test_a_reply_outside_the_contract_is_one_line_naming_the_field():
+    from fakes import RecordingTransport
+    from specops import inventory
+    from specops.contract import BEGIN, END
+    from specops.host.remote_exec import run_script
+    from specops.payloads import HiddenStatesPlan
+
+    h = inventory.Host(name="h", transport="local", profile="cpu", venv="/v", workdir="/w")
+    bad = RecordingTransport(h, answers=[(r"remote/online\.py", 0, f"{BEGIN}{json.dumps({'ok': True, 'mode': 'x'})}{END}")])
+    with pytest.raises(SpecopsError, match=r"remote/online\.py on h answered outside the contract: mode: "):
+        run_script(bad, "online", [], changes=False, model=HiddenStatesPlan)
+    good = RecordingTransport(h, answers=[(r"remote/online\.py", 0, f"{BEGIN}" + json.dumps(
+        {"ok": True, "mode": "online", "notes": None, "need_bytes": 5}) + f"{END}")])
+    p = run_script(good, "online", [], changes=False, model=HiddenStatesPlan)
+    assert (p.mode, p.notes, p.need_bytes, p["need_bytes"], "need_bytes" in p, "rows" in p) == (
+        "online", [], 5, 5, True, False)

@@ -15,6 +15,7 @@ from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
+from specops.payloads import Converted, DatagenPlan, ModelBuilt
 
 
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
@@ -120,20 +121,21 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
     result; None when detached, or under --dry-run (the commands it would start are planned)."""
     pending = t.dry_run and dg.prepare is not None and dg.prepare in t.would_put
-    plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False)
-    if not plan.get("ok"):
-        raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
-    if "estimate_bytes" in plan and not quiet:
-        t.note(f"disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
-                      f"{plan['hidden_size']} x 2 B = {human_bytes(plan['estimate_bytes'])} "
-                      f"(+10%); {human_bytes(plan['free_bytes'])} free; {plan['todo']} file(s) to write, "
-                      f"{plan['done']} already there")
+    plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False,
+                      model=DatagenPlan)
+    if not plan.ok:
+        raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.error}")
+    if plan.estimate_bytes is not None and not quiet:
+        t.note(f"disk budget: {plan.tokens} tokens x {len(plan.layer_ids)} layers x "
+               f"{plan.hidden_size} x 2 B = {human_bytes(plan.estimate_bytes)} "
+               f"(+10%); {human_bytes(plan.free_bytes)} free; {plan.todo} file(s) to write, "
+               f"{plan.done} already there")
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(t.host.python), "remote/datagen.py", *dg.argv("--result", result)]
     lock = "data-" + hashlib.sha1(dg.data.encode()).hexdigest()[:12]  # one writer per data dir
     if t.dry_run:  # what the job would start (the vLLM server, speculators ...): review -tp before GPU hours
-        for cmd in plan.get("commands", []):
+        for cmd in plan.commands:
             t.plan("would start: " + shlex.join(map(str, cmd)))
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         started = jobs.start(t, rid, argv, kind=kind, lock=lock)
@@ -151,13 +153,13 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     return res
 
 
-def convert(t: Transport, src: str, dst: str) -> Optional[dict]:
+def convert(t: Transport, src: str, dst: str) -> Optional[Converted]:
     """None under --dry-run."""
-    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)])
+    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"convert-data on {t.host.name}: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"convert-data on {t.host.name}: {res.error}")
     return res
 
 
@@ -175,7 +177,7 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
 
 
 def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
-                       shape: str = "llama", overwrite: bool = False) -> Optional[dict]:
+                       shape: str = "llama", overwrite: bool = False) -> Optional[ModelBuilt]:
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
     Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
     sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
@@ -189,11 +191,11 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
         args += ["--code", code]
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "tiny_verifier", args, timeout=900)
+    res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.error}")
     return res
 
 
@@ -202,7 +204,7 @@ LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
-                            steps: Optional[int] = None, size: str = "tiny") -> Optional[dict]:
+                            steps: Optional[int] = None, size: str = "tiny") -> Optional[ModelBuilt]:
     """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
@@ -217,9 +219,9 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     if overwrite:
         args.append("--overwrite")
     res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
-                     progress=True)  # (its progress lines as they come: steps, loss, agreement)
+                     progress=True, model=ModelBuilt)  # (its progress lines as they come: steps, loss, agreement)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.error}")
     return res

@@ -116,7 +116,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
                                         disk_budget_gb=disk_budget_gb, vllm_args=vllm_args)
         train.note_plan(t, plan)
-        mode = plan["mode"]
+        mode = plan.mode
         if mode == "offline":
             dg = data.run_datagen(t, data.Datagen.of(t, data=ddir, verifier=ver, extract=True, backend=backend,
                                                      layers=layers, vllm_args=vllm_args), kind="extract")

@@ -189,11 +189,12 @@ def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg
     from specops.host.remote_exec import run_script
 
     args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
-    res = run_script(t, "datagen", args.argv("--plan"), changes=False)
-    if not res.get("ok"):
-        raise SpecopsError(f"plan on {t.host.name}: {res.get('error')}")
-    return {"tokens": res.get("tokens") or 0, "estimate_bytes": res.get("estimate_bytes") or 0,
-            "free_bytes": res.get("free_bytes")}
+    from specops.payloads import DatagenPlan
+
+    res = run_script(t, "datagen", args.argv("--plan"), changes=False, model=DatagenPlan)
+    if not res.ok:
+        raise SpecopsError(f"plan on {t.host.name}: {res.error}")
+    return {"tokens": res.tokens or 0, "estimate_bytes": res.estimate_bytes or 0, "free_bytes": res.free_bytes}
 
 
 def read_plan(t: Transport, data_dir: str) -> Optional[dict]:

@@ -16,7 +16,7 @@ from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
-from specops.payloads import TrainSpec
+from specops.payloads import HiddenStatesPlan, TrainSpec
 from specops.slurm import cluster, script
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
@@ -32,7 +32,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
                        layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
                        server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
                        nproc: Optional[int] = None, vllm_args: Optional[list] = None,
-                       run_id: Optional[str] = None) -> dict:
+                       run_id: Optional[str] = None) -> HiddenStatesPlan:
     """Ask the host (remote/online.py, read-only) which hidden states a run on `data` uses and why:
     {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
     rows, files, missing, need_bytes, budget_bytes, layer_ids, server (online: its settings),
@@ -58,17 +58,17 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
     if run_id:
         args += ["--run-id", run_id]
     args += h.vllm_flags(list(vllm_args or []))
-    res = run_script(t, "online", args, changes=False)
-    if not res.get("ok"):
-        raise SpecopsError(f"train on {h.name} refused: {res.get('error')} (nothing was started)")
+    res = run_script(t, "online", args, changes=False, model=HiddenStatesPlan)
+    if not res.ok:
+        raise SpecopsError(f"train on {h.name} refused: {res.error} (nothing was started)")
     return res
 
 
-def note_plan(t: Transport, plan: dict) -> None:
+def note_plan(t: Transport, plan: HiddenStatesPlan) -> None:
     """The one line that says which hidden states a run uses, and why."""
-    t.note(f"hidden states: {plan['mode']}" + (f" ({plan['asked']} asked)" if plan.get("asked") not in
-                                               (None, "auto", plan["mode"]) else "") + f": {plan['reason']}")
-    for n in plan.get("notes") or []:
+    t.note(f"hidden states: {plan.mode}" + (f" ({plan.asked} asked)" if plan.asked not in
+                                            (None, "auto", plan.mode) else "") + f": {plan.reason}")
+    for n in plan.notes:
         t.note(n)
 
 
@@ -100,11 +100,11 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                                   layers=layers, disk_budget_gb=disk_budget_gb, server_gpus=server_gpus,
                                   train_gpus=train_gpus, nproc=nproc, vllm_args=vllm_args, run_id=rid)
         note_plan(t, plan)
-        if plan["mode"] == "online":
+        if plan.mode == "online":
             return online_spec(t, plan, cfg, rid)
-        if plan.get("prepared") and plan.get("missing"):
+        if plan.prepared and plan.missing:
             raise SpecopsError(
-                f"hidden states: offline ({plan['reason']}): write them first with `{t.hint('extract')}`, or "
+                f"hidden states: offline ({plan.reason}): write them first with `{t.hint('extract')}`, or "
                 f"generate them during training with `--hidden-states online` (nothing was started)")
     procs, nodes = nproc or h.gpus or 1, (extra or {}).get("nnodes", 1)
     if h.profile == "cpu" and procs * nodes > 1:
@@ -115,15 +115,15 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     data = data_dir(t, dataset)
     summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
-    if summary.get("format") is None or not summary.get("files"):
+    if summary.format is None or not summary.files:
         raise SpecopsError(f"no extracted data at {data} on {h.name}: run `{t.hint('prepare-data --data F')}` and "
                            f"`{t.hint('extract')}` first (nothing was started)")
-    if not summary["ok"]:
-        v = summary["violations"][0]
+    if not summary.ok:
+        v = summary.violations[0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
-    refuse_draft_vocab(cfg, summary.get("verifier_vocab_size"), summary.get("verifier_config"))
-    rec = summary.get("record") or {}
+    refuse_draft_vocab(cfg, summary.verifier_vocab_size, summary.verifier_config)
+    rec = summary.record or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
         raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `{t.hint('extract')}` for it")
@@ -150,13 +150,13 @@ def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) ->
                            f"has 128) (nothing was started)")
 
 
-def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> TrainSpec:
+def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> TrainSpec:
     """The train spec of an online run: the trainer's flags, and the server's settings (remote/online.py)."""
     h = t.host
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
     flags["on-missing"] = "generate"
-    if plan["server"].get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
+    if plan.server.get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
         flags.setdefault("trust-remote-code", True)
     timeout = float(flags.get("request-timeout") or 120)  # (speculators' default)
     retries = int(flags.get("max-retries") if flags.get("max-retries") is not None else 3)
@@ -164,17 +164,17 @@ def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> TrainSpec:
     keep = ("asked", "reason", "rows", "files", "missing", "tokens", "missing_tokens", "need_bytes", "budget_bytes",
             "free_bytes", "file_bytes")
     return TrainSpec.of({
-        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": plan["nproc"], "verifier": plan["verifier"],
-        "data": plan["data_dir"], "target_layer_ids": plan["layer_ids"][:-1], "flags": flags,
-        "hidden_states": "online", "online": plan["server"], "online_timing": timing,
+        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": plan.nproc, "verifier": plan.verifier,
+        "data": plan.data_dir, "target_layer_ids": plan.layer_ids[:-1], "flags": flags,
+        "hidden_states": "online", "online": plan.server, "online_timing": timing,
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": flags, "hidden_states": {"mode": "online", **{k: plan.get(k) for k in keep},
-                                                      "server": plan["server"],
-                                                      "server_command": plan.get("server_command")},
-                   "data_summary": {"path": plan["data_dir"], "format": "speculators-0.9", "rows": plan["rows"],
-                                    "files": plan["files"], "bytes": plan["file_bytes"], "tokens": plan["tokens"],
-                                    "hidden_size": plan["hidden_size"], "stored_layers": len(plan["layer_ids"]),
-                                    "record": {"layer_ids": plan["layer_ids"], "verifier": plan["verifier"]}}},
+                                                      "server": plan.server,
+                                                      "server_command": plan.server_command},
+                   "data_summary": {"path": plan.data_dir, "format": "speculators-0.9", "rows": plan.rows,
+                                    "files": plan.files, "bytes": plan.file_bytes, "tokens": plan.tokens,
+                                    "hidden_size": plan.hidden_size, "stored_layers": len(plan.layer_ids),
+                                    "record": {"layer_ids": plan.layer_ids, "verifier": plan.verifier}}},
     })
 
 
