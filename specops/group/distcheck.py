@@ -10,7 +10,7 @@ from typing import Optional
 from specops.ops import jobs, train
 from specops.slurm import cluster, script
 from specops.errors import SpecopsError
-from specops.group.fanout import connect_all
+from specops.group.fanout import Group
 from specops.group.train import DEFAULT_PORT, launch, node_extra, wait_ended
 from specops.inventory import Host
 from specops.payloads import TrainSpec
@@ -52,7 +52,8 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
     if nodes is not None:
         raise SpecopsError("--nodes is for one `scheduler: slurm` host; a group runs one torchrun per host")
     rid = jobs.new_run_id("distcheck")
-    ts = connect_all(hosts, **({"connect": connect} if connect else {}))
+    group = Group.open(hosts, **({"connect": connect} if connect else {}))
+    ts = group.transports
     try:
         launch(ts, rid, lambda t, i: TrainSpec.of({"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
                                                    **node_extra(hosts, i, nproc, rdzv_host, port)}),
@@ -72,5 +73,4 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
             raise SpecopsError(f"dist-check {rid} failed: states {states}", detail=tail)
         return {"run_id": rid, "ranks": lines, "states": states}
     finally:
-        for t in ts:
-            t.close()
+        group.close()

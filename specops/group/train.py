@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from specops.ops import jobs, train
 from specops.errors import SpecopsError
-from specops.group.fanout import connect_all
+from specops.group.fanout import Group
 from specops.inventory import Host
 from specops.host.transport import Transport
 from specops.payloads import TrainSpec
@@ -127,7 +127,8 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
     error unless all succeeded). serve_check: the draft-serves preflight on the first node only
     (every node trains the same draft), after every node's inputs are checked, before any starts."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    ts = connect_all(hosts, dry_run, **({"connect": connect} if connect else {}))
+    group = Group.open(hosts, dry_run=dry_run, **({"connect": connect} if connect else {}))
+    ts = group.transports
     try:
         launch(ts, rid, lambda t, i: train.make_spec(
             t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
@@ -152,5 +153,4 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
             raise SpecopsError(f"train {rid}: not every node succeeded ({states}){first}", detail=tails)
         return {"run_id": rid, "exit_code": code, "states": states}
     finally:
-        for t in ts:
-            t.close()
+        group.close()
