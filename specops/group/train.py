@@ -65,8 +65,8 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], T
 def checkpoint_epochs(t: Transport, rid: str) -> list[int]:
     """The epoch checkpoints (numeric dirs, not symlinks) of a run on one node, ascending."""
     d = jobs.run_path(t, rid, "checkpoints")
-    r = t.run(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
-              f"&& echo \"$e\"; done; true", changes=False)
+    r = t.fact(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
+               f"&& echo \"$e\"; done; true")
     return sorted(int(x) for x in r.stdout.split() if x.isdigit())
 
 

@@ -74,9 +74,9 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     if via:
         cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
     if t.dry_run and changes:
-        t.plan(f"run: {cmd}")
+        t.plan(f"run: {cmd}", command=cmd)
         return None
-    r = t.run(cmd, timeout=timeout, changes=changes, on_line=progress_notes(t) if progress else None)
+    r = (t.change if changes else t.fact)(cmd, timeout=timeout, on_line=progress_notes(t) if progress else None)
     if r.exited == NO_VENV:
         raise SpecopsError(
             f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `{t.hint('bootstrap')}`"

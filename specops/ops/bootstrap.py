@@ -42,12 +42,12 @@ def ensure_venv(t: Transport) -> bool:
         raise SpecopsError(f"{h.name} declares venv_existing: true but {h.python} is not there: point "
                            f"'venv' in hosts.yaml at the existing environment (specops never creates it)")
     bp = shlex.quote(h.base_python)
-    if not t.run(f"command -v {bp} >/dev/null", changes=False).ok:
+    if not t.fact(f"command -v {bp} >/dev/null").ok:
         raise SpecopsError(
             f"base_python {h.base_python!r} not found on {h.name}: install it or set 'base_python' "
             f"in hosts.yaml to an interpreter that exists there"
         )
-    r = t.run(venv_command(t))
+    r = t.change(venv_command(t))
     if not r.ok:
         err = (r.stderr or r.stdout).strip().splitlines()
         raise SpecopsError(

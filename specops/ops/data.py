@@ -167,7 +167,7 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
     """path expanded, once it may take a new model: an empty or missing folder, or (overwrite) one
     whose files will be replaced (said under --dry-run). Refused in one line otherwise."""
     path = t.expand(path)
-    if t.exists(path) and t.run(f"ls -A {shlex.quote(path)} | head -c1", changes=False).stdout:
+    if t.exists(path) and t.fact(f"ls -A {shlex.quote(path)} | head -c1").stdout:
         if not overwrite:
             raise SpecopsError(f"{what}: {t.host.name}:{path} already holds files: pass --overwrite to replace "
                                f"them, or another --path (nothing was changed)")

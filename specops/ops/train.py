@@ -315,7 +315,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     except SpecopsError:
         marker = cluster.RECORD if h.is_slurm else "job.json"
         if fresh and not t.exists(f"{spec.run_dir}/{marker}", "-f"):  # a refused start leaves no run folder
-            t.run(f"rm -rf {shlex.quote(spec.run_dir)}")
+            t.change(f"rm -rf {shlex.quote(spec.run_dir)}")
         raise
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
