@@ -166,7 +166,7 @@ class TrainSpec(BaseModel):
             return cls.model_validate(spec)
         except ValidationError as e:
             first = e.errors()[0]
-            raise SpecopsError(f"train spec for {spec.get('run_dir') if isinstance(spec, dict) else spec!r}: field "
+            raise SpecopsError(f"train spec for {spec.get('run_dir') if isinstance(spec, dict) else repr(spec)}: field "
                                f"{'.'.join(map(str, first['loc'])) or '(spec)'}: {first['msg']}") from None
 
     def to_json(self) -> str:
