@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Type, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from specops.contract import JobState
 from specops.errors import SpecopsError
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: Type[M], data, prefix: str, suffix: str = "") -> M:
+    """data as the model, or SpecopsError in one line: prefix, the first field that breaks it, why, suffix."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SpecopsError(f"{prefix}{'.'.join(map(str, first['loc'])) or '(as a whole)'}: {first['msg']}{suffix}"
+                           ) from None
 
 
 class Payload(BaseModel):
@@ -162,12 +175,8 @@ class TrainSpec(BaseModel):
         """A spec as given, or built from a dict (checked the same way: SpecopsError naming the field)."""
         if isinstance(spec, cls):
             return spec
-        try:
-            return cls.model_validate(spec)
-        except ValidationError as e:
-            first = e.errors()[0]
-            raise SpecopsError(f"train spec for {spec.get('run_dir') if isinstance(spec, dict) else repr(spec)}: field "
-                               f"{'.'.join(map(str, first['loc'])) or '(spec)'}: {first['msg']}") from None
+        where = spec.get("run_dir") if isinstance(spec, dict) else repr(spec)
+        return validated(cls, spec, f"train spec for {where}: field ")
 
     def to_json(self) -> str:
         """The file's text: only the fields set (the host's reader fills in the rest)."""

@@ -13,11 +13,12 @@ import os
 import shlex
 from typing import Optional, Sequence, Type, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from specops.contract import BEGIN, END, decode
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
+from specops.payloads import validated
 
 NO_VENV, NO_SCRIPT = 97, 98
 M = TypeVar("M", bound=BaseModel)
@@ -97,10 +98,5 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     payload.setdefault("exit", r.exited)
     if model is None:
         return payload
-    try:
-        return model.model_validate(payload)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise SpecopsError(f"remote/{script}.py on {h.name} answered outside the contract: "
-                           f"{'.'.join(map(str, first['loc']))}: {first['msg']} (push again: `{t.hint('push')}`)"
-                           ) from None
+    return validated(model, payload, f"remote/{script}.py on {h.name} answered outside the contract: ",
+                     f" (push again: `{t.hint('push')}`)")
