@@ -246,7 +246,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
     with session(c, host, hosts, dry_run) as t:
         res = _data.convert(t, src, dst)
         if res is not None:
-            views.line(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
+            views.line(f"converted {res.rows} rows to {res.dst} in {res.seconds}s")
             out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
             views.inspect(out)
             _inspect.verdict(out)
@@ -354,15 +354,15 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                                                 overwrite=overwrite, size=size)
             if res is not None:
                 views.line(views.learnable_verifier(res))
-                views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+                views.next_step(t.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                                 "or set `verifier:` for the host in hosts.yaml")
             return
         res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
                                        hidden=int(hidden), shape=shape, overwrite=overwrite)
         if res is not None:
-            views.line(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
-                       f"vocab {res['vocab']}, {res['params']} parameters")
-            views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+            views.line(f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, "
+                       f"vocab {res.vocab}, {res.params} parameters")
+            views.next_step(t.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                             "or set `verifier:` for the host in hosts.yaml")
 
 

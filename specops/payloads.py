@@ -248,11 +248,19 @@ class DatagenPlan(Payload):
 
 class Converted(Payload):
     """remote/convert_data.py: a dataset converted to specops' layout."""
+    rows: Optional[int] = None
+    dst: Optional[str] = None
+    seconds: Optional[float] = None
 
 
 class ModelBuilt(Payload):
     """remote/tiny_verifier.py / remote/learnable_verifier.py: a verifier built on the host."""
     path: Optional[str] = None
+    shape: Optional[str] = None
+    layers: Optional[int] = None
+    hidden: Optional[int] = None
+    vocab: Optional[int] = None
+    params: Optional[int] = None
 
 
 class ServePlan(Payload):
