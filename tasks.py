@@ -66,7 +66,7 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
     over(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
                                                                      wheelhouse=wheelhouse), dry_run=dry_run,
          describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) pushed, "
-                            f"profile {o.install.get('action')}")
+                            f"profile {o.install.action}")
 
 
 @task(iterable=["vllm_arg"],
@@ -252,7 +252,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
     with session(c, host, hosts, dry_run) as t:
         res = _data.convert(t, src, dst)
         if res is not None:
-            views.line(f"converted {res['rows']} rows to {res['dst']} in {res['seconds']}s")
+            views.line(f"converted {res.rows} rows to {res.dst} in {res.seconds}s")
             out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
             views.inspect(out)
             _inspect.verdict(out)
@@ -270,9 +270,9 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
     with session(c, host, hosts, dry_run) as t:
-        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
-                                  prepare=_data.remote_input(t, data), seq_length=int(seq_length),
-                                  overwrite=overwrite, **_vllm(vllm_arg))
+        args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                prepare=_data.remote_input(t, data), seq_length=int(seq_length),
+                                overwrite=overwrite, **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="prepare", detach=detach)
         if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
@@ -341,10 +341,10 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                 views.next_step(t.hint(f"inspect-data{ds}"), f"then {t.hint(f'train{ds}')}")
         return
     with session(c, host, hosts, dry_run) as t:
-        args = _data.datagen_args(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
-                                  extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
-                                  concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
-                                  **_vllm(vllm_arg))
+        args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
+                                extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
+                                concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
+                                **_vllm(vllm_arg))
         res = _data.run_datagen(t, args, kind="extract", detach=detach)
         if res:
             views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
@@ -384,15 +384,15 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                                                 overwrite=overwrite, size=size)
             if res is not None:
                 views.line(views.learnable_verifier(res))
-                views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+                views.next_step(t.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                                 "or set `verifier:` for the host in hosts.yaml")
             return
         res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
                                        hidden=int(hidden), shape=shape, overwrite=overwrite)
         if res is not None:
-            views.line(f"tiny verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, "
-                       f"vocab {res['vocab']}, {res['params']} parameters")
-            views.next_step(t.hint(f"pipeline --verifier {res['path']} --data FILE.jsonl"),
+            views.line(f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, "
+                       f"vocab {res.vocab}, {res.params} parameters")
+            views.next_step(t.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                             "or set `verifier:` for the host in hosts.yaml")
 
 

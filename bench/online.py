@@ -137,7 +137,7 @@ def main() -> int:
             data.make_tiny_verifier(t, ver)
             src = rows_file(tmp / "rows.jsonl", a.rows, a.tokens)
             base = f"{work}/data/base"
-            data.run_datagen(t, data.datagen_args(t, data=base, verifier=ver, prepare=str(src), seq_length=2048),
+            data.run_datagen(t, data.Datagen.of(t, data=base, verifier=ver, prepare=str(src), seq_length=2048),
                              kind="prepare", quiet=True)
             for name in ("offline", "online"):
                 shutil.copytree(base, f"{work}/data/{name}")
@@ -146,7 +146,7 @@ def main() -> int:
                   f"{'compiled' if a.compile else '--enforce-eager'}")
 
             t0 = time.perf_counter()
-            ex = data.run_datagen(t, data.datagen_args(t, data=f"{work}/data/offline", verifier=ver, extract=True,
+            ex = data.run_datagen(t, data.Datagen.of(t, data=f"{work}/data/offline", verifier=ver, extract=True,
                                                        layers=LAYERS, vllm_args=vargs), kind="extract", quiet=True)
             extract_wall = time.perf_counter() - t0
             print(f"offline: extract {extract_wall:.1f}s ({ex['extract']['tokens']} tokens, "

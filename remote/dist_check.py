@@ -27,8 +27,9 @@ def start(spec_path):
     """--spec: exec torchrun with this file as every rank's program."""
     import hostenv
     import launch as _launch
+    import trainspec
 
-    spec = json.loads(Path(spec_path).read_text())
+    spec = trainspec.read(spec_path)
     if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
         spec = _launch.slurm_node(spec)
     argv = _launch.torchrun(spec) + [str(HERE / "dist_check.py")]

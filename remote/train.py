@@ -33,6 +33,7 @@ from pathlib import Path
 import hostenv
 import launch
 import pins
+import trainspec
 import vllm_server
 from contract import Refused
 
@@ -112,7 +113,7 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--print", action="store_true", help="print the command and exit")
     a = ap.parse_args()
-    spec = json.loads(Path(a.spec).read_text())
+    spec = trainspec.read(a.spec)  # (names and types checked: one line naming a field that breaks them)
     if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
         spec = launch.slurm_node(spec)
     argv = command(spec)

@@ -136,7 +136,7 @@ def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False)
         try:
             yield t
             if dry_run:
-                views.dry_run_done(h.name)
+                views.dry_run_done(h.name, t.plan_of())
         finally:
             t.close()
 

@@ -2,19 +2,69 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import json
+from typing import Any, Literal, Optional, Type, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from specops.contract import JobState
+from specops.errors import SpecopsError
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: Type[M], data, prefix: str, suffix: str = "") -> M:
+    """data as the model, or SpecopsError in one line: prefix, the first field that breaks it, why, suffix."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SpecopsError(f"{prefix}{'.'.join(map(str, first['loc'])) or '(as a whole)'}: {first['msg']}{suffix}"
+                           ) from None
 
 
 class Payload(BaseModel):
-    """Every payload: ok, and the one-line error when not."""
+    """Every payload: ok, and the one-line error when not; `exit`: the script's exit status.
+    Callers read fields as attributes; the fields a model does not name stay as extras
+    (extra="allow": a newer host script may say more). A payload also reads like the dict it was
+    decoded from (`p["rows"]`, `p.get("x")`, `"x" in p`: a field the host sent), for the views
+    that render several scripts' payloads alike."""
 
     model_config = ConfigDict(extra="allow")
     ok: bool
     error: Optional[str] = None
+    exit: Optional[int] = None
+
+    @classmethod
+    def of(cls, payload):
+        """A payload as given, or this model of a decoded dict."""
+        return payload if isinstance(payload, cls) else cls.model_validate(payload)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data):
+        """A host script's null for a field with a non-null default (a list, a flag) reads as the default."""
+        if isinstance(data, dict):
+            f = cls.model_fields
+            return {k: v for k, v in data.items() if not (v is None and k in f and f[k].default is not None)}
+        return data
+
+    def __getitem__(self, key: str):
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default=None):
+        """A field the host sent, else default (as dict.get: a declared field it left out is not sent)."""
+        return getattr(self, key) if key in self else default
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.model_fields_set or key in (self.__pydantic_extra__ or {})
+
+    def __setitem__(self, key: str, value) -> None:
+        setattr(self, key, value)
 
 
 class Job(BaseModel):
@@ -77,3 +127,181 @@ class CheckRow(BaseModel):
 
 class Check(Payload):
     rows: list[CheckRow] = []
+
+
+class TrainSpec(BaseModel):
+    """runs/R/train-spec.json: what `inv train` (and dist-check) hand the host's launchers
+    (remote/train.py, remote/online.py, remote/dist_check.py). The host reads it with
+    remote/trainspec.py: the same field names and types (tests/test_trainspec.py holds the two
+    together). Only the fields a run sets are written (exclude_unset): the host fills the rest in."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    run_dir: str
+    kind: Literal["cpu", "cuda"]
+    #: trainer processes per node
+    nproc: int = 1
+    verifier: Optional[str] = None
+    data: Optional[str] = None
+    #: the aux layers (the dataset's layer ids without the last)
+    target_layer_ids: Optional[list[int]] = None
+    #: speculators train's flags (the resolved config)
+    flags: dict[str, Any] = {}
+    hidden_states: Literal["offline", "online"] = "offline"
+    trust_remote_code: Union[str, bool] = "auto"
+    #: an online run's server settings and timing (remote/online.py)
+    online: Optional[dict[str, Any]] = None
+    online_timing: Optional[dict[str, Any]] = None
+    #: what run.json keeps of this start
+    record: dict[str, Any] = {}
+    #: several nodes (a group, or a Slurm job): torchrun's fields (remote/launch.py)
+    nnodes: int = 1
+    node_rank: Optional[int] = None
+    rdzv_endpoint: Optional[str] = None
+    rdzv_port: Optional[int] = None
+    local_addr: Optional[str] = None
+    nodes: Optional[list[str]] = None
+    scheduler: Optional[str] = None
+    #: filled in on the host, from Slurm's environment (never written by the laptop)
+    slurm_job_id: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _online_has_server(self) -> "TrainSpec":
+        if self.hidden_states == "online" and self.online is None:
+            raise ValueError("online hidden states need `online` (the server's settings)")
+        return self
+
+    @classmethod
+    def of(cls, spec: Union["TrainSpec", dict]) -> "TrainSpec":
+        """A spec as given, or built from a dict (checked the same way: SpecopsError naming the field)."""
+        if isinstance(spec, cls):
+            return spec
+        where = spec.get("run_dir") if isinstance(spec, dict) else repr(spec)
+        return validated(cls, spec, f"train spec for {where}: field ")
+
+    def to_json(self) -> str:
+        """The file's text: only the fields set (the host's reader fills in the rest)."""
+        return json.dumps(self.model_dump(exclude_unset=True), indent=1)
+
+
+# --- the other host scripts' replies (run_script(..., model=M)): the fields the laptop reads ---
+
+
+class DeepCheck(Payload):
+    """remote/deep_check.py: each candidate setting's training steps."""
+    results: Optional[list[dict[str, Any]]] = None
+    tail: list[str] = []
+    #: the config file the settings came from (set by the laptop)
+    config: Optional[str] = None
+
+
+class ServeCheck(Payload):
+    """remote/serve_check.py: vLLM served the verifier with an untrained draft (or why not)."""
+    skipped: Optional[str] = None
+    check_seconds: Optional[float] = None
+    cached: bool = False
+    cached_at: Any = None
+    root_cause: Optional[str] = None
+    stage: Optional[str] = None
+    log: Optional[str] = None
+    refused: bool = False
+    bug: bool = False
+
+
+class Installed(Payload):
+    """remote/install_profile.py --list-installed: the venv's packages and platform."""
+    installed: dict[str, str] = {}
+    python: Optional[str] = None
+    glibc: str = ""
+    machine: str = ""
+
+
+class Install(Payload):
+    """remote/install_profile.py: the profile installed (or verified), or what did not fit."""
+    mode: Optional[str] = None
+    action: Optional[str] = None
+    changed: dict[str, Any] = {}
+    pip_exit: Optional[int] = None
+    broken: list[str] = []
+    missing: list[str] = []
+    mismatches: list[dict[str, Any]] = []
+    tail: list[str] = []
+    seconds: Optional[float] = None
+    #: a top-up of an existing venv: what it added, kept as it was, could not bring
+    added: dict[str, Any] = {}
+    kept: list[Any] = []
+    absent: list[dict[str, Any]] = []
+    pip_check: list[str] = []
+    overrides: list[Any] = []
+
+
+class DatagenPlan(Payload):
+    """remote/datagen.py --plan: the disk budget and the commands the job would start."""
+    tokens: Optional[int] = None
+    layer_ids: list[int] = []
+    hidden_size: Optional[int] = None
+    estimate_bytes: Optional[int] = None
+    free_bytes: Optional[int] = None
+    todo: Optional[int] = None
+    done: Optional[int] = None
+    commands: list[list[Any]] = []
+
+
+class Converted(Payload):
+    """remote/convert_data.py: a dataset converted to specops' layout."""
+    rows: Optional[int] = None
+    dst: Optional[str] = None
+    seconds: Optional[float] = None
+
+
+class ModelBuilt(Payload):
+    """remote/tiny_verifier.py / remote/learnable_verifier.py: a verifier built on the host."""
+    path: Optional[str] = None
+    shape: Optional[str] = None
+    layers: Optional[int] = None
+    hidden: Optional[int] = None
+    vocab: Optional[int] = None
+    params: Optional[int] = None
+
+
+class ServePlan(Payload):
+    """remote/evaluate.py --plan / remote/regenerate.py --plan: the servers the job would start."""
+    commands: list[list[Any]] = []
+    prompts: Any = None
+
+
+class Inspection(Payload):
+    """remote/inspect_data.py: the data layout's verdict (ok false with violations: data that fail)."""
+    format: Optional[str] = None
+    files: Optional[int] = None
+    rows: Optional[int] = None
+    violations: list[dict[str, Any]] = []
+    n_violations: int = 0
+    record: Optional[dict[str, Any]] = None
+    verifier_vocab_size: Optional[int] = None
+    verifier_config: Optional[str] = None
+
+
+class Manifest(Payload):
+    """remote/manifest.py: every file under a directory, with its size and sha256."""
+    files: dict[str, dict[str, Any]] = {}
+
+
+class HiddenStatesPlan(Payload):
+    """remote/online.py (read-only): which hidden states a run uses, and why."""
+    mode: Optional[Literal["offline", "online"]] = None
+    asked: Optional[str] = None
+    reason: str = ""
+    notes: list[str] = []
+    rows: Optional[int] = None
+    files: Optional[int] = None
+    missing: Optional[int] = None
+    prepared: Optional[bool] = None
+    tokens: Optional[int] = None
+    hidden_size: Optional[int] = None
+    file_bytes: Optional[int] = None
+    layer_ids: list[int] = []
+    nproc: Optional[int] = None
+    verifier: Optional[str] = None
+    data_dir: Optional[str] = None
+    server: Optional[dict[str, Any]] = None
+    server_command: Optional[list[Any]] = None

@@ -323,8 +323,21 @@ def trained(host: str, res: dict, hint) -> None:
         line(f"train {rid} on {host}: finished (exit {res['exit_code']}); `{hint(f'fetch --run-id {rid}')}` brings it back")
 
 
-def dry_run_done(host: str) -> None:
-    line(f"DRY-RUN {host}: nothing was changed")
+def dry_run_done(host: str, plan=None) -> None:
+    """The dry run's last line: nothing was changed, and what the plan (a connection's Plan) holds."""
+    line(f"DRY-RUN {host}: nothing was changed" + (f"; {plan_summary(plan)}" if plan is not None else ""))
+
+
+def plan_summary(plan) -> str:
+    """'would: 3 command(s), 1 transfer(s) (2 host file(s)), 2 other step(s)' of a Plan."""
+    if not plan:
+        return "would: nothing"
+    parts = [f"{len(plan.commands)} command(s)"] if plan.commands else []
+    if plan.transfers:
+        parts.append(f"{len(plan.transfers)} transfer(s)" + (f" ({len(plan.files)} host file(s))" if plan.files else ""))
+    if plan.steps:
+        parts.append(f"{len(plan.steps)} other step(s)")
+    return "would: " + ", ".join(parts)
 
 
 def learnable_verifier(res: dict) -> str:

@@ -107,3 +107,54 @@ def test_a_running_job_is_not_ended_and_an_ended_one_keeps_its_end_time():
     r1, r2 = jobs.status(t)
     assert r1.ended is False and r1.ended_at is None
     assert r2.ended is True and r2.ended_at - r2.started == 60.0
+
+
+def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
+    from specops.ops.data import Datagen, datagen_args, run_datagen
+
+    t = RecordingTransport(host(), dry_run=True, answers=[
+        (r"remote/datagen\.py", 0, framed({"ok": True, "commands": [["vllm", "serve", "/v"]]}))])
+    kw = dict(data=f"{ODD}/data/d", verifier="/v", extract=True, layers="1,2,3", shard="0/2")
+    dg = Datagen.of(t, **kw)
+    assert dg.argv() == ["--data-dir", f"{ODD}/data/d", "--verifier", "/v", "--kind", "cpu", "--extract",
+                         "--backend", "vllm", "--concurrency", "32", "--layers", "1,2,3", "--shard", "0/2",
+                         *t.host.vllm_flags([])]
+    assert datagen_args(t, **kw) == dg.argv() and dg.argv("--plan")[-1] == "--plan"
+    assert run_datagen(t, dg, kind="extract") is None  # (--dry-run: the plan is read, the job is planned)
+    assert t.commands[0] == script_command(t, "datagen", dg.argv("--plan"))
+    assert "would start: vllm serve /v" in t.planned
+
+
+def test_reads_and_changes_are_separate_verbs_and_the_dry_run_is_a_plan():
+    from specops import views
+
+    t = RecordingTransport(host(), dry_run=True, answers=[(r"^ls ", 0, "a\n")])
+    assert t.fact("ls /x").stdout == "a\n"  # (a read runs under --dry-run)
+    assert t.change("rm -rf -- /x").ok and t.commands == ["ls /x"]  # (a change is planned)
+    t.put_text("k=v", "/w/env", label="(env)")
+    t.sync_up("/l/d", "/w/d")
+    assert run_script(t, "job", ["start"]) is None
+    t.plan("would start the job")
+    p = t.plan_of()
+    assert p.commands == ["rm -rf -- /x", script_command(t, "job", ["start"])]
+    assert p.files == ["/w/env"] and len(p.transfers) == 2 and p.steps == ["would start the job"]
+    assert t.planned[0] == "run: rm -rf -- /x" and len(t.planned) == 5  # (each also said as it came)
+    assert views.plan_summary(p) == "would: 2 command(s), 2 transfer(s) (1 host file(s)), 1 other step(s)"
+    p.commands.clear()
+    assert len(t.plan_of().commands) == 2  # (a copy)
+    real = RecordingTransport(host())
+    real.change("rm -rf -- /x")
+    assert real.commands == ["rm -rf -- /x"] and not real.plan_of()
+
+
+def test_the_library_names_every_host_command_a_read_or_a_change():
+    """No library module calls the connection's bare run(): a read is `fact`, a change `change`
+    (a read that forgot `changes=False` was planned under --dry-run with an empty result)."""
+    import re
+
+    from specops import paths
+
+    bare = [f"{p.relative_to(paths.REPO)}:{i}" for p in sorted((paths.REPO / "specops").rglob("*.py"))
+            if p.name != "transport.py"
+            for i, ln in enumerate(p.read_text().splitlines(), 1) if re.search(r"\b(t|self|self\.t|ts\[\d\])\.run\(", ln)]
+    assert bare == []

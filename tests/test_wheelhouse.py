@@ -241,8 +241,8 @@ def test_host_environment_reads_the_venv_and_its_platform(monkeypatch):
     from specops.host import remote_exec
     payload = {"ok": True, "python": "3.12", "installed": {"torch": "2.11.0"}, "glibc": "2.35", "machine": "x86_64"}
     calls = []
-    monkeypatch.setattr(remote_exec, "run_script", lambda t, script, args, changes: calls.append(
-        (script, args, changes)) or payload)
+    monkeypatch.setattr(remote_exec, "run_script", lambda t, script, args, changes, model: calls.append(
+        (script, args, changes)) or model.model_validate(payload))
     t = SimpleNamespace(host=SimpleNamespace(name="h200", venv_path="/opt/torch/.venv"))
     assert wh.host_environment(t, "3.12") == {"installed": {"torch": "2.11.0"}, "source": "h200:/opt/torch/.venv",
                                               "python": "3.12", "platform": "manylinux_2_35_x86_64"}

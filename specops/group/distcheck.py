@@ -10,9 +10,10 @@ from typing import Optional
 from specops.ops import jobs, train
 from specops.slurm import cluster, script
 from specops.errors import SpecopsError
-from specops.group.fanout import connect_all
+from specops.group.fanout import Group
 from specops.group.train import DEFAULT_PORT, launch, node_extra, wait_ended
 from specops.inventory import Host
+from specops.payloads import TrainSpec
 
 
 def rank_lines(log: bytes) -> list[dict]:
@@ -30,8 +31,8 @@ def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int,
         req = script.Request.of(host.slurm, nodes=nodes)
         cluster.judge_request(t, req, "dist-check")
         cluster.refuse_unshared(t, "dist-check")
-        spec = {"run_dir": jobs.run_path(t, rid), "kind": host.profile, "nproc": nproc, "nnodes": req.nodes,
-                "scheduler": "slurm", "rdzv_port": port}
+        spec = TrainSpec(run_dir=jobs.run_path(t, rid), kind=host.profile, nproc=nproc, nnodes=req.nodes,
+                         scheduler="slurm", rdzv_port=port)
         path = train.put_spec(t, spec)
         jobs.start(t, rid, train.launch_argv(t, path, "dist_check"), kind="dist-check", nodes=req.nodes)
         j = jobs.wait_ended(t, rid, timeout)
@@ -51,10 +52,11 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
     if nodes is not None:
         raise SpecopsError("--nodes is for one `scheduler: slurm` host; a group runs one torchrun per host")
     rid = jobs.new_run_id("distcheck")
-    ts = connect_all(hosts, **({"connect": connect} if connect else {}))
+    group = Group.open(hosts, **({"connect": connect} if connect else {}))
+    ts = group.transports
     try:
-        launch(ts, rid, lambda t, i: {"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
-                                      **node_extra(hosts, i, nproc, rdzv_host, port)},
+        launch(ts, rid, lambda t, i: TrainSpec.of({"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
+                                                   **node_extra(hosts, i, nproc, rdzv_host, port)}),
                kind="dist-check", lock=None, script="dist_check")
         ended = wait_ended(ts, rid, timeout)
         states = {n: j.describe for n, j in ended.items()}
@@ -71,5 +73,4 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
             raise SpecopsError(f"dist-check {rid} failed: states {states}", detail=tail)
         return {"run_id": rid, "ranks": lines, "states": states}
     finally:
-        for t in ts:
-            t.close()
+        group.close()

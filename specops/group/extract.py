@@ -20,10 +20,10 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
     index = {h.name: i for i, h in enumerate(hosts)}
 
     def one(t: Transport):
-        args = data.datagen_args(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
-                                 extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
-                                 concurrency=concurrency, max_model_len=max_model_len,
-                                 **({"vllm_args": vllm_args} if vllm_args else {}))
+        args = data.Datagen.of(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
+                               extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
+                               concurrency=concurrency, max_model_len=max_model_len,
+                               **({"vllm_args": vllm_args} if vllm_args else {}))
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
     return run_on(hosts, one, dry_run=dry_run, **({"connect": connect} if connect else {}))
@@ -60,15 +60,15 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
     common = dict(data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier), extract=True,
                   backend=backend, layers=layers, concurrency=concurrency, max_model_len=max_model_len,
                   **({"vllm_args": vllm_args} if vllm_args else {}))
-    plan = data.plan_datagen(t, data.datagen_args(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
+    plan = data.plan_datagen(t, data.Datagen.of(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
     if t.dry_run:
         t.plan(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
         data.planned_commands(t, plan)
-    args = data.datagen_args(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
+    dg = data.Datagen.of(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
     rid = jobs.new_run_id("extract")
-    argv = [t.expand(t.host.python), "remote/datagen.py", *args,
-            "--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json")]
-    started = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(args), array=shards)
+    argv = [t.expand(t.host.python), "remote/datagen.py",
+            *dg.argv("--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json"))]
+    started = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(dg), array=shards)
     if started is None:
         return None
     jid = started.slurm_job_id
@@ -96,6 +96,6 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
                                 error=f"{task.describe}" + (f": {why}" if why else "")))
     left = None
     if all(o.ok for o in outs):  # (the shards are one folder already: the workdir is shared, `inv check` proved it)
-        left = data.plan_datagen(t, data.datagen_args(t, **common), kind="extract", quiet=True).get("todo")
+        left = data.plan_datagen(t, data.Datagen.of(t, **common), kind="extract", quiet=True).todo
     return {"run_id": rid, "job_id": jid, "outcomes": outs, "left": left,
             "completion": {"mode": "shared filesystem", "moved": 0, "notes": []} if left == 0 else None}

@@ -15,7 +15,7 @@ from typing import Optional
 from specops.ops import data
 from specops.host.connection import connect
 from specops.errors import SpecopsError
-from specops.group.fanout import connect_all
+from specops.group.fanout import Group
 from specops.inventory import Host
 
 
@@ -32,7 +32,8 @@ def complete_data(hosts: list[Host], dataset: Optional[str]) -> dict:
             return peer_sync(hosts, dataset)
         notes.append("reach_peers: no ssh-agent here (SSH_AUTH_SOCK): the shards go through the laptop instead "
                      "(ssh-add the hosts' key to move them host to host)")
-    ts = connect_all(hosts)
+    group = Group.open(hosts)
+    ts = group.transports
     try:
         with tempfile.TemporaryDirectory(prefix="specops-shards-") as stage:
             for t in ts:
@@ -42,8 +43,7 @@ def complete_data(hosts: list[Host], dataset: Optional[str]) -> dict:
                 t.sync_up(stage, f"{data.data_dir(t, dataset)}/hidden_states")
         return {"mode": "through the laptop", "files": files, "notes": notes}
     finally:
-        for t in ts:
-            t.close()
+        group.close()
 
 
 def peer_known_hosts(hosts: list[Host]) -> str:

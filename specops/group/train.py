@@ -16,9 +16,10 @@ from typing import Callable, Optional
 
 from specops.ops import jobs, train
 from specops.errors import SpecopsError
-from specops.group.fanout import connect_all
+from specops.group.fanout import Group
 from specops.inventory import Host
 from specops.host.transport import Transport
+from specops.payloads import TrainSpec
 
 DEFAULT_PORT = 29500
 
@@ -33,9 +34,9 @@ def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optio
             "nproc": nproc or hosts[i].gpus or 1, "nodes": [h.name for h in hosts]}
 
 
-def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], dict], *, kind: str,
+def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], TrainSpec], *, kind: str,
            lock: Optional[str], script: str = "train", before_start: Optional[Callable[[list], object]] = None
-           ) -> list[dict]:
+           ) -> list[TrainSpec]:
     """Build every node's spec first (all checks before anything starts), then before_start(specs),
     then start them all; if one fails to start, stop the ones already running."""
     specs = [spec_for(t, i) for i, t in enumerate(ts)]
@@ -64,8 +65,8 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], d
 def checkpoint_epochs(t: Transport, rid: str) -> list[int]:
     """The epoch checkpoints (numeric dirs, not symlinks) of a run on one node, ascending."""
     d = jobs.run_path(t, rid, "checkpoints")
-    r = t.run(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
-              f"&& echo \"$e\"; done; true", changes=False)
+    r = t.fact(f"cd {shlex.quote(d)} 2>/dev/null && for e in [0-9]*; do [ -d \"$e\" ] && [ ! -L \"$e\" ] "
+               f"&& echo \"$e\"; done; true")
     return sorted(int(x) for x in r.stdout.split() if x.isdigit())
 
 
@@ -129,7 +130,8 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
     settings refuses the start unless given (train.refuse_new_data, as on one host); each node's
     run.json appends the start either way."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    ts = connect_all(hosts, dry_run, **({"connect": connect} if connect else {}))
+    group = Group.open(hosts, dry_run=dry_run, **({"connect": connect} if connect else {}))
+    ts = group.transports
 
     def spec_for(t: Transport, i: int) -> dict:
         spec = train.make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc,
@@ -159,5 +161,4 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
             raise SpecopsError(f"train {rid}: not every node succeeded ({states}){first}", detail=tails)
         return {"run_id": rid, "exit_code": code, "states": states}
     finally:
-        for t in ts:
-            t.close()
+        group.close()

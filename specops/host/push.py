@@ -93,10 +93,10 @@ def push(t) -> list[str]:
     py = t.expand(t.host.python)
     # one round trip: make sure the workdir is there and writable, and hash what it holds
     if t.dry_run:  # read what is there; change nothing
-        r = t.run(host_listing(wd, py), changes=False)
+        r = t.fact(host_listing(wd, py))
     else:
-        r = t.run(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
-                  + host_listing(wd, py))
+        r = t.change(f"{{ mkdir -p {q}/{paths.STATE} && test -w {q}; }} 2>/dev/null || exit {NOT_WRITABLE}; "
+                     + host_listing(wd, py))
     if r.exited == NOT_WRITABLE:
         raise _not_writable(t, wd)
     held, pushed = parse_listing(r.stdout if r.ok else "")

@@ -13,11 +13,12 @@ import os
 import shlex
 from typing import Optional, Sequence, Type, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from specops.contract import BEGIN, END, decode
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
+from specops.payloads import validated
 
 NO_VENV, NO_SCRIPT = 97, 98
 M = TypeVar("M", bound=BaseModel)
@@ -75,9 +76,9 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     if via:
         cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
     if t.dry_run and changes:
-        t.plan(f"run: {cmd}")
+        t.plan(f"run: {cmd}", command=cmd)
         return None
-    r = t.run(cmd, timeout=timeout, changes=changes, on_line=progress_notes(t) if progress else None)
+    r = (t.change if changes else t.fact)(cmd, timeout=timeout, on_line=progress_notes(t) if progress else None)
     if r.exited == NO_VENV:
         raise SpecopsError(
             f"venv {h.venv_path} is missing on {h.name} (no {h.python}): run `{t.hint('bootstrap')}`"
@@ -98,10 +99,5 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     payload.setdefault("exit", r.exited)
     if model is None:
         return payload
-    try:
-        return model.model_validate(payload)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise SpecopsError(f"remote/{script}.py on {h.name} answered outside the contract: "
-                           f"{'.'.join(map(str, first['loc']))}: {first['msg']} (push again: `{t.hint('push')}`)"
-                           ) from None
+    return validated(model, payload, f"remote/{script}.py on {h.name} answered outside the contract: ",
+                     f" (push again: `{t.hint('push')}`)")

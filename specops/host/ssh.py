@@ -263,7 +263,7 @@ class SSHTransport(Transport):
         if shutil.which("rsync") is None:
             return False
         if self._rsync_remote is None:
-            self._rsync_remote = self.run("command -v rsync >/dev/null", changes=False).ok
+            self._rsync_remote = self.fact("command -v rsync >/dev/null").ok
         return self._rsync_remote
 
     def rsync(self, src: str, dst: str, extra: list[str] = (), on_progress=None) -> None:

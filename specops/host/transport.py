@@ -4,8 +4,12 @@ Two implementations: ``ssh.SSHTransport`` (Fabric, one connection per task) and
 ``local.LocalTransport`` (this machine); ``connection.connect(host, dry_run=...)`` picks one.
 Policy (what to run) lives elsewhere. The connection owns the concerns every operation shares:
 
-- dry-run: commands and transfers that would change the host are recorded (``planned``) and
-  reported, not run; read-only queries (``changes=False``) still run, so the plan is the real one;
+- reads and changes are separate verbs (pyinfra's facts and operations): ``fact(cmd)`` reads the
+  host and always runs, ``change(cmd)`` (and put, put_text, sync_up) changes it: under --dry-run
+  a change is recorded, not run, so the plan is the real one and a read is never planned by
+  mistake; ``run(cmd, changes=...)`` is the one both go through;
+- dry-run: the changes are kept as a ``Plan`` (commands, transfers, the host files it would
+  write, the other steps it would take: ``plan_of()``), each also a "plan" note as it comes;
 - push: ``ensure_pushed()`` sends remote/ at most once per connection (every remote script call
   goes through it);
 - reconnect: ``reconnect()`` re-opens the same object in place after a drop;
@@ -21,7 +25,7 @@ import os
 import shlex
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 from specops.errors import SpecopsError
@@ -48,6 +52,21 @@ class Note:
     host: str
     kind: str
     text: str
+
+
+@dataclass
+class Plan:
+    """What a --dry-run on one host would have done: the shell commands it would run, the transfers
+    it would make, the host files they would write, and the other steps (a job it would start, a
+    preflight it would run), each as said."""
+    host: str
+    commands: list[str] = field(default_factory=list)
+    transfers: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.commands or self.transfers or self.steps)
 
 
 class Lines:
@@ -83,6 +102,7 @@ class Transport:
         #: --dry-run: the host paths a real run would have put there (so later reads can allow for them)
         self.would_put: frozenset = frozenset()
         self.planned: list[str] = []
+        self._plan = Plan(host.name)
         self.notes: list[Note] = []
         self.pushed: Optional[list[str]] = None
         #: (stage, seconds) of every outermost stage or step that ended well, in order (stage())
@@ -105,10 +125,25 @@ class Transport:
         """`inv TASK` as the user should type it next: with the --host/--hosts they gave."""
         return f"inv {task}" + (f" {self.hint_args}" if self.hint_args else "")
 
-    def plan(self, what: str) -> None:
-        """Under --dry-run: what a real run would do here."""
+    def plan(self, what: str, *, command: Optional[str] = None, transfer: bool = False,
+             file: Optional[str] = None) -> None:
+        """Under --dry-run: what a real run would do here (said as `what`): a shell command, a
+        transfer (writing `file` on the host, when it is one file), or another step."""
         self.planned.append(what)
+        if command is not None:
+            self._plan.commands.append(command)
+        elif transfer:
+            self._plan.transfers.append(what)
+        else:
+            self._plan.steps.append(what)
+        if file is not None:
+            self._plan.files.append(file)
         self.note(what, "plan")
+
+    def plan_of(self) -> Plan:
+        """What this connection's --dry-run would have done so far (a copy)."""
+        p = self._plan
+        return Plan(p.host, list(p.commands), list(p.transfers), list(p.files), list(p.steps))
 
     @contextlib.contextmanager
     def stage(self, what: str) -> Iterator[None]:
@@ -148,13 +183,23 @@ class Transport:
         return self.pushed
 
     # -- operations ----------------------------------------------------------------------
+    def fact(self, cmd: str, *, timeout: Optional[float] = None,
+             on_line: Optional[Callable[[str], None]] = None) -> Result:
+        """Read the host with a shell command that changes nothing: it runs, --dry-run or not."""
+        return self.run(cmd, timeout=timeout, changes=False, on_line=on_line)
+
+    def change(self, cmd: str, *, timeout: Optional[float] = None,
+               on_line: Optional[Callable[[str], None]] = None) -> Result:
+        """Change the host with a shell command: under --dry-run planned (exit 0, no output), not run."""
+        return self.run(cmd, timeout=timeout, changes=True, on_line=on_line)
+
     def run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, changes: bool = True,
             on_line: Optional[Callable[[str], None]] = None) -> Result:
-        """Run a shell command on the host; never raises on a non-zero exit. on_line gets each line of
-        its stdout as it comes (stdout is still captured whole)."""
+        """Run a shell command on the host (fact and change name which it is); never raises on a
+        non-zero exit. on_line gets each line of its stdout as it comes (stdout is still captured whole)."""
         timeout = timeout if timeout is not None else self.default_timeout
         if self.dry_run and changes:
-            self.plan(f"run: {cmd}")
+            self.plan(f"run: {cmd}", command=cmd)
             return Result(cmd, 0, "", "")
         if on_line is not None:
             return self._run(cmd, timeout=timeout, hide="stderr", out_stream=Lines(on_line))
@@ -162,7 +207,7 @@ class Transport:
 
     def put(self, local: str, remote: str) -> None:
         if self.dry_run:
-            self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}")
+            self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}", transfer=True, file=remote)
             self.would_put = self.would_put | {remote}
             return
         self._put(local, remote)
@@ -192,7 +237,7 @@ class Transport:
         """Make remote_dir hold local_dir's files (bulk, incremental)."""
         if self.dry_run:
             self.plan(f"sync: {shlex.quote(local_dir)}/ -> {self.host.name}:{shlex.quote(remote_dir)}/"
-                      + (" (--delete)" if delete else ""))
+                      + (" (--delete)" if delete else ""), transfer=True)
             return
         self._sync_up(local_dir, remote_dir, delete=delete)
 
@@ -229,7 +274,7 @@ class Transport:
     # -- helpers shared by both implementations -----------------------------------------
     def home(self) -> str:
         if self._home is None:
-            r = self.run('printf %s "$HOME"', changes=False)
+            r = self.fact('printf %s "$HOME"')
             if not r.ok or not r.stdout.startswith("/"):
                 raise SpecopsError(f"cannot read $HOME on {self.host.name}: {r.stderr.strip()}")
             self._home = r.stdout
@@ -247,7 +292,7 @@ class Transport:
 
     def check(self, cmd: str, what: str, hint: str = "", timeout: Optional[float] = None,
               changes: bool = True) -> Result:
-        r = self.run(cmd, timeout=timeout, changes=changes)
+        r = (self.change if changes else self.fact)(cmd, timeout=timeout)
         if not r.ok:
             err = (r.stderr or r.stdout).strip().splitlines()
             tail = err[-1] if err else f"exit {r.exited}"
@@ -255,7 +300,7 @@ class Transport:
         return r
 
     def exists(self, path: str, kind: str = "-e") -> bool:
-        return self.run(f"test {kind} {shlex.quote(path)}", changes=False).ok
+        return self.fact(f"test {kind} {shlex.quote(path)}").ok
 
     def __enter__(self):
         return self

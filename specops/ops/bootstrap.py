@@ -15,6 +15,7 @@ from typing import Optional
 
 from specops import paths, profiles
 from specops.errors import SpecopsError
+from specops.payloads import Install, Installed
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 
@@ -24,7 +25,7 @@ class Outcome:
     profile: str = ""
     venv_created: bool = False
     pushed: list[str] = field(default_factory=list)
-    install: dict = field(default_factory=dict)
+    install: Optional[Install] = None
 
 
 def venv_command(t: Transport) -> str:
@@ -41,12 +42,12 @@ def ensure_venv(t: Transport) -> bool:
         raise SpecopsError(f"{h.name} declares venv_existing: true but {h.python} is not there: point "
                            f"'venv' in hosts.yaml at the existing environment (specops never creates it)")
     bp = shlex.quote(h.base_python)
-    if not t.run(f"command -v {bp} >/dev/null", changes=False).ok:
+    if not t.fact(f"command -v {bp} >/dev/null").ok:
         raise SpecopsError(
             f"base_python {h.base_python!r} not found on {h.name}: install it or set 'base_python' "
             f"in hosts.yaml to an interpreter that exists there"
         )
-    r = t.run(venv_command(t))
+    r = t.change(venv_command(t))
     if not r.ok:
         err = (r.stderr or r.stdout).strip().splitlines()
         raise SpecopsError(
@@ -57,7 +58,7 @@ def ensure_venv(t: Transport) -> bool:
 
 
 def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
-            wheelhouse: Optional[str] = None) -> dict:
+            wheelhouse: Optional[str] = None) -> Install:
     log = f"{paths.LOGS}/install-{profile.name}.log"
     args = ["--profile", f"{paths.PROFILES}/{profile.name}.txt", "--sha256", profile.sha256, "--log", log]
     if wheelhouse:
@@ -68,26 +69,27 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args += ["--installer", os.environ["SPECOPS_INSTALLER"]]
     if t.host.venv_existing:
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
-    res = run_script(t, "install_profile", args + progress_args(), progress=True)  # (pip's progress as it goes)
+    res = run_script(t, "install_profile", args + progress_args(), progress=True,  # (pip's progress as it goes)
+                     model=Install)
     if res is None:  # --dry-run
-        return {"ok": True, "action": "installed or verified (dry run)"}
-    if res.get("error"):
-        raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res['error']}")
-    if res.get("mode") == "existing" and not res.get("ok"):
-        what = (f"it changed {', '.join(f'{n} {a}->{b}' for n, (a, b) in res['changed'].items())}"
-                if res.get("changed") else f"pip exited {res.get('pip_exit')} (nothing present may be upgraded: "
-                f"the missing wheels must fit what is installed)" if res.get("pip_exit") else
-                f"what it added does not fit: {'; '.join(res.get('broken', [])[:3])}" if res.get("broken") else
-                f"still missing: {', '.join(res.get('missing', []))}")
+        return Install(ok=True, action="installed or verified (dry run)")
+    if res.error:
+        raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res.error}")
+    if res.mode == "existing" and not res.ok:
+        what = (f"it changed {', '.join(f'{n} {a}->{b}' for n, (a, b) in res.changed.items())}"
+                if res.changed else f"pip exited {res.pip_exit} (nothing present may be upgraded: "
+                f"the missing wheels must fit what is installed)" if res.pip_exit else
+                f"what it added does not fit: {'; '.join(res.broken[:3])}" if res.broken else
+                f"still missing: {', '.join(res.missing)}")
         raise SpecopsError(f"topping up the existing venv {t.host.venv_path} on {t.host.name} failed: {what}; "
-                           f"full log: {t.expand(t.host.workdir_path)}/{log}", detail="\n".join(res.get("tail", [])))
-    if not res.get("ok"):
-        bad = ", ".join(f"{m['package']} want {m['want']} have {m['have']}" for m in res.get("mismatches", []))
-        what = f"pins not satisfied ({bad})" if bad else f"pip exited {res.get('pip_exit')}"
+                           f"full log: {t.expand(t.host.workdir_path)}/{log}", detail="\n".join(res.tail))
+    if not res.ok:
+        bad = ", ".join(f"{m['package']} want {m['want']} have {m['have']}" for m in res.mismatches)
+        what = f"pins not satisfied ({bad})" if bad else f"pip exited {res.pip_exit}"
         raise SpecopsError(
             f"installing profile {profile.name!r} on {t.host.name} failed: {what}; full log: "
             f"{t.expand(t.host.workdir_path)}/{log}",
-            detail="\n".join(res.get("tail", [])),
+            detail="\n".join(res.tail),
         )
     return res
 
@@ -116,13 +118,13 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
     """An existing venv keeps its torch: the profile of prof's family built on that torch
     (profiles.for_existing), said in one line when it is another one."""
     try:
-        res = run_script(t, "install_profile", ["--list-installed"], changes=False)
+        res = run_script(t, "install_profile", ["--list-installed"], changes=False, model=Installed)
     except SpecopsError:
         if not t.dry_run:
             raise
         t.plan(f"would pick the profile of family {prof.name} built on the venv's torch (once remote/ is pushed)")
         return prof
-    chosen, why = profiles.for_existing(prof.name, (res.get("installed") or {}).get("torch", ""))
+    chosen, why = profiles.for_existing(prof.name, res.installed.get("torch", ""))
     if why:
         t.note(f"{t.host.name}: {why}", "warn" if chosen is prof else "info")
     return chosen
@@ -144,7 +146,7 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
     with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
-    if out.install.get("mode") == "existing":
+    if out.install.mode == "existing":
         for line in top_up_lines(h.name, out.install):
             t.note(line)
     if t.dry_run:
@@ -152,20 +154,20 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
                f"{len(out.pushed)} file(s), install or verify profile {prof.name}")
         return out
     t.note(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} file(s) "
-           f"pushed, profile {prof.name} {out.install.get('action')}"
-           + (f" in {out.install.get('seconds')}s" if out.install.get("action") == "installed" else ""), "done")
+           f"pushed, profile {prof.name} {out.install.action}"
+           + (f" in {out.install.seconds}s" if out.install.action == "installed" else ""), "done")
     return out
 
 
-def top_up_lines(name: str, res: dict) -> list[str]:
+def top_up_lines(name: str, res: Install) -> list[str]:
     """What a top-up of an existing venv added, kept as it was, and could not bring."""
-    added = res.get("added") or {}
+    added = res.added
     return ([f"top-up {name}: added {len(added)} package(s)"
              + (": " + ", ".join(f"{n} {v}" for n, v in sorted(added.items())) if added else " (nothing missing)")]
-            + profiles.kept_lines(res.get("kept", []), "want", "there")
-            + [f"  not installed {d['package']}: {d['reason']}" for d in res.get("absent", [])]
-            + [f"  pip check (left as is): {line}" for line in res.get("pip_check", [])]
-            + overrides_lines(res.get("overrides", []), bool(added)))
+            + profiles.kept_lines(res.kept, "want", "there")
+            + [f"  not installed {d['package']}: {d['reason']}" for d in res.absent]
+            + [f"  pip check (left as is): {line}" for line in res.pip_check]
+            + overrides_lines(res.overrides, bool(added)))
 
 
 def overrides_lines(overrides: list, installed: bool) -> list[str]:

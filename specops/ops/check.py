@@ -10,7 +10,7 @@ from typing import Optional
 from specops import paths
 from specops.config import load_config
 from specops.errors import SpecopsError
-from specops.payloads import Check, CheckRow
+from specops.payloads import Check, CheckRow, DeepCheck, ServeCheck
 from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
@@ -134,13 +134,12 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     args = ["--kind", h.profile, "--settings", json.dumps(cands), "--steps", str(steps), "--timeout", str(timeout)]
     if try_all:
         args.append("--all")
-    res = run_script(t, "deep_check", args)
+    res = run_script(t, "deep_check", args, model=DeepCheck)
     if res is None:  # --dry-run
         return None
-    if "results" not in res:
-        raise SpecopsError(f"deep check on {h.name} could not run: {res.get('error')}",
-                           detail="\n".join(res.get("tail", [])))
-    res["config"] = cfg["path"]
+    if res.results is None:
+        raise SpecopsError(f"deep check on {h.name} could not run: {res.error}", detail="\n".join(res.tail))
+    res.config = cfg["path"]
     return res
 
 
@@ -252,21 +251,22 @@ def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout
             *t.host.vllm_flags(list(vllm_args or []))]
     if fresh:
         args.append("--no-cache")
-    return run_script(t, "serve_check", args, timeout=timeout or 2400)
+    return run_script(t, "serve_check", args, timeout=timeout or 2400, model=ServeCheck)
 
 
-def serve_line(res: dict) -> str:
+def serve_line(res: ServeCheck) -> str:
     """The preflight's one line: its cost, or why it did not run."""
-    if res.get("skipped"):
-        return f"draft-serves preflight: skipped: {res['skipped']}"
-    s = res.get("check_seconds")
-    if res.get("cached"):
+    res = ServeCheck.of(res)
+    if res.skipped:
+        return f"draft-serves preflight: skipped: {res.skipped}"
+    s = res.check_seconds
+    if res.cached:
         return (f"draft-serves preflight: passed before for this verifier, draft config and vLLM version "
-                f"({res.get('cached_at')}, {s:.0f} s then); {SERVE_SKIP}")
+                f"({res.cached_at}, {s:.0f} s then); {SERVE_SKIP}")
     return f"draft-serves preflight: vLLM served the verifier with an untrained draft in {s:.0f} s ({SERVE_SKIP})"
 
 
-def serve_failure(res: dict) -> str:
+def serve_failure(res: ServeCheck) -> str:
     """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
     return paths.remote_module("serve_check").failure_line(res)
 
@@ -285,20 +285,20 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
                f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
         return None
     res = serve(t, spec, vllm_args=vllm_args)
-    if res.get("ok"):
+    if res.ok:
         t.note(serve_line(res))
         return res
-    if res.get("refused") or res.get("bug"):
-        raise SpecopsError(f"train on {h.name}: the draft-serves preflight could not run: {res.get('error')} "
+    if res.refused or res.bug:
+        raise SpecopsError(f"train on {h.name}: the draft-serves preflight could not run: {res.error} "
                            f"(nothing was started; {SERVE_SKIP})")
     raise SpecopsError(f"train refused on {h.name}: {serve_failure(res)}; the draft-serves preflight took "
-                       f"{res.get('check_seconds') or 0:.0f} s; nothing was started ({SERVE_SKIP})")
+                       f"{res.check_seconds or 0:.0f} s; nothing was started ({SERVE_SKIP})")
 
 
-def serve_verdict(name: str, res: Optional[dict]) -> None:
+def serve_verdict(name: str, res: Optional[ServeCheck]) -> None:
     """`inv check --serve`: raise (one line) unless the draft served (or the check was skipped there)."""
-    if res is None or res.get("ok"):
+    if res is None or res.ok:
         return
-    if res.get("refused") or res.get("bug"):
-        raise SpecopsError(f"check {name} --serve could not run: {res.get('error')}")
-    raise SpecopsError(f"check {name} --serve: {serve_failure(res)} (after {res.get('check_seconds') or 0:.0f} s)")
+    if res.refused or res.bug:
+        raise SpecopsError(f"check {name} --serve could not run: {res.error}")
+    raise SpecopsError(f"check {name} --serve: {serve_failure(res)} (after {res.check_seconds or 0:.0f} s)")

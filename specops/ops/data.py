@@ -6,6 +6,7 @@ import hashlib
 import json
 import posixpath
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,7 @@ from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
+from specops.payloads import Converted, DatagenPlan, ModelBuilt
 
 
 def data_dir(t: Transport, name_or_path: Optional[str]) -> str:
@@ -57,68 +59,99 @@ def verifier_path(t: Transport, verifier: Optional[str]) -> str:
     return t.expand(v)
 
 
-def datagen_args(t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None,
-                 seq_length: int = 2048, extract: bool = False, backend: str = "vllm",
-                 layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
-                 concurrency: int = 32, max_model_len: Optional[int] = None,
-                 vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> list[str]:
-    """remote/datagen.py's arguments. The host's vLLM settings (hosts.yaml tensor_parallel,
-    trust_remote_code, vllm_args) come from t.host; `vllm_args` are this run's `--vllm-arg`s,
-    passed after the host's (the last one wins in vLLM). --max-model-len defaults on the host
-    to the longest row + 1."""
-    args = ["--data-dir", data, "--verifier", verifier, "--kind", t.host.profile]
-    if prepare:
-        args += ["--prepare", prepare, "--seq-length", str(seq_length)]
-    if extract:
-        args += ["--extract", "--backend", backend, "--concurrency", str(concurrency)]
-        if layers:
-            args += ["--layers", str(layers)]
-        if shard:
-            args += ["--shard", shard]
-        if rows:
-            args += ["--rows", rows]
-    if max_model_len:
-        args += ["--max-model-len", str(max_model_len)]
-    if overwrite:  # (a dataset prepared from another file, hidden states of other layer ids)
-        args.append("--overwrite")
-    return args + t.host.vllm_flags(list(vllm_args or []))
+@dataclass(frozen=True)
+class Datagen:
+    """remote/datagen.py's arguments as a value: built once (`Datagen.of`), rendered to argv at one
+    edge (`argv`). The host's vLLM settings (hosts.yaml tensor_parallel, trust_remote_code,
+    vllm_args) and this run's `--vllm-arg`s (after the host's: the last one wins in vLLM) are
+    `vllm`; --max-model-len defaults on the host to the longest row + 1."""
+
+    data: str
+    verifier: str
+    kind: str
+    prepare: Optional[str] = None
+    seq_length: int = 2048
+    extract: bool = False
+    backend: str = "vllm"
+    layers: Optional[str] = None
+    shard: Optional[str] = None
+    rows: Optional[str] = None
+    concurrency: int = 32
+    max_model_len: Optional[int] = None
+    overwrite: bool = False
+    vllm: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None, seq_length: int = 2048,
+           extract: bool = False, backend: str = "vllm", layers: Optional[str] = None, shard: Optional[str] = None,
+           rows: Optional[str] = None, concurrency: int = 32, max_model_len: Optional[int] = None,
+           vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> "Datagen":
+        return cls(data=data, verifier=verifier, kind=t.host.profile, prepare=prepare, seq_length=seq_length,
+                   extract=extract, backend=backend, layers=layers, shard=shard, rows=rows, concurrency=concurrency,
+                   max_model_len=max_model_len, overwrite=overwrite,
+                   vllm=tuple(t.host.vllm_flags(list(vllm_args or []))))
+
+    def argv(self, *more: str) -> list[str]:
+        """The script's arguments (then `more`, e.g. --plan)."""
+        args = ["--data-dir", self.data, "--verifier", self.verifier, "--kind", self.kind]
+        if self.prepare:
+            args += ["--prepare", self.prepare, "--seq-length", str(self.seq_length)]
+        if self.extract:
+            args += ["--extract", "--backend", self.backend, "--concurrency", str(self.concurrency)]
+            if self.layers:
+                args += ["--layers", str(self.layers)]
+            if self.shard:
+                args += ["--shard", self.shard]
+            if self.rows:
+                args += ["--rows", self.rows]
+        if self.max_model_len:
+            args += ["--max-model-len", str(self.max_model_len)]
+        if self.overwrite:  # (a dataset prepared from another file, hidden states of other layer ids)
+            args.append("--overwrite")
+        return args + list(self.vllm) + list(more)
 
 
-def plan_datagen(t: Transport, args: list[str], *, kind: str, quiet: bool = False) -> dict:
+def datagen_args(t: Transport, **kw) -> list[str]:
+    """remote/datagen.py's argv for these settings (`Datagen.of(t, **kw).argv()`)."""
+    return Datagen.of(t, **kw).argv()
+
+
+def plan_datagen(t: Transport, dg: Datagen, *, kind: str, quiet: bool = False) -> DatagenPlan:
     """remote/datagen.py --plan (changes nothing): the checks, the disk budget (a note), the commands."""
-    pending = t.dry_run and "--prepare" in args and args[args.index("--prepare") + 1] in t.would_put
-    plan = run_script(t, "datagen", args + ["--plan"] + (["--prepare-later"] if pending else []), changes=False)
-    if not plan.get("ok"):
-        raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.get('error')}")
-    if "estimate_bytes" in plan and not quiet:
-        t.note(f"disk budget: {plan['tokens']} tokens x {len(plan['layer_ids'])} layers x "
-                      f"{plan['hidden_size']} x 2 B = {human_bytes(plan['estimate_bytes'])} "
-                      f"(+10%); {human_bytes(plan['free_bytes'])} free; {plan['todo']} file(s) to write, "
-                      f"{plan['done']} already there")
+    pending = t.dry_run and dg.prepare is not None and dg.prepare in t.would_put
+    plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False,
+                      model=DatagenPlan)
+    if not plan.ok:
+        raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.error}")
+    if plan.estimate_bytes is not None and not quiet:
+        t.note(f"disk budget: {plan.tokens} tokens x {len(plan.layer_ids)} layers x "
+               f"{plan.hidden_size} x 2 B = {human_bytes(plan.estimate_bytes)} "
+               f"(+10%); {human_bytes(plan.free_bytes)} free; {plan.todo} file(s) to write, "
+               f"{plan.done} already there")
     return plan
 
 
-def datagen_lock(args: list[str]) -> str:
+def datagen_lock(dg: Datagen) -> str:
     """One writer per data dir."""
-    return "data-" + hashlib.sha1(args[args.index("--data-dir") + 1].encode()).hexdigest()[:12]
+    return "data-" + hashlib.sha1(dg.data.encode()).hexdigest()[:12]
 
 
-def planned_commands(t: Transport, plan: dict) -> None:
+def planned_commands(t: Transport, plan: DatagenPlan) -> None:
     """Under --dry-run, what the job would start (the vLLM server, speculators ...): review -tp before GPU hours."""
     if t.dry_run:
-        for cmd in plan.get("commands", []):
+        for cmd in plan.commands:
             t.plan("would start: " + shlex.join(map(str, cmd)))
 
 
-def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[str] = None,
+def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] = None,
                 detach: bool = False, quiet: bool = False) -> Optional[dict]:
     """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
     result; None when detached, or under --dry-run (the commands it would start are planned)."""
-    plan = plan_datagen(t, args, kind=kind, quiet=quiet)
+    plan = plan_datagen(t, dg, kind=kind, quiet=quiet)
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
-    argv = [t.expand(t.host.python), "remote/datagen.py", *args, "--result", result]
-    lock = datagen_lock(args)
+    argv = [t.expand(t.host.python), "remote/datagen.py", *dg.argv("--result", result)]
+    lock = datagen_lock(dg)
     planned_commands(t, plan)
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         started = jobs.start(t, rid, argv, kind=kind, lock=lock)
@@ -136,13 +169,13 @@ def run_datagen(t: Transport, args: list[str], *, kind: str, run_id: Optional[st
     return res
 
 
-def convert(t: Transport, src: str, dst: str) -> Optional[dict]:
+def convert(t: Transport, src: str, dst: str) -> Optional[Converted]:
     """None under --dry-run."""
-    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)])
+    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"convert-data on {t.host.name}: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"convert-data on {t.host.name}: {res.error}")
     return res
 
 
@@ -150,7 +183,7 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
     """path expanded, once it may take a new model: an empty or missing folder, or (overwrite) one
     whose files will be replaced (said under --dry-run). Refused in one line otherwise."""
     path = t.expand(path)
-    if t.exists(path) and t.run(f"ls -A {shlex.quote(path)} | head -c1", changes=False).stdout:
+    if t.exists(path) and t.fact(f"ls -A {shlex.quote(path)} | head -c1").stdout:
         if not overwrite:
             raise SpecopsError(f"{what}: {t.host.name}:{path} already holds files: pass --overwrite to replace "
                                f"them, or another --path (nothing was changed)")
@@ -160,7 +193,7 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
 
 
 def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
-                       shape: str = "llama", overwrite: bool = False) -> Optional[dict]:
+                       shape: str = "llama", overwrite: bool = False) -> Optional[ModelBuilt]:
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
     Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
     sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
@@ -174,11 +207,11 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
         args += ["--code", code]
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "tiny_verifier", args, timeout=900)
+    res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.error}")
     return res
 
 
@@ -187,7 +220,7 @@ LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
-                            steps: Optional[int] = None, size: str = "tiny") -> Optional[dict]:
+                            steps: Optional[int] = None, size: str = "tiny") -> Optional[ModelBuilt]:
     """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
@@ -202,9 +235,9 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     if overwrite:
         args.append("--overwrite")
     res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
-                     progress=True)  # (its progress lines as they come: steps, loss, agreement)
+                     progress=True, model=ModelBuilt)  # (its progress lines as they come: steps, loss, agreement)
     if res is None:
         return None
-    if not res.get("ok"):
-        raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.get('error')}")
+    if not res.ok:
+        raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.error}")
     return res

@@ -23,6 +23,7 @@ from specops.ops.data import remote_input
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
+from specops.payloads import ServePlan
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "
@@ -67,11 +68,11 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     args += t.host.vllm_flags(list(vllm_args or []))
     pending = t.dry_run and prompts is not None and args[args.index("--prompts") + 1] in t.would_put
     if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
-        plan = run_script(t, "evaluate", args + ["--plan"], changes=False)
-        if not plan.get("ok"):
-            raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.get('error')}")
+        plan = run_script(t, "evaluate", args + ["--plan"], changes=False, model=ServePlan)
+        if not plan.ok:
+            raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.error}")
         if t.dry_run:  # the exact server commands, to review -tp before GPU hours
-            for i, cmd in enumerate(plan.get("commands", [])):
+            for i, cmd in enumerate(plan.commands):
                 t.plan(("would start: " if i == 0 else "then, for the speedup, the verifier without the draft: "
                         "would start: ") + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"

@@ -50,11 +50,13 @@ def seed_local_cache(root: Path, hashed: dict[str, str]) -> None:
 
 
 def remote_manifest(t: Transport, remote_dir: str) -> dict:
-    res = run_script(t, "manifest", [remote_dir], changes=False)
-    if not res.get("ok"):
-        err = str(res.get("error"))
+    from specops.payloads import Manifest
+
+    res = run_script(t, "manifest", [remote_dir], changes=False, model=Manifest)
+    if not res.ok:
+        err = str(res.error)
         raise (transfer.NoDirectory if err.startswith("no directory") else SpecopsError)(f"fetch: {err}")
-    return res["files"]
+    return res.files
 
 
 def diff(remote: dict, local: dict) -> list[str]:

@@ -141,11 +141,11 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
             kept.append([j.run_id, why])
             continue
         path = run_path(t, j.run_id)
-        ck = t.run(f"ls -A {shlex.quote(path)}/checkpoints 2>/dev/null | head -1", changes=False).stdout.strip()
+        ck = t.fact(f"ls -A {shlex.quote(path)}/checkpoints 2>/dev/null | head -1").stdout.strip()
         if ck and not checkpoints:
             kept.append([j.run_id, "holds checkpoints (--checkpoints removes them too)"])
             continue
-        r = t.run(f"rm -rf -- {shlex.quote(path)}")
+        r = t.change(f"rm -rf -- {shlex.quote(path)}")
         if not r.ok:
             raise SpecopsError(f"clean: removing {path} on {t.host.name} failed: {(r.stderr or r.stdout).strip()}")
         removed.append(j.run_id)

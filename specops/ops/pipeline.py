@@ -104,8 +104,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
             t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
                    f"({rg['errors']} failed) in {rg['out']}", "done")
             src = rg["out"]
-    args = data.datagen_args(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
-                             extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
+    args = data.Datagen.of(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
+                           extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
     with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
         dg = data.run_datagen(t, args, kind="data")
     if dg is None:  # --dry-run
@@ -116,10 +116,10 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
                                         disk_budget_gb=disk_budget_gb, vllm_args=vllm_args)
         train.note_plan(t, plan)
-        mode = plan["mode"]
+        mode = plan.mode
         if mode == "offline":
-            dg = data.run_datagen(t, data.datagen_args(t, data=ddir, verifier=ver, extract=True, backend=backend,
-                                                       layers=layers, vllm_args=vllm_args), kind="extract")
+            dg = data.run_datagen(t, data.Datagen.of(t, data=ddir, verifier=ver, extract=True, backend=backend,
+                                                     layers=layers, vllm_args=vllm_args), kind="extract")
     if mode == "offline":
         ex = dg.get("extract", {})
         t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "

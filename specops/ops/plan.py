@@ -33,7 +33,7 @@ def count_rows(t: Transport, path: str) -> int:
         with open(p, "rb") as f:
             return sum(1 for ln in f if ln.strip())
     remote = data.remote_input(t, path)  # (a missing host file: the one-line refusal)
-    out = t.run(f"grep -c . {shlex.quote(remote)}", changes=False)
+    out = t.fact(f"grep -c . {shlex.quote(remote)}")
     return int((out.stdout or "0").strip() or 0)
 
 
@@ -73,7 +73,7 @@ def train_records(t: Transport, run_id: str, tmp: Path) -> list[dict]:
     """The run's metric records, read from its TensorBoard event files on the host (small: no
     checkpoint travels)."""
     logs = jobs.run_path(t, run_id, "logs")
-    found = t.run(f"find {shlex.quote(logs)} -name 'events.out.tfevents.*' -type f", changes=False).stdout
+    found = t.fact(f"find {shlex.quote(logs)} -name 'events.out.tfevents.*' -type f").stdout
     files = []
     for i, remote in enumerate(x for x in (found or "").splitlines() if x.strip()):
         raw = t.read_bytes(remote, limit=64 << 20) or b""
@@ -132,9 +132,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         src = sample_file(t, data_file, n, tmp)
-        args = data.datagen_args(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
-                                 extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
-                                 overwrite=True)
+        args = data.Datagen.of(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
+                               extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
+                               overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
             dg = data.run_datagen(t, args, kind="plan-data")
@@ -147,7 +147,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         shape = run_shape(t, sdir, ver, layers, vllm_args)
         tokens = int(ex.get("tokens") or shape["tokens"])
         if "offline" in modes:
-            du = t.run(f"du -sb {shlex.quote(sdir + '/hidden_states')} | cut -f1", changes=False).stdout
+            du = t.fact(f"du -sb {shlex.quote(sdir + '/hidden_states')} | cut -f1").stdout
             hs_bytes, bpt_basis = int((du or "0").strip() or 0), "measured: the sample's hidden-state files"
         else:
             hs_bytes, bpt_basis = shape["estimate_bytes"], "the layout's size (layers x hidden x 2 B), not measured"
@@ -188,12 +188,13 @@ def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg
     own plan: read-only)."""
     from specops.host.remote_exec import run_script
 
-    args = data.datagen_args(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
-    res = run_script(t, "datagen", args + ["--plan"], changes=False)
-    if not res.get("ok"):
-        raise SpecopsError(f"plan on {t.host.name}: {res.get('error')}")
-    return {"tokens": res.get("tokens") or 0, "estimate_bytes": res.get("estimate_bytes") or 0,
-            "free_bytes": res.get("free_bytes")}
+    args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
+    from specops.payloads import DatagenPlan
+
+    res = run_script(t, "datagen", args.argv("--plan"), changes=False, model=DatagenPlan)
+    if not res.ok:
+        raise SpecopsError(f"plan on {t.host.name}: {res.error}")
+    return {"tokens": res.tokens or 0, "estimate_bytes": res.estimate_bytes or 0, "free_bytes": res.free_bytes}
 
 
 def read_plan(t: Transport, data_dir: str) -> Optional[dict]:

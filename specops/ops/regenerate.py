@@ -18,6 +18,7 @@ from specops.ops.data import remote_input, verifier_path
 from specops.errors import SpecopsError
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
+from specops.payloads import ServePlan
 
 
 def default_name(data: str) -> str:
@@ -65,17 +66,17 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
         args += ["--max-model-len", str(int(max_model_len))]
     args += h.vllm_flags(list(vllm_args or []))
     later = ["--data-later"] if t.dry_run and src in t.would_put else []
-    plan = run_script(t, "regenerate", args + ["--plan"] + later, changes=False)
-    if not plan.get("ok"):
-        raise SpecopsError(f"regenerate on {h.name} refused: {plan.get('error')} (nothing was started)")
-    if "prompts" in plan:
-        t.note(f"regenerate: {plan['prompts']} prompt(s) of {src} -> the verifier's responses in {dest}")
+    plan = run_script(t, "regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
+    if not plan.ok:
+        raise SpecopsError(f"regenerate on {h.name} refused: {plan.error} (nothing was started)")
+    if plan.prompts is not None:
+        t.note(f"regenerate: {plan.prompts} prompt(s) of {src} -> the verifier's responses in {dest}")
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("regenerate"))
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(h.python), "remote/regenerate.py", *args, "--result", result]
     lock = "regen-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
     if t.dry_run:
-        for cmd in plan.get("commands", []):
+        for cmd in plan.commands:
             t.plan("would start: " + shlex.join(map(str, cmd)))
     code = jobs.run_attached(t, rid, argv, kind="regenerate", lock=lock, detach=detach)
     if code is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Optional
+from typing import Optional, Union
 
 from specops.ops import jobs
 from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
@@ -16,6 +16,7 @@ from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
+from specops.payloads import HiddenStatesPlan, TrainSpec
 from specops.slurm import cluster, script
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
@@ -31,7 +32,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
                        layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
                        server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
                        nproc: Optional[int] = None, vllm_args: Optional[list] = None,
-                       run_id: Optional[str] = None) -> dict:
+                       run_id: Optional[str] = None) -> HiddenStatesPlan:
     """Ask the host (remote/online.py, read-only) which hidden states a run on `data` uses and why:
     {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
     rows, files, missing, need_bytes, budget_bytes, layer_ids, server (online: its settings),
@@ -58,17 +59,17 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
     if run_id:
         args += ["--run-id", run_id]
     args += h.vllm_flags(list(vllm_args or []))
-    res = run_script(t, "online", args, changes=False)
-    if not res.get("ok"):
-        raise SpecopsError(f"train on {h.name} refused: {res.get('error')} (nothing was started)")
+    res = run_script(t, "online", args, changes=False, model=HiddenStatesPlan)
+    if not res.ok:
+        raise SpecopsError(f"train on {h.name} refused: {res.error} (nothing was started)")
     return res
 
 
-def note_plan(t: Transport, plan: dict) -> None:
+def note_plan(t: Transport, plan: HiddenStatesPlan) -> None:
     """The one line that says which hidden states a run uses, and why."""
-    t.note(f"hidden states: {plan['mode']}" + (f" ({plan['asked']} asked)" if plan.get("asked") not in
-                                               (None, "auto", plan["mode"]) else "") + f": {plan['reason']}")
-    for n in plan.get("notes") or []:
+    t.note(f"hidden states: {plan.mode}" + (f" ({plan.asked} asked)" if plan.asked not in
+                                            (None, "auto", plan.mode) else "") + f": {plan.reason}")
+    for n in plan.notes:
         t.note(n)
 
 
@@ -76,7 +77,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
               nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None,
               hidden_states: str = "offline", layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
               server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
-              vllm_args: Optional[list] = None) -> dict:
+              vllm_args: Optional[list] = None) -> TrainSpec:
     """Check the data (refusing before anything starts) and build the run's train spec.
     hidden_states: offline (the dataset's files, as extracted), online (the job starts the
     verifier's vLLM server and the trainer asks it for every row without a file) or auto (the
@@ -101,11 +102,11 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                                   train_gpus=train_gpus, nproc=nproc, vllm_args=vllm_args, run_id=rid)
         refuse_draft_vocab(cfg, plan.get("verifier_vocab_size"), plan.get("verifier_config"))
         note_plan(t, plan)
-        if plan["mode"] == "online":
+        if plan.mode == "online":
             return online_spec(t, plan, cfg, rid)
-        if plan.get("prepared") and plan.get("missing"):
+        if plan.prepared and plan.missing:
             raise SpecopsError(
-                f"hidden states: offline ({plan['reason']}): write them first with `{t.hint('extract')}`, or "
+                f"hidden states: offline ({plan.reason}): write them first with `{t.hint('extract')}`, or "
                 f"generate them during training with `--hidden-states online` (nothing was started)")
     procs, nodes = nproc or h.gpus or 1, (extra or {}).get("nnodes", 1)
     if h.profile == "cpu" and procs * nodes > 1:
@@ -116,20 +117,20 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     data = data_dir(t, dataset)
     summary = inspect(t, data, sample=2, verifier=verifier or h.verifier)
-    if summary.get("format") is None or not summary.get("files"):
+    if summary.format is None or not summary.files:
         raise SpecopsError(f"no extracted data at {data} on {h.name}: run `{t.hint('prepare-data --data F')}` and "
                            f"`{t.hint('extract')}` first (nothing was started)")
-    if not summary["ok"]:
-        v = summary["violations"][0]
+    if not summary.ok:
+        v = summary.violations[0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
-    refuse_draft_vocab(cfg, summary.get("verifier_vocab_size"), summary.get("verifier_config"))
-    rec = summary.get("record") or {}
+    refuse_draft_vocab(cfg, summary.verifier_vocab_size, summary.verifier_config)
+    rec = summary.record or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
         raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `{t.hint('extract')}` for it")
     ver = verifier or rec.get("verifier") or h.verifier
-    return {
+    return TrainSpec.of({
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
         "hidden_states": "offline", "trust_remote_code": h.trust_flag,
@@ -138,7 +139,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                    "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
-    }
+    })
 
 
 def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) -> None:
@@ -151,38 +152,40 @@ def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) ->
                            f"has 128) (nothing was started)")
 
 
-def online_spec(t: Transport, plan: dict, cfg: dict, rid: str) -> dict:
+def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> TrainSpec:
     """The train spec of an online run: the trainer's flags, and the server's settings (remote/online.py)."""
     h = t.host
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
     flags["on-missing"] = "generate"
-    if plan["server"].get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
+    if plan.server.get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
         flags.setdefault("trust-remote-code", True)
     timeout = float(flags.get("request-timeout") or 120)  # (speculators' default)
     retries = int(flags.get("max-retries") if flags.get("max-retries") is not None else 3)
     timing = {**ONLINE_TIMING, "hang_seconds": max(60.0, timeout * (retries + 1))}
     keep = ("asked", "reason", "rows", "files", "missing", "tokens", "missing_tokens", "need_bytes", "budget_bytes",
             "free_bytes", "file_bytes")
-    return {
-        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": plan["nproc"], "verifier": plan["verifier"],
-        "data": plan["data_dir"], "target_layer_ids": plan["layer_ids"][:-1], "flags": flags,
-        "hidden_states": "online", "online": plan["server"], "online_timing": timing,
+    return TrainSpec.of({
+        "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": plan.nproc, "verifier": plan.verifier,
+        "data": plan.data_dir, "target_layer_ids": plan.layer_ids[:-1], "flags": flags,
+        "hidden_states": "online", "online": plan.server, "online_timing": timing,
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
                    "config": flags, "hidden_states": {"mode": "online", **{k: plan.get(k) for k in keep},
-                                                      "server": plan["server"],
-                                                      "server_command": plan.get("server_command")},
-                   "data_summary": {"path": plan["data_dir"], "format": "speculators-0.9", "rows": plan["rows"],
-                                    "files": plan["files"], "bytes": plan["file_bytes"], "tokens": plan["tokens"],
-                                    "hidden_size": plan["hidden_size"], "stored_layers": len(plan["layer_ids"]),
-                                    "record": {"layer_ids": plan["layer_ids"], "verifier": plan["verifier"]}}},
-    }
+                                                      "server": plan.server,
+                                                      "server_command": plan.server_command},
+                   "data_summary": {"path": plan.data_dir, "format": "speculators-0.9", "rows": plan.rows,
+                                    "files": plan.files, "bytes": plan.file_bytes, "tokens": plan.tokens,
+                                    "hidden_size": plan.hidden_size, "stored_layers": len(plan.layer_ids),
+                                    "record": {"layer_ids": plan.layer_ids, "verifier": plan.verifier}}},
+    })
 
 
-def put_spec(t: Transport, spec: dict, name: str = "train-spec.json") -> str:
-    run_dir = spec["run_dir"]
+def put_spec(t: Transport, spec: Union[TrainSpec, dict], name: str = "train-spec.json") -> str:
+    """Write the spec whole where the run lives (a dict is checked as a TrainSpec first)."""
+    spec = TrainSpec.of(spec)
+    run_dir = spec.run_dir
     t.check(f"mkdir -p {shlex.quote(run_dir)}", "mkdir run dir")
-    t.put_text(json.dumps(spec, indent=1), f"{run_dir}/{name}", label="(train spec)")
+    t.put_text(spec.to_json(), f"{run_dir}/{name}", label="(train spec)")
     return f"{run_dir}/{name}"
 
 
@@ -237,7 +240,7 @@ def refuse_running(t: Transport, rid: str) -> list:
 BUDGET = frozenset({"epochs", "max-steps"})
 
 
-def changes_since(t: Transport, rid: str, spec: dict) -> list[str]:
+def changes_since(t: Transport, rid: str, spec: TrainSpec) -> list[str]:
     """What differs from the run's last start (its run.json): the dataset, the settings (the budget
     aside). Empty for a new run."""
     raw = t.read_bytes(jobs.run_path(t, rid, "run.json"))
@@ -247,7 +250,7 @@ def changes_since(t: Transport, rid: str, spec: dict) -> list[str]:
         rec = None
     if not isinstance(rec, dict):
         return []
-    now = spec["record"]
+    now = spec.record
     out = []
     was_data, now_data = (rec.get("data_summary") or {}).get("path"), (now.get("data_summary") or {}).get("path")
     if was_data and was_data != now_data:
@@ -259,7 +262,7 @@ def changes_since(t: Transport, rid: str, spec: dict) -> list[str]:
     return out
 
 
-def refuse_new_data(t: Transport, rid: str, spec: dict, allowed: bool) -> None:
+def refuse_new_data(t: Transport, rid: str, spec: TrainSpec, allowed: bool) -> None:
     """Resuming a run id on another dataset or other settings mixes two trainings in one run:
     refused unless asked for (--continue-on-new-data); what changed is recorded in run.json's starts."""
     changed = changes_since(t, rid, spec)
@@ -268,10 +271,10 @@ def refuse_new_data(t: Transport, rid: str, spec: dict, allowed: bool) -> None:
         raise SpecopsError(f"run {rid} on {t.host.name} was trained on other data or settings ({shown}): resuming it "
                            f"mixes them in one run; pass --continue-on-new-data to go on from its checkpoint anyway "
                            f"(run.json keeps every start), or give a new --run-id (nothing was started)")
-    spec["record"]["changed_since_last_start"] = changed
+    spec.record["changed_since_last_start"] = changed
 
 
-def preflight_serve(t: Transport, spec: dict, host_jobs: list, *, vllm_args: Optional[list], enabled: bool
+def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_args: Optional[list], enabled: bool
                     ) -> Optional[dict]:
     """The draft-serves preflight before a training starts (check.serve_gate), unless another
     training holds the host (its GPUs are busy; the start below is refused anyway)."""
@@ -279,7 +282,7 @@ def preflight_serve(t: Transport, spec: dict, host_jobs: list, *, vllm_args: Opt
     if enabled and busy:
         t.note(f"draft-serves preflight: not run while {busy[0].run_id} trains on {t.host.name}")
         return None
-    return serve_gate(t, spec, vllm_args=vllm_args, enabled=enabled)
+    return serve_gate(t, spec.model_dump(), vllm_args=vllm_args, enabled=enabled)
 
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
@@ -321,7 +324,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
     if h.is_slurm and not serve_check:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
-    fresh = not t.exists(spec["run_dir"], "-d")
+    fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
     before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
     try:
@@ -330,13 +333,13 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                                  before=before)
     except SpecopsError:
         marker = cluster.RECORD if h.is_slurm else "job.json"
-        if fresh and not t.exists(f"{spec['run_dir']}/{marker}", "-f"):  # a refused start leaves no run folder
-            t.run(f"rm -rf {shlex.quote(spec['run_dir'])}")
+        if fresh and not t.exists(f"{spec.run_dir}/{marker}", "-f"):  # a refused start leaves no run folder
+            t.change(f"rm -rf {shlex.quote(spec.run_dir)}")
         raise
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
-    if t.dry_run and spec.get("hidden_states") == "online":
+    if t.dry_run and spec.hidden_states == "online":
         t.plan("the job would start the vLLM server: "
-               + shlex.join(map(str, spec["record"]["hidden_states"].get("server_command") or [])))
-    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec["run_dir"],
-                                   "hidden_states": spec.get("hidden_states", "offline"), "serve_check": served}
+               + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
+    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec.run_dir,
+                                   "hidden_states": spec.hidden_states, "serve_check": served}

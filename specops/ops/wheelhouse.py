@@ -147,12 +147,14 @@ def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
     host_platform() of the host's glibc and machine)}. Refuses a venv of another Python."""
     from specops.host.remote_exec import run_script
 
-    res = run_script(t, "install_profile", ["--list-installed"], changes=False)
-    if res.get("python") and res["python"] != python:
-        raise SpecopsError(f"{t.host.name}'s venv is Python {res['python']}, not {python}: "
-                           f"pass --python {res['python']}")
-    return {"installed": res["installed"], "source": f"{t.host.name}:{t.host.venv_path}", "python": res.get("python"),
-            "platform": platform or host_platform(res.get("glibc", ""), res.get("machine", ""))}
+    from specops.payloads import Installed
+
+    res = run_script(t, "install_profile", ["--list-installed"], changes=False, model=Installed)
+    if res.python and res.python != python:
+        raise SpecopsError(f"{t.host.name}'s venv is Python {res.python}, not {python}: "
+                           f"pass --python {res.python}")
+    return {"installed": res.installed, "source": f"{t.host.name}:{t.host.venv_path}", "python": res.python,
+            "platform": platform or host_platform(res.glibc, res.machine)}
 
 
 def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str] = DEFAULT_PLATFORM,

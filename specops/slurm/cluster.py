@@ -36,7 +36,7 @@ def _q(x: str) -> str:
 
 def slurm(t: Transport, cmd: str, what: str, *, changes: bool = False):
     """Run a Slurm command on the login node; its absence is one line."""
-    r = t.run(cmd, changes=changes)
+    r = (t.change if changes else t.fact)(cmd)
     if r.exited == 127:
         raise SpecopsError(f"{what}: Slurm's commands are not on {t.host.name}'s PATH in an SSH session "
                            f"(`ssh {t.host.address} sinfo` must work: load them in the login environment)")
@@ -180,7 +180,7 @@ def _list_runs(t: Transport) -> list[tuple[dict, int, Optional[int]]]:
            f"[ -f \"$d/{RECORD}\" ] || continue; printf '%s\\t%s\\t%s\\n' \"$(cat \"$d/{RECORD}\")\" "
            f"\"$(stat -c %s \"$d/output.log\" 2>/dev/null || echo 0)\" \"$(cat \"$d/exit_code\" 2>/dev/null)\"; done")
     out = []
-    for line in t.run(cmd, changes=False).stdout.splitlines():
+    for line in t.fact(cmd).stdout.splitlines():
         bits = line.split("\t")
         if len(bits) == 3:
             try:

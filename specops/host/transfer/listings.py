@@ -47,7 +47,7 @@ def remote_listing(t, root: str, *, missing_ok: bool = False, mkdir: bool = Fals
     -printf). Whether the host has rsync comes with it (remote_has_rsync(t))."""
     q = shlex.quote(root)
     cmd = (f"mkdir -p {q} && " if mkdir else "") + _FIND.format(root=q)
-    r = t.run(cmd, changes=False)
+    r = t.fact(cmd)
     if r.exited == 3:
         if missing_ok:
             return {}

@@ -221,7 +221,7 @@ class Upload(_Session):
             full = max(0, min(tuning.UP_RANGE, self.mine[r.rel].size - start))
             got = have.size if have is not None and have.size <= full else 0
             if have is not None and have.size > full:
-                self.t.run(f"rm -f {shlex.quote(self.remote + '/' + r.part)}")
+                self.t.change(f"rm -f {shlex.quote(self.remote + '/' + r.part)}")
             if full - got:
                 out.append(Range(r.rel, r.index, start + got, full - got, r.part))
         return out
@@ -245,13 +245,13 @@ class Upload(_Session):
                 f"else rm -f {q(first)}; echo \"bad $h\"; fi || echo failed")
         for i in range(0, len(blocks), 64):
             chunk = blocks[i:i + 64]
-            r = self.t.run(f"cd {shlex.quote(self.remote)} || exit 3\n" + "\n".join(chunk))
+            r = self.t.change(f"cd {shlex.quote(self.remote)} || exit 3\n" + "\n".join(chunk))
             said = [w.strip() for w in r.stdout.splitlines() if w.strip()]
             for e, ln in zip(self.big[i:i + 64], said + ["failed"] * (len(chunk) - len(said))):
                 if ln != "ok":
                     bad.append(f"{e.rel} ({ln})")
         if self.stale:
-            self.t.run(f"cd {shlex.quote(self.remote)} && rm -f " + " ".join(shlex.quote(p) for p in self.stale))
+            self.t.change(f"cd {shlex.quote(self.remote)} && rm -f " + " ".join(shlex.quote(p) for p in self.stale))
         if bad:
             raise SpecopsError(f"upload to {self.t.host.name}: {len(bad)} file(s) differ from the laptop's sha256 "
                                f"after joining their parts ({', '.join(bad[:3])}): run it again")
