@@ -30,10 +30,8 @@ def is_terminal() -> bool:
 # -- primitives ---------------------------------------------------------------------------
 def line(text: str, style: str = "") -> None:
     """One line of output (markup-free text; style only on a terminal)."""
-    if is_terminal() and style:
-        console.print(f"[{style}]{escape(text)}[/]")
-    elif is_terminal():
-        console.print(escape(text))
+    if is_terminal():
+        console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
     else:
         print(text, flush=True)
 
@@ -55,8 +53,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
             tab.add_row(*[escape(c) for c in r])
         console.print(tab)
         return
-    print(f"# {title}")
-    print("\t".join(columns))
+    print(f"# {title}\n" + "\t".join(columns))
     for r in rows:
         print("\t".join(c.replace("\t", " ").replace("\n", " ") for c in r))
     sys.stdout.flush()
@@ -78,9 +75,8 @@ def live_line(text: Optional[str]) -> None:
     if text is None:
         if _live is not None:
             _live.stop()
-            _live = None
-        return
-    if _live is None:
+        _live = None
+    elif _live is None:
         _live = console.status(escape(text), spinner="dots")
         _live.start()
     else:
@@ -101,12 +97,10 @@ def note(n: Note) -> None:
         live_line(None)
     if n.kind == "plan":
         line(f"DRY-RUN {n.host}: {n.text}")
+    elif n.kind == "warn" and is_terminal():
+        err_console.print(f"[yellow]{escape('[specops] ' + n.text)}[/]")
     elif n.kind == "warn":
-        text = f"[specops] {n.text}"
-        if is_terminal():
-            err_console.print(f"[yellow]{escape(text)}[/]")
-        else:
-            print(text, file=sys.stderr, flush=True)
+        print(f"[specops] {n.text}", file=sys.stderr, flush=True)
     elif n.kind == "done":
         line(n.text, "red" if n.text.startswith("✗") else "green")
     else:
@@ -332,12 +326,11 @@ def plan_summary(plan) -> str:
     """'would: 3 command(s), 1 transfer(s) (2 host file(s)), 2 other step(s)' of a Plan."""
     if not plan:
         return "would: nothing"
-    parts = [f"{len(plan.commands)} command(s)"] if plan.commands else []
-    if plan.transfers:
-        parts.append(f"{len(plan.transfers)} transfer(s)" + (f" ({len(plan.files)} host file(s))" if plan.files else ""))
-    if plan.steps:
-        parts.append(f"{len(plan.steps)} other step(s)")
-    return "would: " + ", ".join(parts)
+    files = f" ({len(plan.files)} host file(s))" if plan.files else ""
+    parts = [f"{len(plan.commands)} command(s)" if plan.commands else "",
+             f"{len(plan.transfers)} transfer(s){files}" if plan.transfers else "",
+             f"{len(plan.steps)} other step(s)" if plan.steps else ""]
+    return "would: " + ", ".join(p for p in parts if p)
 
 
 def learnable_verifier(res: dict) -> str:

@@ -241,7 +241,7 @@ def _array_job(t: Transport, rec: dict, known: dict[str, queue.SlurmJob]) -> Job
     rd = run_dir(t, rid)
     probe = "; ".join(f'printf "%s %s\\n" "$(stat -c %s {_q(array_log(t, rid, jid, i))} 2>/dev/null || echo 0)" '
                       f'"$(cat {_q(rd)}/exit_code-{i} 2>/dev/null || echo -)"' for i in range(n))
-    seen = [ln.split() for ln in t.run(probe, changes=False).stdout.splitlines()]
+    seen = [ln.split() for ln in t.fact(probe).stdout.splitlines()]
     tasks = []
     for i in range(n):
         size, code = (seen[i] + ["0", "-"])[:2] if i < len(seen) else ("0", "-")
