@@ -34,7 +34,7 @@ from contract import JobState, check_name, emit, read_json, write_json
 from errlines import first_error
 from loglines import last_meaningful
 from procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_pid, is_torchrun, kill_all,
-                   pid_alive, procs, same_process, start_time, tagged, with_env)
+                   pid_alive, procs, same_process, start_time, tagged, tie, with_env)
 
 RUNS = Path("runs")
 
@@ -397,39 +397,6 @@ def stop_subjobs(d, grace):
     for sub in run_folders(d):
         if (sub / "job.json").is_file() and (safe_state(sub) or {}).get("state") == JobState.RUNNING.value:
             stop_job(sub, grace=grace)
-
-
-#: prctl(2)'s option: the signal this process gets when its parent (the thread that forked it) dies
-PR_SET_PDEATHSIG = 1
-
-
-def tie(parent, child_of, grace=15.0):
-    """The supervisor of a tied job: when `parent` (the process that started it) dies, for any
-    reason, SIGKILL included, the kernel sends SIGUSR1 (Linux prctl PR_SET_PDEATHSIG, through
-    ctypes); the command's group then gets SIGTERM, and the command SIGKILL after grace seconds
-    (watch() returns, and end_group() ends what the group left). Returns False when the parent is
-    gone already (the command is then not started)."""
-    def gone(_signum, _frame):
-        print(f"[specops] the process that started this job (pid {parent}) is gone: stopping the job", flush=True)
-        signal.signal(signal.SIGALRM, lambda *a: child_of() and kill_quiet(child_of(), signal.SIGKILL))
-        signal.alarm(int(grace))
-        kill_quiet(-os.getpgid(0), signal.SIGTERM)  # (the supervisor ignores SIGTERM: it records the end)
-
-    signal.signal(signal.SIGUSR1, gone)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
-    except (OSError, AttributeError):  # (not Linux: the script's own `finally` is what stops the job)
-        pass
-    return os.getppid() == parent  # (after prctl: a parent that died before it is seen here)
-
-
-def kill_quiet(pid, sig):
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def supervise(d, env_file=None, tied_to=None):

@@ -10,6 +10,7 @@ lost or garbled is still found, and still holds its lock.
 """
 
 import os
+import signal
 from pathlib import Path
 
 #: Every process of a job carries SPECOPS_JOB=<its tag> in its environment (set by job.py): that
@@ -126,5 +127,31 @@ def group_left(pgid):
     return lambda: [p for p, st, _, g, _ in procs() if g == pgid and p != me and st != "Z"]
 
 
+#: prctl(2)'s option: the signal this process gets when its parent (the thread that forked it) dies
+PR_SET_PDEATHSIG = 1
+
+
+def tie(parent, child_of, grace=15.0):
+    """The supervisor of a tied job: when `parent` (the process that started it) dies, for any
+    reason, SIGKILL included, the kernel sends SIGUSR1 (Linux prctl PR_SET_PDEATHSIG, through
+    ctypes); the command's group then gets SIGTERM, and the command SIGKILL after grace seconds
+    (watch() returns, and end_group() ends what the group left). Returns False when the parent is
+    gone already (the command is then not started)."""
+    def gone(_signum, _frame):
+        print(f"[specops] the process that started this job (pid {parent}) is gone: stopping the job", flush=True)
+        signal.signal(signal.SIGALRM, lambda *a: child_of() and kill_all([child_of()], signal.SIGKILL))
+        signal.alarm(int(grace))
+        kill_all([-os.getpgid(0)], signal.SIGTERM)  # (the supervisor ignores SIGTERM: it records the end)
+
+    signal.signal(signal.SIGUSR1, gone)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
+    except (OSError, AttributeError):  # (not Linux: the script's own `finally` is what stops the job)
+        pass
+    return os.getppid() == parent  # (after prctl: a parent that died before it is seen here)
+
+
 __all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
-           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left"]
+           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie"]
