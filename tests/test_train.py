@@ -114,7 +114,7 @@ def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
 
 def test_train_several_processes_on_a_cpu_host_is_refused(pipeline_run, hosts_file):
     r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--nproc", "2",
-            "--run-id", "t-cpu-nproc2")
+            "--config", "configs/demo.yaml", "--run-id", "t-cpu-nproc2")
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[0].startswith(
         "specops: train on box: a cpu host trains in one process (1 node(s) x 2 process(es) asked)"), r.stderr
