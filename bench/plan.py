@@ -56,7 +56,7 @@ def real_train(t, rid, tmp, plan):
     j = jobs.status(t, rid)[0]
     d = tmp / rid
     d.mkdir(exist_ok=True)
-    return estimate.train_measurement(P.train_records(t, rid, d), started=j.started, ended=j.ended,
+    return estimate.train_measurement(P.train_records(t, rid, d), started=j.started, ended=j.ended_at,
                                       tokens=plan["tokens_full"])
 
 
@@ -106,14 +106,21 @@ def main() -> int:
             print(f"  {r['stage']:18} planned {r['planned_s']:8.1f} s  actual {act}  error {err}")
         on = None
         if a.online:
-            _, out = cli("train", *H, "--dataset", DATASET, "--verifier", ver, "--layers", pipeline.DEMO_LAYERS,
+            # (on the prepared rows without their hidden states, as the plan's online sample: speculators
+            # reads a row's extracted file where there is one, and generates only the missing ones)
+            with connect(h) as t:
+                d = f"{t.workdir}/data"
+                t.check(f"rm -rf {d}/{DATASET}-online && mkdir -p {d}/{DATASET}-online && cp -a {d}/{DATASET}/. "
+                        f"{d}/{DATASET}-online/ && rm -rf {d}/{DATASET}-online/hidden_states "
+                        f"{d}/{DATASET}-online/.hs_stage", "the prepared rows without their hidden states")
+            _, out = cli("train", *H, "--dataset", DATASET + "-online", "--verifier", ver, "--layers", pipeline.DEMO_LAYERS,
                          "--config", pipeline.DEMO_CONFIG, "--hidden-states", "online", "--vllm-arg=--enforce-eager",
                          "--no-serve-check", "--follow")
             orid = re.search(r"train (\S+) on bench: finished", out).group(1)
             with connect(h) as t:
                 j = jobs.status(t, orid)[0]
                 real["online"] = real_train(t, orid, tmp, plan)
-            on = (plan["modes"]["online"]["stages"][-1]["seconds"], j.ended - j.started)
+            on = (plan["modes"]["online"]["stages"][-1]["seconds"], j.ended_at - j.started)
             print(f"  online train       planned {on[0]:8.1f} s  actual {on[1]:8.1f} s  error "
                   f"{(on[0] - on[1]) / on[1] * 100:+6.1f}%")
         print("--- where the training's error comes from: the sample's steps vs the real run's ---")
