@@ -23,7 +23,7 @@ from specops.ops import plan as _plan
 from specops.ops import regenerate as _regenerate
 from specops.ops import train as _train
 from specops.errors import SpecopsError
-from specops.cli import errors, hint_args, hosts_file, is_multi, open_host, over, session, targets, task
+from specops.cli import errors, hint_args, hosts_file, is_multi, open_host, over, result, session, targets, task
 
 HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
@@ -250,7 +250,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
     if not src or not dst:
         raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
     with session(c, host, hosts, dry_run) as t:
-        res = _data.convert(t, src, dst)
+        res = result(_data.convert(t, src, dst))
         if res is not None:
             views.line(f"converted {res.rows} rows to {res.dst} in {res.seconds}s")
             out = _inspect.inspect(t, dst, sample=8, verifier=verifier or t.host.verifier)
@@ -273,7 +273,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
         args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                 prepare=_data.remote_input(t, data), seq_length=int(seq_length),
                                 overwrite=overwrite, **_vllm(vllm_arg))
-        res = _data.run_datagen(t, args, kind="prepare", detach=detach)
+        res = result(_data.run_datagen(t, args, kind="prepare", detach=detach))
         if res:
             views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
             views.next_step(t.hint("extract" + (f" --dataset {dataset}" if dataset else "")),
@@ -327,9 +327,9 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             raise Exit("specops: --shards splits the rows itself (one share per array task): drop --shard/--rows/"
                        "--overwrite")
         with session(c, host, hosts, dry_run) as t, errors():
-            res = extract_array(t, int(shards), dataset=dataset, verifier=verifier, backend=backend,
-                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
-                                detach=detach, **_vllm(vllm_arg))
+            res = result(extract_array(t, int(shards), dataset=dataset, verifier=verifier, backend=backend,
+                                       layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
+                                       detach=detach, **_vllm(vllm_arg)))
             if res and res["outcomes"]:
                 views.extract_array(res)
                 verdict("extract", res["outcomes"])
@@ -345,7 +345,7 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                                 extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
                                 concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
                                 **_vllm(vllm_arg))
-        res = _data.run_datagen(t, args, kind="extract", detach=detach)
+        res = result(_data.run_datagen(t, args, kind="extract", detach=detach))
         if res:
             views.line(f"extract ({backend}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
             ds = f" --dataset {dataset}" if dataset else ""
@@ -379,16 +379,16 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
         raise Exit("specops: --learnable builds its own shape (4 layers, hidden 128): drop --shape/--layers/--hidden")
     with session(c, host, hosts, dry_run) as t:
         if learnable:
-            res = _data.make_learnable_verifier(t, path or f"{t.workdir}/{_pipeline.DEMO_VERIFIER}",
-                                                seconds=None if seconds is None else float(seconds),
-                                                overwrite=overwrite, size=size)
+            res = result(_data.make_learnable_verifier(t, path or f"{t.workdir}/{_pipeline.DEMO_VERIFIER}",
+                                                       seconds=None if seconds is None else float(seconds),
+                                                       overwrite=overwrite, size=size))
             if res is not None:
                 views.line(views.learnable_verifier(res))
                 views.next_step(t.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                                 "or set `verifier:` for the host in hosts.yaml")
             return
-        res = _data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
-                                       hidden=int(hidden), shape=shape, overwrite=overwrite)
+        res = result(_data.make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=_int(layers),
+                                              hidden=int(hidden), shape=shape, overwrite=overwrite))
         if res is not None:
             views.line(f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, "
                        f"vocab {res.vocab}, {res.params} parameters")
@@ -447,10 +447,11 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
         with errors():
             res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run, connect=open_host,
                               continue_on_new_data=continue_on_new_data, **kw)
-        if res:
+        if dry_run:
+            for p in res:
+                views.dry_run_done(p.host, p)
+        else:
             views.trained("", {**res, "nodes": True}, lambda x: f"inv {x} {hint_args(c, host, hosts)}")
-        for h in hs if dry_run else []:
-            views.dry_run_done(h.name)
         return
     kw.update(nodes=_int(nodes), hidden_states=hidden_states, layers=layers, server_gpus=server_gpus,
               train_gpus=train_gpus, continue_on_new_data=continue_on_new_data,
@@ -479,10 +480,10 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     if not data:
         raise Exit("specops: regenerate needs --data FILE (.jsonl of conversations or prompts)")
     with session(c, host, hosts, dry_run) as t:
-        res = _regenerate.regenerate(t, data=data, out=out, verifier=verifier, max_tokens=int(max_tokens),
-                                     concurrency=int(concurrency), limit=_int(limit), sampling_params=sampling_params,
-                                     max_model_len=_int(max_model_len), vllm_args=list(vllm_arg or []),
-                                     detach=detach)
+        res = result(_regenerate.regenerate(t, data=data, out=out, verifier=verifier, max_tokens=int(max_tokens),
+                                            concurrency=int(concurrency), limit=_int(limit),
+                                            sampling_params=sampling_params, max_model_len=_int(max_model_len),
+                                            vllm_args=list(vllm_arg or []), detach=detach))
         if res:
             views.line(f"regenerate: {res['rows']} row(s) of verifier responses for {res['prompts']} prompt(s) -> "
                        f"{res['out']}" + (f" ({res['errors']} failed: {res['errors_file']})" if res["errors"] else "")
@@ -512,11 +513,11 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
         raise Exit("specops: --yes answers --plan-first: add --plan-first (or drop --yes)", code=2)
     with session(c, host, hosts, dry_run) as t:
         if plan_first:
-            p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
+            p = result(_plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
                               seq_length=int(seq_length), sample=int(sample), hidden_states=hidden_states,
                               backend=backend, vllm_args=list(vllm_arg or []),
-                              disk_budget_gb=None if disk_budget is None else float(disk_budget))
-            if p is None:  # --dry-run
+                              disk_budget_gb=None if disk_budget is None else float(disk_budget)))
+            if p is None:  # --dry-run: the plan of the plan
                 return
             views.plan(p)
             if not yes:
@@ -553,10 +554,10 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
         raise Exit("specops: plan measures one host: give --host NAME (the host the run will use)", code=2)
     with session(c, host, hosts, dry_run) as t:
         with views.progress_to_stderr() if json else contextlib.nullcontext():
-            p = _plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
+            p = result(_plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
                               seq_length=int(seq_length), sample=int(sample), steps=int(steps), epochs=_int(epochs),
                               hidden_states=hidden_states, backend=backend, vllm_args=list(vllm_arg or []),
-                              disk_budget_gb=None if disk_budget is None else float(disk_budget))
+                              disk_budget_gb=None if disk_budget is None else float(disk_budget)))
         if p is not None:
             views.as_json(p) if json else views.plan(p)
             if not json:
@@ -580,8 +581,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 
     Example: inv demo"""
     with session(c, host, hosts, dry_run) as t:
-        res = _pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect, evaluate_drafts=evaluate,
-                             speedup=speedup)
+        res = result(_pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect,
+                                    evaluate_drafts=evaluate, speedup=speedup))
         if res and res.get("acceptance"):
             views.demo_acceptance(res)
         if res and res.get("stages"):

@@ -16,7 +16,7 @@ from specops import inventory, views
 from specops.args import flags as numbers
 from specops.host.connection import connect
 from specops.errors import SpecopsError
-from specops.host.transport import Transport
+from specops.host.transport import Transport, planned
 
 #: the only short flags, the same in every task
 SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
@@ -147,6 +147,12 @@ def targets(c, host: Optional[str], hosts: Optional[str]) -> list:
         return inventory.load(hosts_file(c, hosts)).resolve(host_name(c, host))
 
 
+def result(value: Any) -> Any:
+    """A library call's value for the task to show: None for a dry run's Plan (the session's last
+    line renders that: views.dry_run_done)."""
+    return None if planned(value) else value
+
+
 def is_multi(c, host: Optional[str]) -> bool:
     spec = host_name(c, host)
     return spec.startswith("@") or "," in spec
@@ -155,7 +161,7 @@ def is_multi(c, host: Optional[str]) -> bool:
 def _judged(fn, judge):
     def run(t):
         value = fn(t)
-        if value is not None:
+        if value is not None and not planned(value):
             judge(t.host.name, value)
         return value
     return run
@@ -168,13 +174,15 @@ def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[
     """The one place a task meets one host or several: fn(t) on the host, then show(t, value) (or
     its JSON), then judge(host name, value) (raises to fail the task); or on every host of a group
     in parallel: judge inside each host's run, one row per host (`describe` of each value), a
-    failing host is a row, and the task exits non-zero naming each. Returns the value(s)."""
+    failing host is a row, and the task exits non-zero naming each. Returns the value(s). Under
+    --dry-run a value is the host's Plan: the session's last line renders it (views.dry_run_done),
+    nothing is shown or judged."""
     from specops.group import fanout
 
     if not (group and is_multi(c, host)):
         with session(c, host, hosts, dry_run) as t:
             value = fn(t)
-            if value is not None:
+            if value is not None and not planned(value):
                 if as_json:
                     views.as_json(value)
                 elif show is not None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specops.host.transport import Note
+from specops.host.transport import Note, planned
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -165,15 +165,15 @@ def status(host: str, jobs: list) -> None:
 def stopped(r) -> str:
     if r.already:  # (an ended or lost run: stop signalled nothing)
         return f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
-    return (f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "")
-            + (" (SIGKILL needed)" if r.sigkill else ""))
+    return f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "") + (" (SIGKILL needed)" if r.sigkill else "")
 
 
 def outcomes(title: str, outs: list, describe: Callable[[Any], str] = str) -> None:
     """One row per host of a group operation (a failing host is a row, not an exception)."""
-    table(title, ("host", "", "result"),
-          [[o.host, mark(o.ok), (describe(o.value) if o.value is not None else "DRY-RUN") if o.ok
-            else o.error.splitlines()[0]] for o in outs])
+    def said(o):
+        return (o.error.splitlines()[0] if not o.ok else f"DRY-RUN: {plan_summary(o.value)}" if planned(o.value)
+                else "" if o.value is None else describe(o.value))
+    table(title, ("host", "", "result"), [[o.host, mark(o.ok), said(o)] for o in outs])
 
 
 def check(name: str, res) -> None:

@@ -12,6 +12,7 @@ from specops import inventory
 from specops.contract import BEGIN, END
 from specops.errors import SpecopsError
 from specops.host.remote_exec import NO_VENV, run_script, script_command
+from specops.host.transport import Plan, planned
 from specops.ops import jobs
 from specops.ops.train import put_spec
 
@@ -95,7 +96,7 @@ def test_dry_run_plans_what_changes_and_still_reads():
     t.put_text("secret", "/w/f", label="(env)")
     assert t.commands == ["ls /x"] and not [op for op in t.ops if op[0] == "put"]
     assert t.planned == ["run: rm -rf -- /x", "put: '(env)' -> h:/w/f"]
-    assert run_script(t, "job", ["stop", "--run-id", "r1"]) is None  # (a change: planned, not run)
+    assert planned(run_script(t, "job", ["stop", "--run-id", "r1"]))  # (a change: planned, not run)
     assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "job", ["stop", "--run-id", "r1"])
 
 
@@ -120,7 +121,8 @@ def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
                          "--backend", "vllm", "--concurrency", "32", "--layers", "1,2,3", "--shard", "0/2",
                          *t.host.vllm_flags([])]
     assert datagen_args(t, **kw) == dg.argv() and dg.argv("--plan")[-1] == "--plan"
-    assert run_datagen(t, dg, kind="extract") is None  # (--dry-run: the plan is read, the job is planned)
+    p = run_datagen(t, dg, kind="extract")  # (--dry-run: the plan is read, the job is planned)
+    assert planned(p) and "would start: vllm serve /v" in p.steps
     assert t.commands[0] == script_command(t, "datagen", dg.argv("--plan"))
     assert "would start: vllm serve /v" in t.planned
 
@@ -133,7 +135,7 @@ def test_reads_and_changes_are_separate_verbs_and_the_dry_run_is_a_plan():
     assert t.change("rm -rf -- /x").ok and t.commands == ["ls /x"]  # (a change is planned)
     t.put_text("k=v", "/w/env", label="(env)")
     t.sync_up("/l/d", "/w/d")
-    assert run_script(t, "job", ["start"]) is None
+    assert planned(run_script(t, "job", ["start"]))
     t.plan("would start the job")
     p = t.plan_of()
     assert p.commands == ["rm -rf -- /x", script_command(t, "job", ["start"])]
@@ -158,3 +160,23 @@ def test_the_library_names_every_host_command_a_read_or_a_change():
             if p.name != "transport.py"
             for i, ln in enumerate(p.read_text().splitlines(), 1) if re.search(r"\b(t|self|self\.t|ts\[\d\])\.run\(", ln)]
     assert bare == []
+
+
+def test_under_dry_run_the_library_returns_the_plan_not_none():
+    """Each call that would change the host returns its connection's Plan under --dry-run: the
+    commands, transfers and host files a real run would make (views renders it), never None."""
+    from specops import views
+    from specops.ops import data
+
+    t = RecordingTransport(host(env={"HF_TOKEN": "x"}), dry_run=True)
+    p = jobs.start(t, "r1", ["python3", "remote/train.py"], kind="train", lock="train")
+    assert isinstance(p, Plan) and p.host == "h" and p.files == [f"{ODD}/runs/r1.env"]
+    assert p.commands[-1] == script_command(t, "job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
+                                                       "--lock", "train", "--env-file", f"{ODD}/runs/r1.env", "--",
+                                                       "python3", "remote/train.py"])
+    assert planned(jobs.stop(t, "r1", grace=5)) and planned(data.convert(t, "/old", "/new"))
+    assert jobs.run_attached(t, "r2", ["python3", "x.py"], kind="data") == t.plan_of()
+    assert views.plan_summary(t.plan_of()) == "would: 6 command(s), 2 transfer(s) (2 host file(s))"
+    real = RecordingTransport(host(), answers=[(r"remote/job\.py stop", 0, framed({"ok": True, "run_id": "r1",
+                                                                                    "state": "stopped"}))])
+    assert not planned(jobs.stop(real, "r1", grace=5))

@@ -10,7 +10,7 @@ from specops.errors import SpecopsError
 from specops.ops import data
 from specops.group.fanout import Outcome, run_on
 from specops.inventory import Host
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,
@@ -41,13 +41,13 @@ def extract_group(hosts: list[Host], *, dataset=None, dry_run=False, connect=Non
 
 def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, backend="vllm", layers=None,
                   concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, detach=False,
-                  timeout: float = 7 * 86400) -> Optional[dict]:
+                  timeout: float = 7 * 86400) -> dict | Plan:
     """A `scheduler: slurm` host: one Slurm job array of `shards` tasks, each extracting its
     contiguous share of the rows (datagen --shard i/n, i = $SLURM_ARRAY_TASK_ID) with its own vLLM
     server on its own allocation's GPUs (slurm.gpus_per_node), into the one data dir on the
     cluster's shared filesystem. Waits for every task (unless detach), then checks, as the group
     path does, that every row now has its file (datagen --plan: nothing left to write).
-    {"run_id", "job_id", "outcomes": [one per task], "completion", "left"}; None under --dry-run."""
+    {"run_id", "job_id", "outcomes": [one per task], "completion", "left"}; the Plan under --dry-run."""
     from specops.group.fanout import Outcome
     from specops.ops import jobs
     from specops.slurm import script
@@ -69,8 +69,8 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
     argv = [t.expand(t.host.python), "remote/datagen.py",
             *dg.argv("--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json"))]
     started = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(dg), array=shards)
-    if started is None:
-        return None
+    if planned(started):
+        return started
     jid = started.slurm_job_id
     t.note(f"extract submitted on {t.host.name}: run {rid} (Slurm job array {jid}, {shards} task(s)); "
            f"`{t.hint(f'status --run-id {rid}')}` shows each task")

@@ -18,7 +18,7 @@ from specops.ops import jobs, train
 from specops.errors import SpecopsError
 from specops.group.fanout import Group
 from specops.inventory import Host
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport
 from specops.payloads import TrainSpec
 
 DEFAULT_PORT = 29500
@@ -122,13 +122,13 @@ def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
                 overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False,
-                connect=None, serve_check=True, continue_on_new_data=False) -> dict:
+                connect=None, serve_check=True, continue_on_new_data=False) -> dict | list[Plan]:
     """Start the run on every node; with follow, rank 0's log, then every node's end state (an
     error unless all succeeded). serve_check: the draft-serves preflight on the first node only
     (every node trains the same draft), after every node's inputs are checked, before any starts.
     continue_on_new_data: a node whose run.json says this run id trained on another dataset or
     settings refuses the start unless given (train.refuse_new_data, as on one host); each node's
-    run.json appends the start either way."""
+    run.json appends the start either way. Under --dry-run: every node's Plan, in rank order."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     group = Group.open(hosts, dry_run=dry_run, **({"connect": connect} if connect else {}))
     ts = group.transports
@@ -145,7 +145,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
                                                               vllm_args=None, enabled=serve_check),
                                         align_checkpoints(ts, rid)))
         if dry_run:
-            return None
+            return [t.plan_of() for t in ts]
         if not follow:
             return {"run_id": rid, "exit_code": None}
         code = jobs.run_following(ts[0], rid)  # rank 0's log

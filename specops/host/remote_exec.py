@@ -66,7 +66,8 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
                changes: bool = True, model: Optional[Type[M]] = None, via: Optional[str] = None,
                progress: bool = False):
     """Run a remote script; return its payload (a dict carrying ``ok``, or ``model`` validated).
-    Under --dry-run a script that changes the host (changes=True) is planned, not run: None.
+    Under --dry-run a script that changes the host (changes=True) is planned, not run: the
+    connection's Plan (transport.planned tells it from a reply).
     via: a launcher the whole command runs under (e.g. `srun --nodes=1 ...`: on a compute node).
     progress: the script's `[specops] ...` stdout lines become the connection's notes as they come
     (a long synchronous script, e.g. the profile's install, is never silent)."""
@@ -77,7 +78,7 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
         cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
     if t.dry_run and changes:
         t.plan(f"run: {cmd}", command=cmd)
-        return None
+        return t.plan_of()
     r = (t.change if changes else t.fact)(cmd, timeout=timeout, on_line=progress_notes(t) if progress else None)
     if r.exited == NO_VENV:
         raise SpecopsError(

@@ -69,6 +69,12 @@ class Plan:
         return bool(self.commands or self.transfers or self.steps)
 
 
+def planned(value) -> bool:
+    """Whether a library call's value is a dry run's Plan (what it would have done), not a result:
+    under --dry-run every call that would change the host returns its connection's Plan."""
+    return isinstance(value, Plan)
+
+
 class Lines:
     """A stream (invoke's out_stream) handing each whole line written to it to a callback, as it comes."""
 

@@ -17,7 +17,7 @@ from specops import paths, profiles
 from specops.errors import SpecopsError
 from specops.payloads import Install, Installed
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 
 
 @dataclass
@@ -58,7 +58,8 @@ def ensure_venv(t: Transport) -> bool:
 
 
 def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
-            wheelhouse: Optional[str] = None) -> Install:
+            wheelhouse: Optional[str] = None) -> Install | Plan:
+    """The profile into the host venv (remote/install_profile.py); the Plan under --dry-run."""
     log = f"{paths.LOGS}/install-{profile.name}.log"
     args = ["--profile", f"{paths.PROFILES}/{profile.name}.txt", "--sha256", profile.sha256, "--log", log]
     if wheelhouse:
@@ -71,8 +72,8 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
     res = run_script(t, "install_profile", args + progress_args(), progress=True,  # (pip's progress as it goes)
                      model=Install)
-    if res is None:  # --dry-run
-        return Install(ok=True, action="installed or verified (dry run)")
+    if planned(res):
+        return res
     if res.error:
         raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res.error}")
     if res.mode == "existing" and not res.ok:
@@ -131,7 +132,8 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
 
 
 def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = False,
-              wheelhouse: Optional[str] = None) -> Outcome:
+              wheelhouse: Optional[str] = None) -> Outcome | Plan:
+    """The venv, remote/ pushed, the profile installed or verified; the Plan under --dry-run."""
     h = t.host
     prof = profiles.load(profile or h.profile)
     with t.step(f"push remote/ to {h.name}:{h.workdir_path}"):
@@ -146,13 +148,13 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
     with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
+    if planned(out.install):
+        t.note(f"bootstrap {h.name} would: {'create the venv' if out.venv_created else 'keep the venv'}, push "
+               f"{len(out.pushed)} file(s), install or verify profile {prof.name}")
+        return t.plan_of()
     if out.install.mode == "existing":
         for line in top_up_lines(h.name, out.install):
             t.note(line)
-    if t.dry_run:
-        t.note(f"bootstrap {h.name} would: {'create the venv' if out.venv_created else 'keep the venv'}, push "
-               f"{len(out.pushed)} file(s), install or verify profile {prof.name}")
-        return out
     t.note(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} file(s) "
            f"pushed, profile {prof.name} {out.install.action}"
            + (f" in {out.install.seconds}s" if out.install.action == "installed" else ""), "done")

@@ -13,7 +13,7 @@ from specops.errors import SpecopsError
 from specops.payloads import Check, CheckRow, DeepCheck, ServeCheck
 from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
@@ -123,7 +123,7 @@ def describe(s: Optional[dict]) -> str:
 
 
 def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, steps: int = 2,
-         timeout: float = 300.0) -> dict:
+         timeout: float = 300.0) -> DeepCheck | Plan:
     """Real training steps on a tiny fixture in the host venv: the config's settings, then fallbacks.
     The verdict stays on the host (<workdir>/.specops/deep-check.json) for `inv train`."""
     h = t.host
@@ -135,8 +135,8 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     if try_all:
         args.append("--all")
     res = run_script(t, "deep_check", args, model=DeepCheck)
-    if res is None:  # --dry-run
-        return None
+    if planned(res):
+        return res
     if res.results is None:
         raise SpecopsError(f"deep check on {h.name} could not run: {res.error}", detail="\n".join(res.tail))
     res.config = cfg["path"]
@@ -165,7 +165,7 @@ def judge(name: str, res: dict) -> None:
 
 
 def deep_verdict(name: str, res: dict) -> None:
-    if res is None or res.get("configured_ok"):
+    if res is None or planned(res) or res.get("configured_ok"):
         return
     first = res["results"][0]
     if res.get("works"):
@@ -242,10 +242,10 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
 
 
 def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
-          fresh: bool = False) -> Optional[dict]:
+          fresh: bool = False) -> ServeCheck | Plan:
     """Serve the verifier with an untrained draft of spec's configuration (remote/serve_check.py):
     its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
-    log}; {ok, skipped} where it cannot run there). None under --dry-run (planned)."""
+    log}; {ok, skipped} where it cannot run there). The Plan under --dry-run."""
     keep = ("verifier", "kind", "flags", "target_layer_ids", "data", "trust_remote_code")
     args = ["--spec-json", json.dumps({k: spec[k] for k in keep if spec.get(k) is not None}),
             *t.host.vllm_flags(list(vllm_args or []))]
@@ -272,10 +272,10 @@ def serve_failure(res: ServeCheck) -> str:
 
 
 def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True
-               ) -> Optional[dict]:
+               ) -> Optional[ServeCheck | Plan]:
     """The train gate: the preflight's payload (its one line is a note), or SpecopsError (one line:
-    vLLM's root cause) when the draft does not serve; skipped with a note when turned off, planned
-    under --dry-run."""
+    vLLM's root cause) when the draft does not serve; skipped with a note when turned off (None),
+    planned under --dry-run (the Plan)."""
     h = t.host
     if not enabled:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
@@ -283,7 +283,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
     if t.dry_run:
         t.plan(f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
                f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
-        return None
+        return t.plan_of()
     res = serve(t, spec, vllm_args=vllm_args)
     if res.ok:
         t.note(serve_line(res))
@@ -297,7 +297,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
 
 def serve_verdict(name: str, res: Optional[ServeCheck]) -> None:
     """`inv check --serve`: raise (one line) unless the draft served (or the check was skipped there)."""
-    if res is None or res.ok:
+    if res is None or planned(res) or res.ok:
         return
     if res.refused or res.bug:
         raise SpecopsError(f"check {name} --serve could not run: {res.error}")

@@ -14,7 +14,7 @@ from specops.ops import jobs
 from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.payloads import Converted, DatagenPlan, ModelBuilt
 
 
@@ -144,9 +144,9 @@ def planned_commands(t: Transport, plan: DatagenPlan) -> None:
 
 
 def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] = None,
-                detach: bool = False, quiet: bool = False) -> Optional[dict]:
+                detach: bool = False, quiet: bool = False) -> Optional[dict | Plan]:
     """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
-    result; None when detached, or under --dry-run (the commands it would start are planned)."""
+    result; None when detached; under --dry-run the Plan (with the commands it would start)."""
     plan = plan_datagen(t, dg, kind=kind, quiet=quiet)
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
@@ -155,11 +155,11 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     planned_commands(t, plan)
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
         started = jobs.start(t, rid, argv, kind=kind, lock=lock)
-        code = None if started is None else jobs.follow(t, rid, write=lambda b: None)[1]
+        code = started if planned(started) else jobs.follow(t, rid, write=lambda b: None)[1]
     else:
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
-    if code is None:  # detached, or planned under --dry-run
-        return None
+    if code is None or planned(code):  # detached, or the Plan under --dry-run
+        return code
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
@@ -169,11 +169,11 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     return res
 
 
-def convert(t: Transport, src: str, dst: str) -> Optional[Converted]:
-    """None under --dry-run."""
+def convert(t: Transport, src: str, dst: str) -> Converted | Plan:
+    """A legacy data dir converted (remote/convert_data.py); the Plan under --dry-run."""
     res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted)
-    if res is None:
-        return None
+    if planned(res):
+        return res
     if not res.ok:
         raise SpecopsError(f"convert-data on {t.host.name}: {res.error}")
     return res
@@ -193,10 +193,10 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
 
 
 def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
-                       shape: str = "llama", overwrite: bool = False) -> Optional[ModelBuilt]:
+                       shape: str = "llama", overwrite: bool = False) -> ModelBuilt | Plan:
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
     Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
-    sent to the host first). An existing model is replaced only with overwrite. None under --dry-run."""
+    sent to the host first). An existing model is replaced only with overwrite. The Plan under --dry-run."""
     from specops import paths
 
     path = model_slot(t, path, overwrite, "make-verifier")
@@ -208,8 +208,8 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
     if overwrite:
         args.append("--overwrite")
     res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt)
-    if res is None:
-        return None
+    if planned(res):
+        return res
     if not res.ok:
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.error}")
     return res
@@ -220,11 +220,11 @@ LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
-                            steps: Optional[int] = None, size: str = "tiny") -> Optional[ModelBuilt]:
+                            steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt | Plan:
     """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
-    greedy_agreement, language{fingerprint, ...}); None under --dry-run. An existing model is
+    greedy_agreement, language{fingerprint, ...}); the Plan under --dry-run. An existing model is
     replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" / "3b" (about
     one / 2.8 billion parameters, trained on the host's GPU: verifiers whose decoding is bound by memory)."""
     if size not in LEARNABLE_SIZES:
@@ -236,8 +236,8 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
         args.append("--overwrite")
     res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
                      progress=True, model=ModelBuilt)  # (its progress lines as they come: steps, loss, agreement)
-    if res is None:
-        return None
+    if planned(res):
+        return res
     if not res.ok:
         raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.error}")
     return res

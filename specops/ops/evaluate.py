@@ -22,7 +22,7 @@ from specops.contract import concurrency_levels
 from specops.ops.data import remote_input
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.payloads import ServePlan
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -52,8 +52,8 @@ def _spec(t: Transport, run_id: str) -> dict:
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
              vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
-             write: bool = True, speedup: str = "1,16") -> Optional[dict]:
-    """One checkpoint served; its evaluation (None under --dry-run). The host keeps it as
+             write: bool = True, speedup: str = "1,16") -> dict | Plan:
+    """One checkpoint served; its evaluation (the Plan under --dry-run). The host keeps it as
     runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
     speedup: concurrency levels ("1,16"; "none": not measured) at which the same prompts are
     timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`)."""
@@ -79,8 +79,8 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
-    if code is None:  # --dry-run
-        return None
+    if planned(code):
+        return code
     raw = t.read_bytes(result)
     ev = json.loads(raw) if raw else None
     if code != 0 or not ev or not ev.get("ok"):
@@ -168,7 +168,7 @@ ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_a
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
                          prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
                          max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None,
-                         speedup: str = "none") -> Optional[dict]:
+                         speedup: str = "none") -> dict | Plan:
     """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts
     (speedup: as evaluate's, for each checkpoint; default none: a baseline server per checkpoint
     would double the cost, and the baseline is the same every time). The
@@ -176,7 +176,7 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
     "best_checkpoint" and "checkpoints" (one entry per checkpoint: its acceptance, its own
     validation accuracy, flags), written to dest/R/evaluation.json, and acceptance.png (mean
     acceptance length per checkpoint). pick=True records the best in the run's record on the host
-    ("picked"). None under --dry-run."""
+    ("picked"). The Plan under --dry-run."""
     concurrency_levels(speedup)  # (bad levels: one line, before any server)
     _spec(t, run_id)  # (an unknown run: the same line as evaluate's)
     names = select(fetch.run_checkpoints(t, run_id), checkpoints, run_id, t.host.name)
@@ -189,13 +189,13 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
                           result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup)
         except SpecopsError as e:
             raise SpecopsError(f"checkpoint {name}: {e}", detail=e.detail) from None
-        if ev is not None:
+        if not planned(ev):
             evs.append((name, ev))
     if t.dry_run:
         if pick:
             t.plan(f"would record the best of checkpoints {', '.join(names)} as `{fetch.PICK}` in "
                    f"{jobs.run_path(t, run_id, fetch.RUN_RECORD)}")
-        return None
+        return t.plan_of()
     entries = []
     for name, ev in evs:
         val = val_accuracy(t, run_id, name)

@@ -12,7 +12,7 @@ from specops.contract import JobState, check_name
 from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.slurm import cluster, script
 
 
@@ -42,8 +42,8 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
-          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Optional[Started]:
-    """Start argv detached on the host (survives the SSH session); None under --dry-run. Secrets
+          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Started | Plan:
+    """Start argv detached on the host (survives the SSH session); the Plan under --dry-run. Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
@@ -62,7 +62,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     if remote_env:
         args += ["--env-file", remote_env]
     res = run_script(t, "job", [*args, "--", *argv], model=Started)
-    if res is not None and not res.ok:
+    if not planned(res) and not res.ok:
         raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.error}")
     return res
 
@@ -73,7 +73,7 @@ GPU_LOCK = "train"
 
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
            nodes: Optional[int] = None, lock: Optional[str] = None, array: int = 0,
-           before: Sequence[tuple] = ()) -> Optional[Started]:
+           before: Sequence[tuple] = ()) -> Started | Plan:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
     shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
     other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
@@ -89,7 +89,7 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
     jid = cluster.submit(t, job, text, run_id, kind, lock=lock)
-    return None if jid is None else Started(ok=True, run_id=run_id, slurm_job_id=jid)
+    return jid if planned(jid) else Started(ok=True, run_id=run_id, slurm_job_id=jid)
 
 
 def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
@@ -162,12 +162,12 @@ def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
     return jobs[-1]
 
 
-def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
-    """SIGTERM, grace, SIGKILL; None under --dry-run. A slurm host's batch job: through Slurm."""
+def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped | Plan:
+    """SIGTERM, grace, SIGKILL; the Plan under --dry-run. A slurm host's batch job: through Slurm."""
     if t.host.is_slurm and cluster.record(t, validate_run_id(run_id)):
         return cluster.stop(t, run_id, grace)
     res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped)
-    if res is not None and not res.ok:
+    if not planned(res) and not res.ok:
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")
     return res
 
@@ -299,13 +299,13 @@ def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Opti
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
-                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int]:
+                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int | Plan]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
-    Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached or
-    under --dry-run."""
+    Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached; the
+    Plan under --dry-run."""
     j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before)
-    if j is None:
-        return None
+    if planned(j):
+        return j
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
     t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")

@@ -20,7 +20,7 @@ from specops import metrics, paths
 from specops.ops import regenerate as regen
 from specops.contract import concurrency_levels
 from specops.errors import SpecopsError
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = "models/learnable-llama"
@@ -66,8 +66,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
         skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
         hidden_states: str = "offline", regenerate: bool = False,
-        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> Optional[dict]:
-    """The whole job; None under --dry-run (the plan is on the connection). on_inspect(result)
+        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> dict | Plan:
+    """The whole job; the Plan under --dry-run (up to the data job: the rest depends on it). on_inspect(result)
     gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
@@ -98,9 +98,9 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
             with t.step("regenerate the responses with the verifier"):
                 rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
                                           max_tokens=seq_length)
-            if rg is None:  # --dry-run
+            if planned(rg):
                 t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
-                return None
+                return t.plan_of()
             t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
                    f"({rg['errors']} failed) in {rg['out']}", "done")
             src = rg["out"]
@@ -108,9 +108,9 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
                            extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
     with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
         dg = data.run_datagen(t, args, kind="data")
-    if dg is None:  # --dry-run
+    if planned(dg):
         t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
-        return None
+        return t.plan_of()
     mode = hidden_states
     if mode == "auto":
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
@@ -272,10 +272,10 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
 
 
 def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,
-                              size: str = "tiny") -> Optional[dict]:
+                              size: str = "tiny") -> dict | Plan:
     """The learnable verifier at path, trained now if it is missing, speaks another version of
     the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
-    another size. Its record; None under --dry-run when it would be built."""
+    another size. Its record; the Plan under --dry-run when it would be built."""
     want = synthlang().describe()["fingerprint"]
     rec = verifier_record(t, path)
     if rec and rec.get("language", {}).get("fingerprint") == want and rec.get("size", "tiny") == size:
@@ -285,7 +285,7 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
     what = "a tiny Llama verifier (host CPU" if size == "tiny" else f"a {size} Llama verifier (host GPU"
     with t.step(f"train {what}, up to {budget:g} s) on the synthetic language"):
         made = data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
-    if made:
+    if not planned(made):
         t.note(f"learnable verifier at {path}: {made.get('params')} parameters, {made.get('steps')} steps in "
                f"{made.get('train_seconds')} s, greedy agreement with the language {made.get('greedy_agreement')}")
     return made
@@ -294,14 +294,14 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
          evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"),
          seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
-         speedup: str = "1,16") -> Optional[dict]:
+         speedup: str = "1,16") -> dict | Plan:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
-    None under --dry-run. vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
+    the Plan under --dry-run. vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
     seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
     cuda) the verifier is the 1b one (DEMO_GPU_VERIFIER, trained on the GPU), extraction runs eager
     and the drafts are served with CUDA graphs (what the speedup is measured with)."""
@@ -311,10 +311,10 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     bootstrap.bootstrap(t)
     vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
     rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny")
-    if rec is None:  # --dry-run, the verifier planned: what follows reads it
+    if planned(rec):  # the verifier planned: what follows reads it
         t.plan("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
                "served through vLLM (not shown: they depend on it)")
-        return None
+        return t.plan_of()
     # one dataset per verifier build: hidden states of another build are never reused
     dataset = f"demo-{rec['weights_sha256'][:12]}" if rec and rec.get("weights_sha256") else "demo"
     eager = ["--enforce-eager"]
@@ -326,8 +326,8 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
-    if res is None:  # --dry-run
-        return None
+    if planned(res):
+        return res
     res["verifier"] = rec
     if evaluate_drafts:
         res["num_spec_tokens"] = 3

@@ -17,7 +17,7 @@ from typing import Optional
 from specops import estimate, metrics
 from specops.config import load_config
 from specops.errors import SpecopsError
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.ops import bootstrap, data, jobs, train
 
 PLAN = "plan.json"
@@ -104,10 +104,11 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
-            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> Optional[dict]:
+            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict | Plan:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
-    take). Returns the plan (also written to the dataset's plan.json on the host); None under --dry-run."""
+    take). Returns the plan (also written to the dataset's plan.json on the host); under --dry-run
+    the connection's Plan (what measuring would run)."""
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
     h = t.host
@@ -138,10 +139,10 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
             dg = data.run_datagen(t, args, kind="plan-data")
-        if dg is None:  # --dry-run: what follows depends on the sample's data
+        if planned(dg):  # what follows depends on the sample's data
             t.plan(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
                    f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
-            return None
+            return t.plan_of()
         wall = time.time() - w0
         ex = dg.get("extract") or {}
         shape = run_shape(t, sdir, ver, layers, vllm_args)

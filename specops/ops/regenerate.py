@@ -17,7 +17,7 @@ from specops.contract import check_name
 from specops.ops.data import remote_input, verifier_path
 from specops.errors import SpecopsError
 from specops.host.remote_exec import run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.payloads import ServePlan
 
 
@@ -37,13 +37,13 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
                max_tokens: int = 4096, concurrency: int = 32, limit: Optional[int] = None,
                sampling_params: Optional[str] = None, max_model_len: Optional[int] = None,
                vllm_args: Optional[list] = None, run_id: Optional[str] = None,
-               detach: bool = False) -> Optional[dict]:
+               detach: bool = False) -> Optional[dict | Plan]:
     """Regenerate `data` (a laptop file, uploaded, or a host path) with the host's verifier.
     out: the output's name (default: <data's stem>-regen); max_tokens: a response's length cap
     (prompt + response must fit the server's --max-model-len); sampling_params: a JSON object
     merged into every request (e.g. '{"temperature": 0.6}'); vllm_args: more server arguments.
-    Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached or
-    under --dry-run. Refuses (SpecopsError) before anything starts when the input is unusable."""
+    Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached; the
+    Plan under --dry-run. Refuses (SpecopsError) before anything starts when the input is unusable."""
     h = t.host
     name = out or default_name(data)
     dest = out_path(t, name)
@@ -79,8 +79,8 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
         for cmd in plan.commands:
             t.plan("would start: " + shlex.join(map(str, cmd)))
     code = jobs.run_attached(t, rid, argv, kind="regenerate", lock=lock, detach=detach)
-    if code is None:
-        return None
+    if code is None or planned(code):  # detached, or the Plan under --dry-run
+        return code
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):

@@ -15,7 +15,7 @@ from specops.ops.data import data_dir
 from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport, planned
 from specops.payloads import HiddenStatesPlan, TrainSpec
 from specops.slurm import cluster, script
 
@@ -290,10 +290,10 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
-          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> Optional[dict]:
+          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> dict | Plan:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
-    preflight's payload, None when skipped); None under --dry-run.
+    preflight's payload, None when skipped); the Plan under --dry-run.
     serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
     with an untrained draft of the run's configuration for one short request (remote/serve_check.py;
     a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
@@ -336,10 +336,12 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
         if fresh and not t.exists(f"{spec.run_dir}/{marker}", "-f"):  # a refused start leaves no run folder
             t.change(f"rm -rf {shlex.quote(spec.run_dir)}")
         raise
+    if planned(code):
+        if spec.hidden_states == "online":
+            t.plan("the job would start the vLLM server: "
+                   + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
+        return t.plan_of()
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
-    if t.dry_run and spec.hidden_states == "online":
-        t.plan("the job would start the vLLM server: "
-               + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
-    return None if t.dry_run else {"run_id": rid, "exit_code": code, "run_dir": spec.run_dir,
-                                   "hidden_states": spec.hidden_states, "serve_check": served}
+    return {"run_id": rid, "exit_code": code, "run_dir": spec.run_dir, "hidden_states": spec.hidden_states,
+            "serve_check": served}

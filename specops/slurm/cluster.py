@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from specops import paths
 from specops.contract import JobState
 from specops.errors import SpecopsError
-from specops.host.transport import Transport
+from specops.host.transport import Plan, Transport
 from specops.payloads import Job, Stopped
 from specops.slurm import queue
 from specops.slurm.script import BatchJob, Request, render, srun_prefix
@@ -140,15 +140,15 @@ def check_job(t: Transport, job: BatchJob, kind: str) -> str:
     return text
 
 
-def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock: Optional[str] = None) -> Optional[str]:
+def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock: Optional[str] = None) -> str | Plan:
     """Write the script (from check_job), submit it (`sbatch --parsable`) and record the job id;
-    the job id, None under --dry-run (the script and the command are planned)."""
+    the job id, or under --dry-run the Plan (the script and the command)."""
     path = f"{job.run_dir}/{SCRIPT}"
     cmd = f"cd {_q(job.workdir)} && sbatch --parsable {_q(path)}"
     if t.dry_run:
         t.plan(f"write {path}:\n{text}")
-        t.plan(f"run: {cmd}")
-        return None
+        t.plan(f"run: {cmd}", command=cmd)
+        return t.plan_of()
     old = f"{_q(job.run_dir)}/exit_code-*" if job.array else _q(job.exit_file)
     t.check(f"mkdir -p {_q(job.run_dir)} && rm -f {old}", "mkdir run dir")
     t.put_text(text, path, label="(sbatch script)", whole=True)
@@ -305,11 +305,11 @@ def end_watcher(t: Transport, run_id: str) -> Callable[[], Optional[int]]:
     return ended
 
 
-def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
+def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped | Plan:
     """SIGTERM to the job's tasks through Slurm (`scancel --signal=TERM`: the trainer saves its
     interrupted checkpoint; the batch shell records the exit code), then, if it has not ended
     after `grace` seconds, `scancel` (Slurm's SIGTERM, KillWait, SIGKILL). A pending job is
-    cancelled at once. None under --dry-run."""
+    cancelled at once. The Plan under --dry-run."""
     j = status(t, run_id)[0]
     jid = j.slurm_job_id
     if j.ended:
@@ -319,10 +319,10 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Optional[Stopped]:
     if not pending and any(s.state == JobState.PENDING for s in j.subjobs):  # (an array's tasks not started yet)
         term = f"scancel --state=PENDING {_q(jid)} && {term}"
     if t.dry_run:
-        t.plan(f"run: {term}")
+        t.plan(f"run: {term}", command=term)
         if not pending:
             t.plan(f"wait up to {grace:.0f}s for job {jid} to end, then run: scancel {_q(jid)}")
-        return None
+        return t.plan_of()
     rec = record(t, run_id)
     rec["stopped"] = True
     _write_record(t, run_id, rec)
