@@ -17,7 +17,9 @@ config and a hidden-states connector (cpu hosts: the CPU-safe one in
 remote/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
 transformers forward (`--backend hf`) writing identical files. Existing readable files are
 skipped. The server is stopped by its process group whatever happens (SIGTERM and Ctrl-C
-included).
+included). Its job folder is RUN/server, its connector's staging folder DATA/.hs_stage; with
+--shard i/n, RUN/server-i and DATA/.hs_stage-i-of-n (the tasks of a Slurm job array share the
+run folder and the data dir, each with its own server).
 
 Every loader gets the same trust_remote_code (vLLM, prepare-data, transformers): `auto` = on
 when the verifier ships its own code (`auto_map`). The server spans --tensor-parallel GPUs and
@@ -323,14 +325,13 @@ def needs_server(a, info):
 
 
 def hs_stage(a):
-    """The server's staging folder in the data dir (its connector writes each row there; speculators
-    moves it into hidden_states/): one per shard, so the tasks of a job array (one data dir, a
-    server each) never share one, nor clear each other's."""
+    """The server's staging folder in the data dir (its connector writes each row there, speculators
+    moves it into hidden_states/), one per shard as its job folder is (server_name): a job array's
+    tasks (one data dir and run folder, a server each) never share one, nor clear each other's."""
     return Path(a.data_dir) / (f".hs_stage-{a.shard.replace('/', '-of-')}" if a.shard else ".hs_stage")
 
 
 def server_name(a):
-    """The server job's folder in the run folder: one per shard (a job array's tasks share the run folder)."""
     return f"server-{a.shard.split('/')[0]}" if a.shard else "server"
 
 
