@@ -547,43 +547,75 @@ def test_online_training_in_one_allocation(slurm, cluster_hosts, cluster_checked
         assert hs_count(t, dst) == before  # (generated rows are never written into the dataset)
 
 
+def online_serving(t, base, rid):
+    """An online run submitted detached (its trainer would run 1000 steps), once its server is healthy
+    and its trainer started: (Slurm job id, the server's job.json, a function listing what is left of the
+    run: the server's group and tag, and every process whose command line names the run)."""
+    from test_online import FAST, alive_in_group
+
+    r = inv("train", *base, "--hidden-states", "online", "--config", "configs/demo.yaml", "--dataset", "pipe",
+            "--run-id", rid, "--max-steps", "1000", "--no-serve-check", *(f"--vllm-arg={a}" for a in FAST))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
+    log = jobs.run_path(t, rid, "output.log")
+    wait_for(lambda: b"vLLM server healthy after" in (t.read_bytes(log) or b""), 300, "the server's health")
+    srv = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))
+
+    def run_procs():  # (the step's and the trainer's command lines name the run; vLLM's engines are in its group)
+        return [ln for ln in t.run("ps -eo pid=,stat=,args=").stdout.splitlines()
+                if rid in ln and not ln.split()[1].startswith("Z")]
+
+    def left():
+        tagged = t.run(f"grep -lsz SPECOPS_JOB={srv['tag']} /proc/[0-9]*/environ").stdout.split()
+        return alive_in_group(t, srv["pgid"]) + run_procs() + tagged
+
+    wait_for(lambda: any("train_online.py" in ln for ln in run_procs()), 120, "the trainer's start")
+    assert alive_in_group(t, srv["pgid"]), "the server is not running"
+    return jid, srv, left, run_procs
+
+
+def gone_within(left, seconds=60):
+    t0 = time.time()
+    while (still := left()) and time.time() - t0 < seconds:
+        time.sleep(1)
+    print(f"\n[time] every process gone {time.time() - t0:.1f} s later")
+    assert not still, f"alive {seconds} s later: {still}"
+
+
 @pytest.mark.heavy
 def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """`scancel JOBID` from outside specops (a user; the time limit does the same) while an online
     run's server and trainer run: both are gone within seconds, and `inv status` shows the run
     ended (Slurm's CANCELLED), not running or lost."""
-    from test_online import FAST, alive_in_group
-
     h = inventory.load(str(cluster_hosts)).get("cluster")
     rid = "s-online-cancel-" + str(int(time.time()))
     base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
     with timed("online run cancelled hard"), connect(h) as t:
-        r = inv("train", *base, "--hidden-states", "online", "--config", "configs/demo.yaml", "--dataset", "pipe",
-                "--run-id", rid, "--max-steps", "1000", "--no-serve-check", *(f"--vllm-arg={a}" for a in FAST))
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-        jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
-        log = jobs.run_path(t, rid, "output.log")
-        wait_for(lambda: b"vLLM server healthy after" in (t.read_bytes(log) or b""), 300, "the server's health")
-        srv = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))
-
-        def run_procs():  # (the batch step's and the trainer's command lines name the run; vLLM's engines its group)
-            return [ln for ln in t.run("ps -eo pid=,stat=,args=").stdout.splitlines()
-                    if rid in ln and not ln.split()[1].startswith("Z")]
-
-        def left():
-            tagged = t.run(f"grep -lsz SPECOPS_JOB={srv['tag']} /proc/[0-9]*/environ").stdout.split()
-            return alive_in_group(t, srv["pgid"]) + run_procs() + tagged
-
-        wait_for(lambda: any("train_online.py" in ln for ln in run_procs()), 120, "the trainer's start")
-        assert alive_in_group(t, srv["pgid"]), "the server is not running"
+        jid, srv, left, _ = online_serving(t, base, rid)
         slurm.cmd("scancel", jid)
-        t0 = time.time()
-        while (still := left()) and time.time() - t0 < 60:
-            time.sleep(1)
-        print(f"\n[time] gone {time.time() - t0:.1f} s after scancel")
-        assert not still, f"alive 60 s after scancel: {still}"
+        gone_within(left)
         row = wait_for(lambda: (lambda j: j if j["state"] != "running" else None)(
             json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]), 60, "the run's end")
         assert row["state"] == "killed" and f"Slurm job {jid} CANCELLED" in row["detail"], row
         assert t.read_bytes(jobs.run_path(t, rid, "exit_code")).strip() == b"-15"  # (what is left once Slurm forgets)
         assert not t.exists(f"{t.workdir}/.specops/hs-stage/{rid}"), "the run's staging folder was left"
+
+
+@pytest.mark.heavy
+def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    """The step's own process (remote/train.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
+    tracking loses its orphans (here proctrack/linuxproc; proctrack/pgid never sees the server's
+    session), so the server is tied to it and the trainer gets SIGTERM when it dies: both gone."""
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    rid = "s-online-kill9-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    with timed("online run's step SIGKILLed"), connect(h) as t:
+        jid, srv, left, run_procs = online_serving(t, base, rid)
+        step = [ln.split()[0] for ln in run_procs() if ln.split()[2].endswith("/python3")
+                and ln.split()[3:4] == ["remote/train.py"]]  # (not srun's nor bash's line, which name it too)
+        assert len(step) == 1, run_procs()
+        t.check(f"kill -9 {step[0]}", "SIGKILL the step's remote/train.py")
+        gone_within(left)
+        row = wait_for(lambda: (lambda j: j if j["state"] != "running" else None)(
+            json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]), 60, "the run's end")
+        assert row["state"] == "failed" and f"Slurm job {jid} FAILED" in row["detail"] and row["exit_code"] == 137, row
