@@ -17,7 +17,9 @@ config and a hidden-states connector (cpu hosts: the CPU-safe one in
 remote/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
 transformers forward (`--backend hf`) writing identical files. Existing readable files are
 skipped. The server is stopped by its process group whatever happens (SIGTERM and Ctrl-C
-included).
+included). Its job folder is RUN/server, its connector's staging folder DATA/.hs_stage; with
+--shard i/n, RUN/server-i and DATA/.hs_stage-i-of-n (the tasks of a Slurm job array share the
+run folder and the data dir, each with its own server).
 
 Every loader gets the same trust_remote_code (vLLM, prepare-data, transformers): `auto` = on
 when the verifier ships its own code (`auto_map`). The server spans --tensor-parallel GPUs and
@@ -322,10 +324,21 @@ def needs_server(a, info):
                 or (a.extract and a.backend == "vllm"))
 
 
+def hs_stage(a):
+    """The server's staging folder in the data dir (its connector writes each row there, speculators
+    moves it into hidden_states/), one per shard as its job folder is (server_name): a job array's
+    tasks (one data dir and run folder, a server each) never share one, nor clear each other's."""
+    return Path(a.data_dir) / (f".hs_stage-{a.shard.replace('/', '-of-')}" if a.shard else ".hs_stage")
+
+
+def server_name(a):
+    return f"server-{a.shard.split('/')[0]}" if a.shard else "server"
+
+
 def server_cmd(a, info, port):
     return vllm_server.server_argv(
         a.verifier, port, kind=a.kind, layer_ids=info["layer_ids"] if a.extract and a.backend == "vllm" else None,
-        stage=Path(a.data_dir) / ".hs_stage", max_model_len=info.get("max_model_len"),
+        stage=hs_stage(a), max_model_len=info.get("max_model_len"),
         tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
 
 
@@ -425,13 +438,13 @@ def execute(a, info):
     except BaseException:  # (nothing of a failed run blocks the next: no stage, no empty folder)
         if preparing:
             shutil.rmtree(stage, ignore_errors=True)
-        shutil.rmtree(data / ".hs_stage", ignore_errors=True)  # (the server's staging; it is stopped)
+        shutil.rmtree(hs_stage(a), ignore_errors=True)  # (the server's staging; it is stopped)
         if made and data.is_dir() and not any(data.iterdir()):
             data.rmdir()
         raise
     finally:
         try:
-            (data / ".hs_stage").rmdir()  # (empty once the states are in hidden_states/)
+            hs_stage(a).rmdir()  # (empty once the states are in hidden_states/)
         except OSError:
             pass
 
@@ -443,8 +456,9 @@ def run_steps(a, info, data, run_dir, res, stage):
         if needs_server(a, info):
             port = vllm_server.free_port()
             env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
-            (data / ".hs_stage").mkdir(exist_ok=True)
-            server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
+            hs_stage(a).mkdir(exist_ok=True)
+            server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout,
+                                       name=server_name(a))
             url = f"http://127.0.0.1:{port}"
         if a.prepare:
             if info.get("already_prepared"):

@@ -144,14 +144,32 @@ def tie(parent, child_of, grace=15.0):
         kill_all([-os.getpgid(0)], signal.SIGTERM)  # (the supervisor ignores SIGTERM: it records the end)
 
     signal.signal(signal.SIGUSR1, gone)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
-    except (OSError, AttributeError):  # (not Linux: the script's own `finally` is what stops the job)
-        pass
+    pdeathsig(signal.SIGUSR1)  # (not Linux: the script's own `finally` is what stops the job)
     return os.getppid() == parent  # (after prctl: a parent that died before it is seen here)
 
 
+def pdeathsig(sig):
+    """This process gets sig when its parent (the thread that forked it) dies, SIGKILL included
+    (Linux prctl PR_SET_PDEATHSIG, through ctypes); False where there is no prctl."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def ends_with(parent, sig=signal.SIGTERM):
+    """A Popen preexec_fn: the child gets sig when `parent` (the starter's pid) dies, and does not
+    start at all when it is gone already. What a process tracker that follows the process tree
+    (Slurm's proctrack/linuxproc) or group (proctrack/pgid) loses once its parent is SIGKILLed
+    (an online run's trainer and server inside a Slurm step) ends with it all the same."""
+    def pre():
+        pdeathsig(sig)
+        if os.getppid() != parent:
+            os._exit(129)
+    return pre
+
+
 __all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
-           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie"]
+           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig", "ends_with"]

@@ -182,17 +182,17 @@ def last_line(text, width=160):
     return ""
 
 
-def start(run_dir, argv, env, port, timeout, tied=False):
-    """Start the server job under run_dir/server and wait for GET /health (or its death); every
+def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
+    """Start the server job under run_dir/<name> (default: server) and wait for GET /health (or its death); every
     contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line.
     Whatever ends the wait early (a signal's SystemExit, Ctrl-C, an error) stops the server first.
     tied: the server does not outlive this process, even SIGKILLed (job.start_job's tied)."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
-    rec = start_job("server", argv, kind="vllm-server", root=str(run_dir), extra={"port": port}, tied=tied)
+    rec = start_job(name, argv, kind="vllm-server", root=str(run_dir), extra={"port": port}, tied=tied)
     if not rec.get("ok"):
         raise ServerDied(rec.get("error"))
-    d = Path(run_dir) / "server"
+    d = Path(run_dir) / name
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
     try:

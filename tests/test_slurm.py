@@ -417,16 +417,18 @@ def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked
 
 @pytest.mark.heavy
 def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
-    """`inv extract --shards 2` (hf backend): one array, each task its share of the rows on its own
-    fake GPU; every row's file in the one data dir at the end; status shows each task."""
+    """`inv extract --shards 2` (the vLLM backend): one array, each task its share of the rows on its
+    own fake GPU with its own vLLM server (its own port, server folder and staging folder), which it
+    stops; every row's file in the one data dir at the end; status shows each task; no server left."""
     from conftest import LAYERS
+    from test_online import FAST, alive_in_group
 
     h = inventory.load(str(cluster_hosts)).get("cluster-gpu1")
     dst = copy_rows(h, work, "pipe-array")
     base = ["--host", "cluster-gpu1", "--hosts", str(cluster_hosts)]
-    with timed("extract array (hf, 2 tasks)"):
-        r = inv("extract", *base, "--shards", "2", "--backend", "hf", "--dataset", dst,
-                "--verifier", f"{work}/models/tiny-llama", "--layers", LAYERS)
+    with timed("extract array (vllm, 2 tasks)"):
+        r = inv("extract", *base, "--shards", "2", "--dataset", dst, "--verifier", f"{work}/models/tiny-llama",
+                "--layers", LAYERS, *(f"--vllm-arg={a}" for a in FAST))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = " ".join(r.stdout.split())
     rid = out.split("extract submitted on cluster-gpu1: run ", 1)[1].split(" ", 1)[0]
@@ -441,9 +443,19 @@ def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_check
         rows = [json.loads(t.read_bytes(jobs.run_path(t, rid, f"result-{i}.json")))["rows"] for i in (0, 1)]
         files = int(t.check(f"ls {dst}/hidden_states | grep -c '^hs_.*safetensors$'", "count files").stdout)
         assert rows[0][0] == 0 and rows[0][1] == rows[1][0] and rows[1][1] == files > 1, (rows, files)  # (contiguous)
+        ports = set()
         for i in (0, 1):
             log = t.read_bytes(jobs.run_path(t, rid, f"output-{jid}_{i}.log")).decode()
             assert f"[specops] array task {i} of {jid} on " in log and ", GPUs none" not in log, log[-2000:]
+            assert log.index("vLLM server healthy after") < log.index("generate-offline-data") < log.index(
+                "vLLM server stopped") and f"--world-size 2 --rank {i}" in log, log[-3000:]
+            assert f"{dst}/.hs_stage-{i}-of-2" in log, log[-3000:]  # (each server its own staging folder)
+            srv = json.loads(t.read_bytes(jobs.run_path(t, rid, f"server-{i}", "job.json")))
+            ports.add(srv["port"])
+            assert alive_in_group(t, srv["pgid"]) == [], f"task {i}'s vLLM server outlived its task"
+            assert not t.run(f"grep -lsz SPECOPS_JOB={srv['tag']} /proc/[0-9]*/environ").stdout.strip()
+        assert len(ports) == 2, ports
+        assert not t.run(f"ls -A {dst} | grep hs_stage").stdout.strip(), "a staging folder was left"
     r = inv("logs", *base, "--run-id", rid, "--task", "1")
     assert r.returncode == 0 and f"[specops] array task 1 of {jid} on " in r.stdout, r.stdout[-2000:] + r.stderr
     r = inv("logs", *base, "--run-id", rid)
@@ -533,3 +545,77 @@ def test_online_training_in_one_allocation(slurm, cluster_hosts, cluster_checked
         j = jobs.status(t, rid)[0]
         assert j.state == "succeeded" and "COMPLETED, exit 0" in j.detail, j.describe
         assert hs_count(t, dst) == before  # (generated rows are never written into the dataset)
+
+
+def online_serving(t, base, rid):
+    """An online run submitted detached (its trainer would run 1000 steps), once its server is healthy
+    and its trainer started: (Slurm job id, the server's job.json, a function listing what is left of the
+    run: the server's group and tag, and every process whose command line names the run)."""
+    from test_online import FAST, alive_in_group
+
+    r = inv("train", *base, "--hidden-states", "online", "--config", "configs/demo.yaml", "--dataset", "pipe",
+            "--run-id", rid, "--max-steps", "1000", "--no-serve-check", *(f"--vllm-arg={a}" for a in FAST))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
+    log = jobs.run_path(t, rid, "output.log")
+    wait_for(lambda: b"vLLM server healthy after" in (t.read_bytes(log) or b""), 300, "the server's health")
+    srv = json.loads(t.read_bytes(jobs.run_path(t, rid, "server", "job.json")))
+
+    def run_procs():  # (the step's and the trainer's command lines name the run; vLLM's engines are in its group)
+        return [ln for ln in t.run("ps -eo pid=,stat=,args=").stdout.splitlines()
+                if rid in ln and not ln.split()[1].startswith("Z")]
+
+    def left():
+        tagged = t.run(f"grep -lsz SPECOPS_JOB={srv['tag']} /proc/[0-9]*/environ").stdout.split()
+        return alive_in_group(t, srv["pgid"]) + run_procs() + tagged
+
+    wait_for(lambda: any("train_online.py" in ln for ln in run_procs()), 120, "the trainer's start")
+    assert alive_in_group(t, srv["pgid"]), "the server is not running"
+    return jid, srv, left, run_procs
+
+
+def gone_within(left, seconds=60):
+    t0 = time.time()
+    while (still := left()) and time.time() - t0 < seconds:
+        time.sleep(1)
+    print(f"\n[time] every process gone {time.time() - t0:.1f} s later")
+    assert not still, f"alive {seconds} s later: {still}"
+
+
+@pytest.mark.heavy
+def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    """`scancel JOBID` from outside specops (a user; the time limit does the same) while an online
+    run's server and trainer run: both are gone within seconds, and `inv status` shows the run
+    ended (Slurm's CANCELLED), not running or lost."""
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    rid = "s-online-cancel-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    with timed("online run cancelled hard"), connect(h) as t:
+        jid, srv, left, _ = online_serving(t, base, rid)
+        slurm.cmd("scancel", jid)
+        gone_within(left)
+        row = wait_for(lambda: (lambda j: j if j["state"] != "running" else None)(
+            json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]), 60, "the run's end")
+        assert row["state"] == "killed" and f"Slurm job {jid} CANCELLED" in row["detail"], row
+        assert t.read_bytes(jobs.run_path(t, rid, "exit_code")).strip() == b"-15"  # (what is left once Slurm forgets)
+        assert not t.exists(f"{t.workdir}/.specops/hs-stage/{rid}"), "the run's staging folder was left"
+
+
+@pytest.mark.heavy
+def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
+    """The step's own process (remote/train.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
+    tracking loses its orphans (here proctrack/linuxproc; proctrack/pgid never sees the server's
+    session), so the server is tied to it and the trainer gets SIGTERM when it dies: both gone."""
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    rid = "s-online-kill9-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    with timed("online run's step SIGKILLed"), connect(h) as t:
+        jid, srv, left, run_procs = online_serving(t, base, rid)
+        step = [ln.split()[0] for ln in run_procs() if ln.split()[2].endswith("/python3")
+                and ln.split()[3:4] == ["remote/train.py"]]  # (not srun's nor bash's line, which name it too)
+        assert len(step) == 1, run_procs()
+        t.check(f"kill -9 {step[0]}", "SIGKILL the step's remote/train.py")
+        gone_within(left)
+        row = wait_for(lambda: (lambda j: j if j["state"] != "running" else None)(
+            json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]), 60, "the run's end")
+        assert row["state"] == "failed" and f"Slurm job {jid} FAILED" in row["detail"] and row["exit_code"] == 137, row

@@ -123,6 +123,23 @@ def test_a_step_before_srun_fails_the_job_with_its_code():
     assert lines[i + 4].startswith("srun --ntasks-per-node=1 ")
 
 
+def test_a_hard_cancel_is_recorded_by_the_batch_shell():
+    """Slurm's SIGTERM to the batch shell (scancel, the time limit): its trap writes -15 at once (srun
+    runs in the background, so `wait` lets the trap run), then waits for srun; once Slurm forgets
+    the job, that file says killed, not lost."""
+    from specops.slurm.cluster import _state
+
+    lines = render(job()).splitlines()
+    trap = next(ln for ln in lines if ln.startswith("trap "))
+    assert lines.index(trap) < next(i for i, ln in enumerate(lines) if ln.startswith("srun "))
+    assert shlex.split(trap)[1].endswith("echo -15 > /shared/w/runs/r1/exit_code; wait; exit 143") and \
+        shlex.split(trap)[2] == "TERM", trap
+    assert "train-spec.json' & wait $!\nrc=$?\n" in render(job())
+    assert _state("7", -15, None, False)[0] == "killed" and _state("7", -15, None, False)[1] == \
+        "Slurm job 7 ended by signal 15 (scancel or its time limit)"
+    assert _state("7", -15, None, True)[0] == "stopped" and _state("7", 3, None, False)[0] == "failed"
+
+
 def test_array_task_ids():
     assert queue.task_ids("3") == (3,) and queue.task_ids("0-3") == (0, 1, 2, 3)
     assert queue.task_ids("1,3") == (1, 3) and queue.task_ids("0-6:2") == (0, 2, 4, 6)

@@ -3,7 +3,8 @@
 A run's Slurm record lives beside its files: RUN/slurm.json (the job ids it was submitted as, the
 newest last; whether `inv stop` asked for its end), RUN/slurm-job.sh (the script). Status reads
 `scontrol -o show job` (no sacct: finished jobs stay MinJobAge seconds; after that, RUN/exit_code,
-which the batch shell writes). The workdir must be on a filesystem the compute nodes share: `inv
+which the batch shell writes: srun's exit code, or -15 when Slurm's SIGTERM ended the job: a hard
+cancel, the time limit). The workdir must be on a filesystem the compute nodes share: `inv
 check` proves it (a compute node reads a file the login node just wrote) and leaves the verdict in
 <workdir>/.specops/slurm-shared.json, which a submission needs.
 """
@@ -199,6 +200,9 @@ def _state(jid: str, code: Optional[int], sj: Optional[queue.SlurmJob], stopped:
         exit_code = sj.code if state.terminal else None
         if state == JobState.SUCCEEDED and code not in (None, 0):  # (srun's code, as the batch shell wrote it)
             state, exit_code = JobState.FAILED, code
+    elif code is not None and code < 0:  # (the batch shell's trap: a hard cancel or the time limit)
+        state, exit_code = JobState.KILLED, code
+        detail = f"Slurm job {jid} ended by signal {-code} (scancel or its time limit)"
     elif code is not None:
         state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
         detail, exit_code = f"Slurm job {jid} ended, exit {code}", code

@@ -4,7 +4,11 @@ One task per node (`srun --ntasks-per-node=1`); each runs the host's setup lines
 node command (the host venv's interpreter, e.g. `remote/train.py --spec ...`), which reads its
 rank from Slurm's environment (SLURM_NNODES, SLURM_NODEID) and the rendezvous address from
 SPECOPS_RDZV_ADDR: the first node of the allocation, as `scontrol show node` gives its address.
-The batch shell records srun's exit code in RUN/exit_code.
+The batch shell records srun's exit code in RUN/exit_code. A hard cancel (`scancel JOBID`, the time
+limit: Slurm's SIGTERM to the batch shell too, SIGKILL after KillWait) is recorded there at once as
+-15 (signal 15: a trap; srun runs in the background so that `wait` lets it run at once, not when
+srun has ended), then the shell waits for srun, which Slurm signals as well: once Slurm no longer
+lists the job (MinJobAge), the run reads as killed, not lost.
 
 A job array (BatchJob.array = N, `sbatch --array=0-N-1`): N tasks of the same script, each its
 own allocation (its own GPUs); an argument holding ARRAY_TASK gets the task's index
@@ -24,6 +28,12 @@ from specops.inventory import Slurm
 RDZV_VAR = "SPECOPS_RDZV_ADDR"
 #: in an argument of an array job's command: the task's index (the shell's $SLURM_ARRAY_TASK_ID)
 ARRAY_TASK = "{array_task}"
+
+
+#: the batch shell's SIGTERM trap (a hard cancel, the time limit): the end recorded first, then srun
+#: (signalled by Slurm too) waited for; 143 = 128 + SIGTERM, as a shell reports it
+CANCELLED = 'echo "[specops] the batch shell got SIGTERM (scancel or the time limit): ending"; echo -15 > {ex}; ' \
+            'wait; exit 143'
 
 
 def shell_arg(arg: str) -> str:
@@ -109,7 +119,7 @@ def render(job: BatchJob) -> str:
     steps = []
     for label, argv in job.before:  # (one task on the allocation's first node, its setup lines first)
         steps += [f"echo {q(f'[specops] {label}')}",
-                  f"srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell(argv))}",
+                  f"srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell(argv))} & wait $!",
                   f'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > {ex}; exit "$rc"; fi']
     return "\n".join([
         "#!/bin/bash",
@@ -117,11 +127,12 @@ def render(job: BatchJob) -> str:
         f"# specops: {job.name}: " + (f"an array of {job.array} tasks, one allocation each" if job.array else
                                       "one task per node; the rendezvous on the allocation's first node"),
         f"rm -f {ex}",
+        f"trap {q(CANCELLED.format(ex=ex))} TERM",
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f'{RDZV_VAR}=$(scontrol -o show node "$first" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
         f'export {RDZV_VAR}="${{{RDZV_VAR}:-$first}}"',
         *steps,
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell())}",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell())} & wait $!",
         "rc=$?",
         f'echo "$rc" > {ex}',
         'exit "$rc"',
