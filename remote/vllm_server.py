@@ -204,7 +204,11 @@ def launch(run_dir, argv, env, port, tied=False):
     d = Path(run_dir) / "server"
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
+    LAUNCHED[str(d)] = time.time()
     return d
+
+
+LAUNCHED = {}  # server dir -> when launch() started it (a wait's seconds count from there)
 
 
 def wait_started(d, port, timeout):
@@ -220,7 +224,8 @@ def wait_started(d, port, timeout):
 
 
 def wait_healthy(d, port, timeout):
-    t0 = last = time.time()
+    t0 = LAUNCHED.get(str(d), time.time())
+    last = time.time()
     url = f"http://127.0.0.1:{port}/health"
     while True:
         st = job_state(d)["state"]
