@@ -260,7 +260,12 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     if "wrong_layers" in controls:
         with t.step("control: the trained draft fed other layers' hidden states, served the same way"):
             cid, what, ev = wrong or wrong_layers(beside=False)
-            out["wrong_layers"] = acceptance_summary(finish(t, ev) if isinstance(ev, Pending) else ev, cid, **what)
+            try:
+                ev = finish(t, ev) if isinstance(ev, Pending) else ev
+            except BaseException:  # (Ctrl-C while waiting for it: it does not go on alone)
+                jobs.stop(t, ev.eid, grace=30)
+                raise
+            out["wrong_layers"] = acceptance_summary(ev, cid, **what)
         t.note(f"wrong-layers draft: mean acceptance length {out['wrong_layers']['mean_acceptance_length']:.2f}",
                "done")
     return out
