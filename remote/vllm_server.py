@@ -81,10 +81,13 @@ def cpu_binds(tp):
                     for g in groups)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(avoid=None):
+    """A free port (not `avoid`: another server's, picked but not bound yet)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] != avoid:
+                return s.getsockname()[1]
 
 
 def server_env(workdir, kind, tensor_parallel=1):
@@ -187,6 +190,12 @@ def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
     contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line.
     Whatever ends the wait early (a signal's SystemExit, Ctrl-C, an error) stops the server first.
     tied: the server does not outlive this process, even SIGKILLed (job.start_job's tied)."""
+    return wait_started(launch(run_dir, argv, env, port, tied), port, timeout)
+
+
+def launch(run_dir, argv, env, port, tied=False):
+    """Start the server job under run_dir/server, not waiting for it: its dir (wait_started
+    waits; stop stops it)."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
     rec = start_job(name, argv, kind="vllm-server", root=str(run_dir), extra={"port": port}, tied=tied)
@@ -195,6 +204,15 @@ def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
     d = Path(run_dir) / name
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
+    LAUNCHED[str(d)] = time.time()
+    return d
+
+
+LAUNCHED = {}  # server dir -> when launch() started it (a wait's seconds count from there)
+
+
+def wait_started(d, port, timeout):
+    """launch()'s server healthy (its dir); whatever ends the wait early stops it first."""
     try:
         return wait_healthy(d, port, timeout)
     except ServerDied:
@@ -206,7 +224,8 @@ def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
 
 
 def wait_healthy(d, port, timeout):
-    t0 = last = time.time()
+    t0 = LAUNCHED.get(str(d), time.time())
+    last = time.time()
     url = f"http://127.0.0.1:{port}/health"
     while True:
         st = job_state(d)["state"]

@@ -360,7 +360,10 @@ def demo_acceptance(res: dict) -> None:
             rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else ""
                                                                           for i in range(k)],
                          *[f(by.get(c, {}).get("ratio")) for c in levels], a["run_id"]])
-    table(f"drafts served by vLLM with the verifier ({acc['trained'].get('prompts')} held-out prompts, {k} draft tokens)",
+    n = acc["trained"].get("prompts")  # (the controls: on the first few of the same prompts)
+    few = ", ".join(map(str, sorted({a.get("prompts") for a in acc.values() if a} - {n})))
+    table(f"drafts served by vLLM with the verifier ({n} held-out prompts"
+          f"{'; the controls on the first ' + few + ' of them' if few else ''}, {k} draft tokens)",
           ("draft", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
            *[f"speedup @{c} concurrent" for c in levels], "run"), rows)
     m = acc["trained"].get("mean_acceptance_length") or 0.0

@@ -192,3 +192,22 @@ def test_clean_removes_only_old_ended_runs_and_status_filters_by_kind(rig, light
         r = inv("clean", "--host", "cl", "--hosts", hf, "--older-than", "7d")
         assert r.returncode == 0 and "removed 0 run(s)" in r.stdout  # (too young: not listed at all)
         jobs.stop(t, busy, grace=5)
+
+
+def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
+    """The demo's warm-up of vLLM's model-info cache (remote/vllm_warm.py, a job beside the
+    learnable verifier's training) on a host whose venv has no vLLM: the job fails, its error
+    comes back as one warning and the demo goes on (each server then inspects its architectures
+    itself); an empty --archs is refused in one line."""
+    from specops.host.remote_exec import run_script
+    from specops.ops import pipeline
+
+    with connect(light_host) as t:
+        rid = pipeline.start_vllm_warm(t)
+        res = pipeline.vllm_warm_done(t, rid, timeout=60)
+        bad = run_script(t, "vllm_warm", ["--kind", "cpu", "--archs", " , "])
+    assert not res.get("ok") and res["error"].startswith("ModuleNotFoundError: No module named 'vllm'"), res
+    warned = [n.text for n in t.notes if n.kind == "warn"]
+    assert any(w.startswith("vLLM's model info not cached ahead (ModuleNotFoundError: No module named 'vllm'")
+               and w.endswith("each server inspects its architectures itself") for w in warned), warned
+    assert bad.get("refused") and bad["error"] == "--archs: give one or more architecture names, e.g. LlamaForCausalLM"

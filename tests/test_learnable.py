@@ -77,7 +77,7 @@ def learnable(cpu_box, hosts_file, work, tmp_path_factory):
     convs = pipeline.demo_conversations(tmp / "convs.jsonl", n=160, seed=7)
     eager = ["--enforce-eager"]
     with connect(h) as t:
-        rec = data.make_learnable_verifier(t, vpath, seconds=300)  # (its 400 steps end it first)
+        rec = data.make_learnable_verifier(t, vpath, seconds=300)  # (its 260 steps end it first)
         res = pipeline.run(t, data_file=str(convs), dataset="learn", verifier=vpath, layers=LAYERS, seq_length=512,
                            config="configs/demo.yaml", dest=str(dest), skip_bootstrap=True, vllm_args=eager)
         acc = pipeline.acceptance(t, res["run_id"], dataset=f"{work}/data/learn", verifier=vpath, dest=str(dest),
@@ -93,10 +93,10 @@ def test_learnable_verifier_learnt_the_language(learnable):
     rec = learnable["verifier"]
     assert rec["ok"] and rec["kind"] == "learnable" and rec["greedy_agreement"] >= 0.8, rec
     assert rec["language"]["fingerprint"] == synthlang().describe()["fingerprint"]
-    assert 0 < rec["steps"] <= 400 and rec["stopped_by"] in ("steps", "seconds") and rec["layers"] == 4
+    assert 0 < rec["steps"] <= 260 and rec["stopped_by"] in ("steps", "seconds") and rec["layers"] == 4
     assert rec["frozen_layers"] == 2 and len(rec["weights_sha256"]) == 16
     # its training was never silent: over the sshd, as they came, the steps and the agreement so far
-    ticks = [n for n in learnable["notes"] if re.match(r"learnable verifier: step \d+/400 \(\d+ s\): loss [\d.]+, "
+    ticks = [n for n in learnable["notes"] if re.match(r"learnable verifier: step \d+/260 \(\d+ s\): loss [\d.]+, "
                                                          r"greedy agreement [\d.]+ \(4 held-out answers\)$", n)]
     assert ticks, learnable["notes"][:40]
 

@@ -10,6 +10,7 @@ best-served` reads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import time
@@ -52,11 +53,13 @@ def _spec(t: Transport, run_id: str) -> dict:
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
              vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
-             write: bool = True, speedup: str = "1,16") -> dict | Plan:
+             write: bool = True, speedup: str = "1,16", beside: bool = False):
     """One checkpoint served; its evaluation (the Plan under --dry-run). The host keeps it as
     runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
     speedup: concurrency levels ("1,16"; "none": not measured) at which the same prompts are
-    timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`)."""
+    timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`).
+    beside: started as a job without the evaluations' lock, not followed (what runs meanwhile
+    must not be timed: acceptance only); returns a Pending for finish(), the Plan under --dry-run."""
     levels = concurrency_levels(speedup)
     spec = _spec(t, run_id)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
@@ -78,9 +81,30 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
+    pending = Pending(run_id, eid, result, dest, write)
+    if beside:
+        started = jobs.start(t, eid, argv, kind="evaluate")
+        return started if planned(started) else pending
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
-    if planned(code):
-        return code
+    return code if planned(code) else finish(t, pending, code)
+
+
+@dataclasses.dataclass
+class Pending:
+    """An evaluation started as a job (evaluate(beside=True)); finish() reads it."""
+    run_id: str
+    eid: str
+    result: str
+    dest: str
+    write: bool
+
+
+def finish(t: Transport, p: Pending, code: Optional[int] = None) -> dict:
+    """The evaluation of a job that ended with `code` (None: waited for here, its log not shown):
+    read, checked, beside the run's training accuracy; written (p.write) to dest."""
+    if code is None:
+        code = jobs.follow(t, p.eid, write=lambda b: None)[1]
+    run_id, eid, result, dest, write = p.run_id, p.eid, p.result, p.dest, p.write
     raw = t.read_bytes(result)
     ev = json.loads(raw) if raw else None
     if code != 0 or not ev or not ev.get("ok"):

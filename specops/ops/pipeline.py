@@ -211,14 +211,15 @@ def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
 def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
                max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
-               speedup: str = "1,16") -> dict:
+               speedup: str = "1,16", control_prompts: int = 16) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
-    the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the same
-    held-out prompts, the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
+    the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
+    first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
+    shows on fewer), the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
     served_layer_ids too). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
-    from specops.ops.evaluate import evaluate  # (evaluate imports data and metrics; kept out of import time)
+    from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}
@@ -228,20 +229,43 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
            + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
               if out["trained"].get("speedup_at_1") is not None else ""), "done")
-    kw["speedup"] = "none"
+    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts))
     ctl_dest = str(Path(dest) / run_id / "controls")
+
+    def wrong_layers(beside):  # (its run id, what was changed, its evaluation or a Pending one)
+        cid = wrong_layers_draft(t, run_id)
+        cfg = json.loads(t.read_bytes(jobs.run_path(t, cid, "checkpoints", "0", "config.json")) or b"{}")
+        return cid, cfg.get("specops_control", {}), evaluate(t, cid, checkpoint="0", dest=ctl_dest, beside=beside, **kw)
+
+    # a cpu host: the wrong-layers control is served beside the untrained one (the controls measure
+    # acceptance, not speed; a server's start is one busy interpreter at a time, so two share the
+    # cores); a GPU's two servers would share its memory: one after the other there
+    wrong = None
     if "untrained" in controls:
         with t.step("control: the untrained draft (speculators' step 0), served the same way"):
-            cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
-            out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
-                                                  kind="untrained", how="speculators train --dry-run: its initialised draft")
+            if "wrong_layers" in controls and t.host.profile == "cpu":
+                wrong = wrong_layers(beside=True)
+                if isinstance(wrong[2], Pending):
+                    t.note(f"the wrong-layers control is served beside it: run {wrong[2].eid} "
+                           f"(`{t.hint(f'logs -f --run-id {wrong[2].eid}')}` shows its log)")
+            try:
+                cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
+                out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
+                                                      kind="untrained", how="speculators train --dry-run: its initialised draft")
+            except BaseException:
+                if wrong and isinstance(wrong[2], Pending):
+                    jobs.stop(t, wrong[2].eid, grace=30)
+                raise
         t.note(f"untrained draft: mean acceptance length {out['untrained']['mean_acceptance_length']:.2f}", "done")
     if "wrong_layers" in controls:
         with t.step("control: the trained draft fed other layers' hidden states, served the same way"):
-            cid = wrong_layers_draft(t, run_id)
-            cfg = json.loads(t.read_bytes(jobs.run_path(t, cid, "checkpoints", "0", "config.json")) or b"{}")
-            out["wrong_layers"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
-                                                     **cfg.get("specops_control", {}))
+            cid, what, ev = wrong or wrong_layers(beside=False)
+            try:
+                ev = finish(t, ev) if isinstance(ev, Pending) else ev
+            except BaseException:  # (Ctrl-C while waiting for it: it does not go on alone)
+                jobs.stop(t, ev.eid, grace=30)
+                raise
+            out["wrong_layers"] = acceptance_summary(ev, cid, **what)
         t.note(f"wrong-layers draft: mean acceptance length {out['wrong_layers']['mean_acceptance_length']:.2f}",
                "done")
     return out
@@ -272,10 +296,11 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
 
 
 def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,
-                              size: str = "tiny") -> dict | Plan:
+                              size: str = "tiny", beside=None) -> dict | Plan:
     """The learnable verifier at path, trained now if it is missing, speaks another version of
     the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
-    another size. Its record; the Plan under --dry-run when it would be built."""
+    another size. Its record; the Plan under --dry-run when it would be built. beside(): called
+    just before a training starts (what may run beside it: the training uses one core)."""
     want = synthlang().describe()["fingerprint"]
     rec = verifier_record(t, path)
     if rec and rec.get("language", {}).get("fingerprint") == want and rec.get("size", "tiny") == size:
@@ -284,11 +309,45 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
     budget = seconds if seconds is not None else data.LEARNABLE_SIZES[size]
     what = "a tiny Llama verifier (host CPU" if size == "tiny" else f"a {size} Llama verifier (host GPU"
     with t.step(f"train {what}, up to {budget:g} s) on the synthetic language"):
+        if beside:
+            beside()
         made = data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
     if not planned(made):
         t.note(f"learnable verifier at {path}: {made.get('params')} parameters, {made.get('steps')} steps in "
                f"{made.get('train_seconds')} s, greedy agreement with the language {made.get('greedy_agreement')}")
     return made
+
+
+#: the architectures the demo's vLLM servers inspect: the verifier's, the extraction's, the EAGLE-3 draft's
+DEMO_ARCHS = ("LlamaForCausalLM", "ExtractHiddenStatesModel", "Eagle3LlamaForCausalLM")
+
+
+def start_vllm_warm(t: Transport, archs: tuple = DEMO_ARCHS) -> Optional[str]:
+    """remote/vllm_warm.py as a detached job: vLLM's model-info cache of the workdir filled for
+    archs, which each server's start would otherwise do itself (a subprocess importing torch and
+    vLLM per architecture, 13-14 s each at load 3 on 2 cores). Its run id; None under --dry-run (planned)."""
+    rid = jobs.new_run_id("vllm-warm")
+    argv = [t.expand(t.host.python), "remote/vllm_warm.py", "--kind", t.host.profile, "--archs", ",".join(archs),
+            "--result", jobs.run_path(t, rid, "result.json")]
+    return None if planned(jobs.start(t, rid, argv, kind="vllm-warm")) else rid
+
+
+def vllm_warm_done(t: Transport, rid: str, timeout: float = 300) -> Optional[dict]:
+    """Wait for start_vllm_warm's job (stopped after timeout seconds) and say what it did; its
+    result. A failure is a warning: each server then inspects its architectures itself."""
+    if not jobs.wait_ended(t, rid, timeout).ended:
+        jobs.stop(t, rid, grace=10)
+    try:
+        res = json.loads(t.read_bytes(jobs.run_path(t, rid, "result.json")) or b"{}")
+    except ValueError:
+        res = {}
+    if res.get("ok"):
+        t.note(f"vLLM's model info of {', '.join(a['arch'] for a in res['archs'])} cached beside the verifier's "
+               f"training ({res.get('seconds')} s)")
+    else:
+        t.note(f"vLLM's model info not cached ahead ({res.get('error') or 'no result: ' + jobs.tail(t, rid, 3)}): "
+               f"each server inspects its architectures itself", "warn")
+    return res
 
 
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
@@ -310,7 +369,16 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     gpu = t.host.profile != "cpu"
     bootstrap.bootstrap(t)
     vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
-    rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny")
+    warm = []  # (vLLM's model-info cache filled beside the verifier's training, when it trains)
+    try:
+        rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny",
+                                        beside=lambda: warm.append(start_vllm_warm(t)))
+    except BaseException:
+        if warm and warm[0]:
+            jobs.stop(t, warm[0], grace=10)
+        raise
+    if warm and warm[0]:
+        vllm_warm_done(t, warm[0])
     if planned(rec):  # the verifier planned: what follows reads it
         t.plan("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
                "served through vLLM (not shown: they depend on it)")
