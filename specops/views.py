@@ -352,14 +352,10 @@ def demo_acceptance(res: dict) -> None:
     sp = acc["trained"].get("speedup") or {}
     levels = list((sp.get("by_concurrency") or {}))
     rows = []
-    for key in ("trained", "untrained", "wrong_layers"):
-        a = acc.get(key)
-        if a:
-            pos = a.get("acceptance_by_position") or []
-            by = (a.get("speedup") or {}).get("by_concurrency") or {}
-            rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else ""
-                                                                          for i in range(k)],
-                         *[f(by.get(c, {}).get("ratio")) for c in levels], a["run_id"]])
+    for key, a in ((key, acc.get(key)) for key in ("trained", "untrained", "wrong_layers") if acc.get(key)):
+        pos, by = a.get("acceptance_by_position") or [], (a.get("speedup") or {}).get("by_concurrency") or {}
+        rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else "" for i in range(k)],
+                     *[f(by.get(c, {}).get("ratio")) for c in levels], a["run_id"]])
     n = acc["trained"].get("prompts")  # (the controls: on the first few of the same prompts)
     few = ", ".join(map(str, sorted({a.get("prompts") for a in acc.values() if a} - {n})))
     table(f"drafts served by vLLM with the verifier ({n} held-out prompts"
