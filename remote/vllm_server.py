@@ -190,11 +190,11 @@ def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
     contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line.
     Whatever ends the wait early (a signal's SystemExit, Ctrl-C, an error) stops the server first.
     tied: the server does not outlive this process, even SIGKILLed (job.start_job's tied)."""
-    return wait_started(launch(run_dir, argv, env, port, tied), port, timeout)
+    return wait_started(launch(run_dir, argv, env, port, tied, name), port, timeout)
 
 
-def launch(run_dir, argv, env, port, tied=False):
-    """Start the server job under run_dir/server, not waiting for it: its dir (wait_started
+def launch(run_dir, argv, env, port, tied=False, name="server"):
+    """Start the server job under run_dir/<name>, not waiting for it: its dir (wait_started
     waits; stop stops it)."""
     os.environ.update(env)
     print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
