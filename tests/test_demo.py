@@ -20,8 +20,9 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     trained draft, <= 1.2 for the untrained control, the wrong-layers control clearly worse."""
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp_path / "work")}}}))
-    # (progress lines every 5 s instead of 15: this short run shows each kind of them)
-    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), env={"SPECOPS_PROGRESS_EVERY": "5"})
+    # (progress lines every 0.5 s instead of 15: this short run shows each kind of them, even the
+    # evaluation's answering, which takes only a few seconds on an idle machine)
+    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), env={"SPECOPS_PROGRESS_EVERY": "0.5"})
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "profile cpu unchanged" in r.stdout
     rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)
