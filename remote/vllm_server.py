@@ -204,11 +204,7 @@ def launch(run_dir, argv, env, port, tied=False, name="server"):
     d = Path(run_dir) / name
     print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
           flush=True)
-    LAUNCHED[str(d)] = time.time()
     return d
-
-
-LAUNCHED = {}  # server dir -> when launch() started it (a wait's seconds count from there)
 
 
 def wait_started(d, port, timeout):
@@ -224,7 +220,7 @@ def wait_started(d, port, timeout):
 
 
 def wait_healthy(d, port, timeout):
-    t0 = LAUNCHED.get(str(d), time.time())
+    t0 = float((job_state(d) or {}).get("started") or time.time())  # (from the launch: its job.json)
     last = time.time()
     url = f"http://127.0.0.1:{port}/health"
     while True:
