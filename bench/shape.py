@@ -15,8 +15,8 @@ laptop loads by file path (`remote_module(`, `spec_from_file_location`); tasks.p
 import graph, lazy imports included, TYPE_CHECKING blocks not).
 
 Two figures come from outside, both optional: `--demo-log` counts the lines of a saved `make demo`
-output (one file: the new side; `OLD,NEW`: both), `--ci-seconds OLD,NEW` the seconds of CI's
-`make test`. A side left out shows `-`.
+output as `wc -l` does (one file: the new side; `OLD,NEW`: both sides; `OLD,`: the old side),
+`--ci-seconds OLD,NEW` the seconds of CI's `make test`. A side left out shows `-`.
 
 --train adds the timed part (off by default: minutes): `inv train --follow` on a `local`-transport
 host of its own (workdir under /tmp, the `local` host's venv), alternating old and new --rounds
@@ -372,7 +372,8 @@ def main() -> int:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(w)], check=False)
     for side, f in zip(("old", "new"), _pair(a.demo_log)):
         if f:
-            res[side]["demo_log_lines"] = len(Path(f).read_text(errors="replace").splitlines())
+            data = Path(f).read_bytes()  # lines as `wc -l` counts them (a \r redraw is no new line)
+            res[side]["demo_log_lines"] = data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
     for side, v in zip(("old", "new"), _pair(a.ci_seconds)):
         if v:
             res[side]["ci_seconds"] = float(v) if "." in v else int(v)
