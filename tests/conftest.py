@@ -106,12 +106,19 @@ def work(rig) -> Path:
     return box_work(rig)
 
 
+#: box's own vLLM settings (hosts.yaml `vllm_args`): every vLLM server the tests start there serves
+#: eager, without torch.compile's warm-up (a minute and more per server start on 2 cores); what is
+#: served is the same (the demo and the draft-serves preflight serve eager on a CPU too)
+BOX_VLLM_ARGS = ["--enforce-eager"]
+
+
 @pytest.fixture(scope="session")
 def hosts_file(rig):
     """The main inventory: `box` (non-root user when tests run as root) and `box-root`."""
-    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)))}
+    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)), vllm_args=BOX_VLLM_ARGS)}
     if rig.is_root:
-        hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"))
+        hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"),
+                                     vllm_args=BOX_VLLM_ARGS)
     return rig.write_hosts(rig.root / "hosts.yaml", hosts)
 
 
