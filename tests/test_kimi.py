@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import BOX_VLLM_ARGS, REPO, inv
 from specops import inventory
 from specops.errors import SpecopsError
 
@@ -189,9 +189,9 @@ def kimi_hosts(rig, work, hosts_file):
     only the language model: `--language-model-only`, what a Kimi-K2.5 text extraction wants)."""
     base = dict(venv="~/ml-env", workdir=str(work))
     return rig.write_hosts(rig.root / "hosts-kimi.yaml", {
-        "box": rig.host(**base),
+        "box": rig.host(**base, vllm_args=BOX_VLLM_ARGS),
         "box8": rig.host(**base, profile="cuda", gpus=8, vllm_args=["--enable-expert-parallel", "--max-num-seqs", "8"]),
-        "boxlm": rig.host(**base, vllm_args=["--language-model-only"]),
+        "boxlm": rig.host(**base, vllm_args=["--language-model-only", *BOX_VLLM_ARGS]),
     })
 
 
@@ -432,7 +432,7 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
     specops) extract what one rank does, for the tiny Llama."""
     hf = rig.write_hosts(rig.root / "hosts-tp2.yaml", {"tp2": rig.host(
         venv="~/ml-env", workdir=str(work), tensor_parallel=2, gpus=2,
-        vllm_args=["--gpu-memory-utilization", "0.3"])})
+        vllm_args=[*BOX_VLLM_ARGS, "--gpu-memory-utilization", "0.3"])})
     with box(hf, "tp2") as t:
         t.check(f"rm -rf {work}/data/pipe-tp2 && mkdir -p {work}/data/pipe-tp2 && "
                 f"cp {work}/data/pipe/*.json {work}/data/pipe/*.arrow {work}/data/pipe-tp2/", "copy dataset")
