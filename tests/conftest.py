@@ -1,3 +1,17 @@
+"""The suite's layers and its shared fixtures.
+
+Layers (markers given by pytest_collection_modifyitems from the fixtures a test uses, see NEEDS):
+`fast` (the recording connection and pure logic: `make test-fast`, no rig; a fast test that starts
+one fails loudly), `integration` (the real sshd rig), `slurm` (the real Slurm rig), `heavy` (the
+real cpu-profile venv), `slow` (long real local work: real pip). `make test` runs them all.
+
+The expensive parts are built once per session and read by every test that needs them: the rig,
+box's workdir and hosts.yaml (`hosts_file`: box serves vLLM eager, BOX_VLLM_ARGS), the cpu venv
+(`cpu_box`), the stdlib-only host (`light_host`), the tiny verifier (`verifier`) and one whole
+`inv pipeline` (`pipeline_run`: its dataset `pipe` and trained run, reused by the train, evaluate,
+inuse, online, kimi, scaleout and slurm tests).
+"""
+
 import os
 import re
 import shutil
