@@ -354,13 +354,14 @@ def test_group_train_reads_each_nodes_epoch_checkpoints():
 
 # -- slurm ----------------------------------------------------------------------------------------
 def test_slurm_partition_from_scontrol_and_its_nodes_from_sinfo():
-    from specops.slurm import cluster
+    from specops.slurm import cluster, queue
 
     t = RecordingTransport(host(), answers=[
         (r"^scontrol", 0, "PartitionName=other Default=NO Nodes=n9 MaxTime=UNLIMITED State=UP TotalNodes=1\n"
                           "PartitionName=debug Default=YES Nodes=node[1-2] MaxTime=00:30:00 State=UP TotalNodes=2\n"),
         (r"^sinfo", 0, "node1|gpu:2|idle\nnode2|gpu:2|idle\n")])
     p = cluster.partition(t, None)
+    assert isinstance(p, queue.Partition)  # (queue parses what these two commands print)
     assert (p.name, p.total_nodes, p.gpus_per_node, p.max_time_s) == ("debug", 2, 2, 1800)
     assert t.commands == ["scontrol -o show partition", "sinfo -h -N -p debug -o '%N|%G|%T'"]
 
@@ -377,3 +378,20 @@ def test_slurm_shared_workdir_probe_is_read_by_srun_on_every_node(monkeypatch):
         "cd /w && srun --nodes=2 --ntasks-per-node=1 --partition=debug --time=5 bash -c "
         "'printf \"%s %s\\n\" \"$(hostname)\" \"$(cat /w/.specops/slurm-probe 2>/dev/null)\"'",
         f"mv -f /w/.specops/slurm-shared.json.{PID}.part /w/.specops/slurm-shared.json"]
+
+
+def test_every_ops_module_has_its_commands_written_out_here():
+    """A new module of specops/ops, group or slurm (or host/push, host/remote_exec) gets its test
+    in this file: its exact commands through the recording connection."""
+    import re
+    from pathlib import Path
+
+    from specops import paths
+
+    me = Path(__file__).read_text()
+    pkg = paths.REPO / "specops"
+    mods = [f"{d}.{p.stem}" for d in ("ops", "group", "slurm") for p in sorted((pkg / d).glob("*.py"))
+            if p.stem != "__init__"] + ["host.push", "host.remote_exec"]
+    missing = [m for m in mods if not re.search(rf"from specops\.{m.split('.')[0]} import (.*, )?{m.split('.')[1]}\b"
+                                                 rf"|from specops\.{re.escape(m)} import ", me)]
+    assert missing == [], f"no test in tests/test_ops_commands.py for specops/{missing}"
