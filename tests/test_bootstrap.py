@@ -14,7 +14,6 @@ from conftest import inv
 from specops import inventory
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -147,6 +146,7 @@ def install_small(tmp_path, venv, prof, *extra, env=None):
                           env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # (a real install into a fresh venv, no rig: conftest.BY_HAND)
 def test_install_by_uv_where_it_fits(tmp_path):
     """An exact profile without a wheelhouse: uv (pip-installed beside the workdir) installs the
     same pins with pip's settings; its progress, the venv's packages in place; the pins verified."""
@@ -182,6 +182,7 @@ def test_install_by_uv_where_it_fits(tmp_path):
     assert decode(r.stdout)["ok"] is True
 
 
+@pytest.mark.slow  # (a real install into a fresh venv, no rig: conftest.BY_HAND)
 def test_install_progress_from_pip_itself(tmp_path):
     """remote/install_profile.py into a fresh venv (real pip, real wheels): while pip collects, the
     wheels it named and their bytes; while it installs, the packages whose .dist-info is there,

@@ -66,7 +66,6 @@ def test_train_gate_reads_the_hosts_verdict(tmp_path):
         check.refuse_failed_settings(t, {"loss-implementation": "eager"})
 
 
-@pytest.mark.heavy
 def test_deep_check_on_cpu_finds_the_working_setting(tmp_path, cpu_box):
     """The real cpu-profile venv (the rig's, built once a run), driven through the local transport."""
     hosts = tmp_path / "hosts.yaml"

@@ -10,7 +10,6 @@ import pytest
 
 from conftest import inv
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
 
 

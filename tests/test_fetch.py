@@ -17,8 +17,6 @@ from specops.ops import fetch, jobs
 from specops.errors import SpecopsError
 from specops.host.connection import connect
 
-pytestmark = pytest.mark.integration
-
 
 def make_run(t, run_id, big_mib=0):
     d = jobs.run_path(t, run_id)

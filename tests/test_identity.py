@@ -15,8 +15,6 @@ from specops.errors import SpecopsError
 from specops.host.connection import connect
 from specops.ops import jobs
 
-pytestmark = pytest.mark.integration
-
 
 def hosts_file(light_host) -> str:
     return str(Path(light_host.key).parent / "hosts-light.yaml")

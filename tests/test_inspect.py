@@ -11,8 +11,6 @@ from conftest import inv
 from specops import inventory, synth
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
-
 
 def corrupt_nan(p: Path):
     hdr_len = struct.unpack("<Q", p.read_bytes()[:8])[0]

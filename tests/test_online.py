@@ -121,8 +121,6 @@ def half(pipeline_run, hosts_file, work):
     return {"path": str(dst), "rows": rows, "missing": rows // 2}
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_auto_picks_offline_when_the_files_are_there_and_online_over_budget(half, hosts_file, work, verifier,
                                                                                tmp_path):
     h = inventory.load(str(hosts_file)).get("box")
@@ -154,8 +152,6 @@ def test_auto_picks_offline_when_the_files_are_there_and_online_over_budget(half
             train.hidden_states_plan(t, data=half, verifier=verifier, mode="online", server_gpus="0")
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_online_stop_then_resume_completes_without_writing_files(half, hosts_file, work, verifier, tmp_path):
     cfg = tmp_path / "long.yaml"
     cfg.write_text(LONG)
@@ -200,8 +196,6 @@ def test_online_stop_then_resume_completes_without_writing_files(half, hosts_fil
         assert rec["hidden_states"]["mode"] == "online" and len(rec["starts"]) == 2
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_a_dying_server_fails_the_run_with_one_line(half, hosts_file, verifier, tmp_path):
     cfg = tmp_path / "long.yaml"
     cfg.write_text(LONG)
@@ -227,8 +221,6 @@ def test_a_dying_server_fails_the_run_with_one_line(half, hosts_file, verifier, 
             raise jobs.failure(t, rid, "train")
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_regenerate_writes_one_verifier_response_per_prompt(verifier, hosts_file, work, tmp_path):
     prompts = demo_conversations(tmp_path / "prompts.jsonl", n=6)
     h = inventory.load(str(hosts_file)).get("box")
@@ -264,8 +256,6 @@ def test_regenerate_default_name():
     assert regen.default_name(".hidden.jsonl") == "data-regen"
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_pipeline_regenerate_then_online(verifier, hosts_file, work, tmp_path):
     """`inv pipeline --regenerate --hidden-states online`: the verifier answers the prompts, those
     rows are prepared (pre-tokenised: no render server) and trained on online; nothing extracted."""

@@ -6,13 +6,10 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from conftest import inv
 from specops import inventory, synth
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 from conftest import LAYERS
 
 

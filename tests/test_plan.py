@@ -12,7 +12,6 @@ from conftest import LAYERS, demo_conversations, inv
 from specops import inventory
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 EAGER = "--vllm-arg=--enforce-eager"
 

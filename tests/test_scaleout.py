@@ -18,8 +18,6 @@ from specops import inventory
 from specops.ops import jobs
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
-
 
 @pytest.fixture(scope="module")
 def pod(cpu_box, rig):

@@ -106,8 +106,6 @@ def test_the_laptop_lines():
 
 # -- heavy: the rig --------------------------------------------------------------------------
 
-@pytest.mark.integration
-@pytest.mark.heavy
 def test_check_serve_passes_on_the_tiny_verifier_with_the_demo_config(verifier, hosts_file, work):
     base = ["--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO, "--verifier", verifier,
             "--layers", LAYERS]
@@ -150,8 +148,6 @@ def left_of(t, tag, pgid):
     return sorted(set(out.split()))
 
 
-@pytest.mark.integration
-@pytest.mark.heavy
 @pytest.mark.parametrize("kill", ["laptop SIGINT", "laptop SIGTERM", "host SIGKILL"])
 def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, work, kill):
     """Issue 24 (no orphans): `inv check --serve` interrupted or killed on the laptop while its vLLM

@@ -19,8 +19,6 @@ from specops.ops import jobs
 from specops.slurm import queue
 from test_train import LONG  # (the long CPU training of the SSH host's tests)
 
-pytestmark = [pytest.mark.integration]
-
 
 @pytest.fixture(scope="session")
 def slurm(rig):
@@ -142,9 +140,6 @@ def test_a_workdir_the_nodes_do_not_share_is_found_and_refused(slurm, cluster_ho
     assert queued(slurm) == before
 
 
-
-
-@pytest.mark.heavy
 def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
     cfg = tmp_path / "long.yaml"
     cfg.write_text(LONG)
@@ -217,7 +212,6 @@ def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_
             in j.detail, j.describe
 
 
-@pytest.mark.heavy
 def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
     """Both nodes held by other jobs: the run waits in the queue with Slurm's reason; stop cancels it."""
     blockers = [slurm.cmd("sbatch", "--parsable", "--exclusive", "-w", n, "-o", "/dev/null", "--wrap", "sleep 300")
@@ -243,7 +237,6 @@ def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster
             slurm.cmd("scancel", b)
 
 
-@pytest.mark.heavy
 def test_failing_job_reports_its_exit_code(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
     cfg = tmp_path / "broken.yaml"
     cfg.write_text(LONG.replace("speculator-type: eagle3", "speculator-type: no-such-draft"))
@@ -258,7 +251,6 @@ def test_failing_job_reports_its_exit_code(slurm, cluster_hosts, cluster_checked
     assert "failed" in st.stdout and "FAILED, exit" in " ".join(st.stdout.split()), st.stdout
 
 
-@pytest.mark.heavy
 def test_slurm_refuses_an_unknown_feature_nothing_queued(slurm, cluster_hosts, cluster_checked, pipeline_run):
     before = queued(slurm)
     r = inv("train", "--host", "cluster-feature", "--hosts", str(cluster_hosts), "--dataset", "pipe",
@@ -281,7 +273,6 @@ def test_online_and_nodes_where_they_do_not_apply(slurm, cluster_hosts):
     assert r.returncode != 0 and "--nodes is for a `scheduler: slurm` host; local is one host" in r.stderr, r.stderr
 
 
-@pytest.mark.heavy
 def test_two_node_dist_check_as_one_job(slurm, cluster_hosts, cluster_checked):
     """One batch job over node1 and node2: a torchrun per node, the rendezvous on the first node."""
     r = inv("dist-check", "--host", "cluster-pair", "--hosts", str(cluster_hosts), "--rdzv-port", str(free_port()))
@@ -293,7 +284,6 @@ def test_two_node_dist_check_as_one_job(slurm, cluster_hosts, cluster_checked):
     assert job and job[0]["NodeList"] == "node[1-2]" and job[0]["JobState"] == "COMPLETED", job
 
 
-@pytest.mark.heavy
 def test_extract_runs_as_a_slurm_job(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
     """`inv extract` on a slurm host: the extraction (hf backend) is a batch job on a compute node."""
     from conftest import LAYERS
@@ -339,7 +329,6 @@ def test_shards_only_for_a_slurm_host(slurm, cluster_hosts):
     assert r.returncode == 2 and "--shards" in r.stderr, r.stderr
 
 
-@pytest.mark.heavy
 def test_array_tasks_report_each_exit_code_and_stop_cancels_the_array(slurm, cluster_hosts, cluster_checked):
     """Real Slurm arrays through jobs.start: each task's state and exit code in `inv status`; a
     task that fails fails the run with its code; `inv stop` ends the running tasks and the pending one."""
@@ -383,7 +372,6 @@ def copy_rows(h, work, name):
     return dst
 
 
-@pytest.mark.heavy
 def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
     """The vLLM array as it would be submitted: each task its share (--shard $SLURM_ARRAY_TASK_ID/2) and a
     vLLM server of its own on its allocation's GPU; nothing queued, nothing written."""
@@ -415,7 +403,6 @@ def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked
         assert not t.exists(f"{dst}/hidden_states")
 
 
-@pytest.mark.heavy
 def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
     """`inv extract --shards 2` (the vLLM backend): one array, each task its share of the rows on its
     own fake GPU with its own vLLM server (its own port, server folder and staging folder), which it
@@ -465,7 +452,6 @@ def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_check
     assert r.returncode == 0 and json.loads(r.stdout)["stored_layers"] == 4, r.stdout[-2000:]
 
 
-@pytest.mark.heavy
 def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """--hidden-states online on a slurm host: one batch job on one node; its first step the
     draft-serves preflight, then remote/train.py, which starts the vLLM server, the trainer once the
@@ -488,7 +474,6 @@ def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster
     assert queued(slurm) == before
 
 
-@pytest.mark.heavy
 def test_serve_preflight_failure_on_slurm_is_one_line_and_no_training(slurm, cluster_hosts, cluster_checked,
                                                                       pipeline_run):
     """The preflight is the job's first step: vLLM refusing the server fails the job in one line
@@ -517,7 +502,6 @@ def test_serve_preflight_failure_on_slurm_is_one_line_and_no_training(slurm, clu
         assert not json.loads(t.read_bytes(jobs.run_path(t, rid, "serve-check.json")))["ok"]
 
 
-@pytest.mark.heavy
 def test_online_training_in_one_allocation(slurm, cluster_hosts, cluster_checked, pipeline_run, work):
     """A real online run as one Slurm job: the server first on the allocation's node, the trainer
     once it is healthy (half the rows have no file: generated by the server), the server stopped
@@ -582,7 +566,6 @@ def gone_within(left, seconds=60):
     assert not still, f"alive {seconds} s later: {still}"
 
 
-@pytest.mark.heavy
 def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """`scancel JOBID` from outside specops (a user; the time limit does the same) while an online
     run's server and trainer run: both are gone within seconds, and `inv status` shows the run
@@ -601,7 +584,6 @@ def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, 
         assert not t.exists(f"{t.workdir}/.specops/hs-stage/{rid}"), "the run's staging folder was left"
 
 
-@pytest.mark.heavy
 def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """The step's own process (remote/train.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
     tracking loses its orphans (here proctrack/linuxproc; proctrack/pgid never sees the server's

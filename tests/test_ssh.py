@@ -10,8 +10,6 @@ from specops.errors import SpecopsError
 from specops.inventory import Host
 from specops.host.connection import connect
 
-pytestmark = pytest.mark.integration
-
 
 def host(rig, **over) -> Host:
     return Host.model_validate({"name": "t", **rig.host(**over)})

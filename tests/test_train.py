@@ -10,14 +10,11 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from conftest import REPO, inv, wait_for
 from specops import inventory
 from specops.ops import jobs
 from specops.host.connection import connect
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 LONG = """train:
   speculator-type: eagle3

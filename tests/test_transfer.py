@@ -74,8 +74,6 @@ def test_stream_count_follows_the_link():
     assert transfer.choose_streams(0.0003, None, 1 << 30, 3, forced=6)[0] == 3  # only 3 parts
 
 
-pytestmark_integration = pytest.mark.integration
-
 # -- fetch: ranged, several streams, killed midway, resumed --------------------------------------------
 
 KILLED_FETCH = """
@@ -91,7 +89,6 @@ with connect(h) as t:
 """
 
 
-@pytestmark_integration
 def test_ranged_multistream_fetch_killed_midway_resumes(light_host, tmp_path, host_dirs):
     rid = jobs.new_run_id("t") + "-xresume"
     big = {"checkpoints/1/model-1.safetensors": 24, "checkpoints/1/model-2.safetensors": 20}
@@ -136,7 +133,6 @@ def test_ranged_multistream_fetch_killed_midway_resumes(light_host, tmp_path, ho
 
 # -- a file that changes on the host during the fetch ---------------------------------------------------
 
-@pytestmark_integration
 def test_file_changed_during_fetch_is_detected(light_host, tmp_path, host_dirs):
     rid = jobs.new_run_id("t") + "-xchange"
     rel = "checkpoints/1/model.safetensors"
@@ -164,7 +160,6 @@ def test_file_changed_during_fetch_is_detected(light_host, tmp_path, host_dirs):
         check_all(t, d, tmp_path / rid, [rel, "output.log"])
 
 
-@pytestmark_integration
 def test_sync_down_refetches_a_file_that_changed(light_host, tmp_path, host_dirs):
     """Without a manifest (sync_down: shard and checkpoint moves), the piece markers catch a file
     that shrinks under the transfer; it is fetched again."""
@@ -199,7 +194,6 @@ def strict_rig(light_host):
     shutil.rmtree(r.root, ignore_errors=True)
 
 
-@pytestmark_integration
 def test_streams_fall_back_when_the_host_refuses_connections(light_host, strict_rig, tmp_path, host_dirs):
     with connect(light_host) as t:
         t.ensure_pushed()  # (the second sshd sees the same workdir)
@@ -226,7 +220,6 @@ def test_streams_fall_back_when_the_host_refuses_connections(light_host, strict_
 
 # -- uploads ---------------------------------------------------------------------------------------
 
-@pytestmark_integration
 def test_ranged_upload_and_put(light_host, tmp_path, host_dirs):
     tree = tmp_path / "wheelhouse"
     (tree / "sub").mkdir(parents=True)
@@ -265,7 +258,6 @@ with connect(h) as t:
 """
 
 
-@pytestmark_integration
 def test_ranged_upload_killed_midway_resumes(light_host, tmp_path, host_dirs):
     tree = tmp_path / "up"
     tree.mkdir()
@@ -297,7 +289,6 @@ def test_ranged_upload_killed_midway_resumes(light_host, tmp_path, host_dirs):
         assert not t.run(f"ls -A {dest} | grep specops-up").stdout.strip()
 
 
-@pytestmark_integration
 def test_progress_reaches_the_total(light_host, tmp_path, host_dirs):
     with connect(light_host) as t:
         rid = jobs.new_run_id("t") + "-xprog"

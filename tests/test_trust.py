@@ -13,8 +13,6 @@ from specops.host.connection import connect
 from specops.contract import name_problem
 from specops.errors import SpecopsError
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("bad", ["x\n", "../x", "/abs", "a/b", ".hidden", "-x", "a b", "é", "x" * 129, ""])
 def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
@@ -240,7 +238,7 @@ def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
     assert str(e.value) == f"no checkpoint 99 in {tmp_path}/checkpoints (its checkpoints: 0, 2, 10, interrupted)"
 
 
-def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(tmp_path):
+def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(rig, tmp_path):  # (rig: an sshd test)
     """A host without GNU sha256sum (macOS has `shasum -a 256`) still gets a hash listing: the
     second push sends nothing (without one, every file was sent on every connection). Without
     shasum either, the host venv's python (hashlib) lists them. Over a real sshd whose login PATH

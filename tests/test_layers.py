@@ -1,0 +1,42 @@
+"""The layers of the suite (tests/conftest.py): every test is marked by the fixtures it uses, the
+fast layer (`make test-fast`, -m fast) is what uses none of the rigs, and never starts one."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+import conftest
+from conftest import NEEDS, REPO, RigInFastLayer
+
+
+def test_every_collected_test_is_marked_by_the_fixtures_it_uses(request):
+    items = request.session.items
+    assert items
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        for fixture, mark in NEEDS.items():
+            if fixture in item.fixturenames:
+                assert mark in marks and "fast" not in marks, item.nodeid
+        if not marks & conftest.LAYERS_OUT:
+            assert "fast" in marks, item.nodeid
+        if "fast" in marks:
+            assert not set(NEEDS) & set(item.fixturenames), item.nodeid
+
+
+def test_a_fast_test_that_starts_a_rig_fails_loudly():
+    from netrig import NetRig
+    from rig import Rig
+    from slurmrig import SlurmRig
+
+    for start in (Rig.start, SlurmRig.start, NetRig.start):
+        with pytest.raises(RigInFastLayer, match=r"is in the fast layer \(no rig fixture\) but starts"):
+            start(None)
+
+
+def test_make_test_fast_is_the_fast_marker():
+    r = subprocess.run(["make", "-n", "test-fast"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "MAKEFLAGS": ""})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"pytest -q -ra -m fast", r.stdout), r.stdout

@@ -1,0 +1,397 @@
+"""Every ops module's commands, exactly (patchwork's way: `assert t.commands == [...]`), through a
+recording connection (tests/fakes.py): specops/ops, group, slurm, host/push and host/remote_exec
+each have at least one test here (or in test_commands.py, test_group.py, test_slurm_script.py).
+The expected commands are written out literally, so a change to what specops sends a host shows
+up here as a diff. The real-sshd tests prove the same commands work on a host; never instead."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fakes import RecordingTransport
+from specops import inventory
+from specops.contract import BEGIN, END
+
+PY = "/opt/env/bin/python3"
+PID = os.getpid()  # (a whole file is sent beside its place as <path>.<laptop pid>.part, then renamed)
+
+
+def host(name="h", workdir="/w", **over):
+    return inventory.Host(name=name, transport="local", profile="cpu", venv="/opt/env", workdir=workdir, **over)
+
+
+def framed(payload: dict) -> str:
+    return f"{BEGIN}{json.dumps(payload)}{END}\n"
+
+
+def script(name: str, args: str, wd: str = "/w") -> str:
+    """The one way a host script starts (remote_exec.script_command), written out."""
+    return (f"cd {wd} 2>/dev/null || exit 98; test -x {PY} || exit 97; test -f remote/{name}.py || exit 98; "
+            f"exec {PY} remote/{name}.py {args}")
+
+
+def puts(t) -> list:
+    return [(op[1], op[2]) for op in t.ops if op[0] == "put"]
+
+
+class Connections:
+    """A connect() handing out recording connections, every one kept (by host, in order)."""
+
+    def __init__(self, **answers):
+        self.answers, self.made = answers, {}
+
+    def __call__(self, h, *, dry_run=False, **kw):
+        t = RecordingTransport(h, dry_run=dry_run, answers=self.answers.get(h.name, ()), files=self.files(h))
+        self.made.setdefault(h.name, []).append(t)
+        return t
+
+    def files(self, h):
+        return {}
+
+
+# -- host/remote_exec, host/push ----------------------------------------------------------------
+def test_remote_exec_runs_a_script_under_a_launcher_from_the_workdir():
+    from specops.host.remote_exec import run_script
+
+    t = RecordingTransport(host(), answers=[(r"remote/check\.py", 0, framed({"ok": True}))])
+    assert run_script(t, "check", ["--json"], changes=False, via="srun --nodes=1")["ok"]
+    assert t.commands == [
+        "cd /w 2>/dev/null || exit 98; srun --nodes=1 sh -c 'cd /w 2>/dev/null || exit 98; test -x "
+        "/opt/env/bin/python3 || exit 97; test -f remote/check.py || exit 98; exec /opt/env/bin/python3 "
+        "remote/check.py --json'"]
+
+
+LISTING = (
+    "{ mkdir -p /w/.specops && test -w /w; } 2>/dev/null || exit 86; "
+    "if command -v sha256sum >/dev/null 2>&1; then set -- sha256sum --; "
+    "elif command -v shasum >/dev/null 2>&1; then set -- shasum -a 256 --; "
+    "elif test -x /opt/env/bin/python3; then set -- /opt/env/bin/python3 -c 'import hashlib,sys;"
+    "[print(hashlib.sha256(open(f,\"rb\").read()).hexdigest(),f,sep=\"  \") for f in sys.argv[1:]]'; "
+    "else set -- false; fi; cd /w 2>/dev/null && find remote bootstrap/profiles -type f ! -path '*/__pycache__/*' "
+    "! -name '*.pyc' -exec \"$@\" {} + 2>/dev/null; echo @@specops-pushed@@; cat .specops/pushed.json "
+    "2>/dev/null; exit 0")
+
+
+def test_push_lists_the_host_in_one_command_and_sends_only_what_differs():
+    from specops.host import push
+
+    mine = push.local_manifest()
+    held = dict(mine, **{"remote/check.py": "0" * 64})  # (edited there)
+    listing = "".join(f"{h}  {rel}\n" for rel, h in held.items()) + "@@specops-pushed@@\n" + json.dumps(mine)
+    t = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing)])
+    assert t.ensure_pushed() == ["remote/check.py"]
+    assert t.commands == [LISTING, "mkdir -p /w/remote"]
+    assert [p[0] for p in puts(t)] == ["/w/remote/check.py", f"/w/.specops/pushed.json"]
+    again = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing.replace("0" * 64,
+                                                                                                  mine["remote/check.py"]))])
+    assert again.ensure_pushed() == [] and again.commands == [LISTING] and puts(again) == []
+
+
+# -- ops ------------------------------------------------------------------------------------------
+def test_bootstrap_creates_the_venv_with_the_base_python_once():
+    from specops.ops import bootstrap
+
+    t = RecordingTransport(host(), answers=[(r"^test -x", 1, "")])
+    assert bootstrap.ensure_venv(t) is True
+    assert t.commands == ["test -x /opt/env/bin/python3", "command -v python3 >/dev/null", "python3 -m venv /opt/env"]
+    there = RecordingTransport(host())
+    assert bootstrap.ensure_venv(there) is False and there.commands == ["test -x /opt/env/bin/python3"]
+
+
+def test_check_runs_the_preflight_with_the_venv_and_the_profile():
+    from specops.ops import check
+
+    t = RecordingTransport(host(gpus=2), answers=[(r"remote/check\.py", 0, framed({"ok": True, "rows": []}))])
+    assert check.check(t).ok
+    assert t.commands == [script("check", "--venv /opt/env --profile bootstrap/profiles/cpu.txt --kind cpu "
+                                          "--min-free-gb 5.0 --gpus 2")]
+
+
+def test_data_uploads_a_laptop_file_beside_its_place_then_renames_it(tmp_path):
+    from specops.ops import data
+
+    f = tmp_path / "convs.jsonl"
+    f.write_bytes(b'{"a": 1}\n')
+    d = f"/w/uploads/{hashlib.sha256(f.read_bytes()).hexdigest()[:16]}-convs.jsonl"
+    t = RecordingTransport(host(), answers=[(r"^test -f", 1, "")])
+    assert data.remote_input(t, str(f)) == d
+    assert t.commands == [f"test -f {d}", "mkdir -p /w/uploads", f"mv -f {d}.part {d}"]
+    assert puts(t) == [(f"{d}.part", b'{"a": 1}\n')]
+    sent = RecordingTransport(host())  # (the same content already there: nothing sent)
+    assert data.remote_input(sent, str(f)) == d and sent.commands == [f"test -f {d}"] and puts(sent) == []
+
+
+def test_evaluate_records_the_pick_whole_in_the_runs_record():
+    from specops.ops import evaluate
+
+    rec = "/w/runs/r1/run.json"
+    t = RecordingTransport(host(), files={rec: b'{"run_id": "r1"}'})
+    pick = {"checkpoint": "2", "acceptance": 2.5}
+    assert evaluate.record_pick(t, "r1", pick) == {**pick, "record": rec}
+    assert t.commands == [f"mv -f {rec}.{PID}.part {rec}"]
+    (where, body), = puts(t)
+    assert where == f"{rec}.{PID}.part" and json.loads(body) == {"run_id": "r1", "best_served": pick}
+
+
+def test_fetch_asks_the_host_for_the_manifest_of_the_run():
+    from specops.ops import fetch
+
+    files = {"a.bin": {"size": 3, "sha256": "ab" * 32}}
+    t = RecordingTransport(host(), answers=[(r"remote/manifest\.py", 0, framed({"ok": True, "files": files}))])
+    assert fetch.remote_manifest(t, "/w/runs/r1") == files
+    assert t.commands == [script("manifest", "/w/runs/r1")]
+
+
+def test_inspect_data_passes_every_setting_and_the_expanded_path():
+    from specops.ops import inspect_data
+
+    t = RecordingTransport(host(), answers=[(r"remote/inspect_data\.py", 0, framed({"ok": True, "rows": 4}))])
+    assert inspect_data.inspect(t, "~/data/d", sample=4, seed=7, verifier="/m/v", layers=3).rows == 4
+    assert t.commands == [script("inspect_data", "--path /home/u/data/d --sample 4 --seed 7 --verifier /m/v "
+                                                 "--layers 3")]
+
+
+def test_jobs_clean_removes_only_the_old_ended_runs():
+    from specops.ops import jobs
+
+    js = [{"run_id": "r-old", "state": "succeeded", "age_s": 999.0},
+          {"run_id": "r-kept", "state": "failed", "age_s": 999.0},
+          {"run_id": "r-run", "state": "running", "age_s": 999.0},
+          {"run_id": "r-new", "state": "succeeded", "age_s": 1.0}]
+    t = RecordingTransport(host(), answers=[(r"remote/job\.py status", 0, framed({"ok": True, "jobs": js})),
+                                            (r"r-kept/checkpoints", 0, "0\n")])
+    assert jobs.clean(t, 100) == {"removed": ["r-old"], "kept": [
+        ["r-kept", "holds checkpoints (--checkpoints removes them too)"],
+        ["r-run", "running: a running job is never removed"]]}
+    assert t.commands == [script("job", "status"),
+                          "ls -A /w/runs/r-old/checkpoints 2>/dev/null | head -1",
+                          "rm -rf -- /w/runs/r-old",
+                          "ls -A /w/runs/r-kept/checkpoints 2>/dev/null | head -1"]
+
+
+def test_pipeline_wrong_layers_control_copies_the_best_draft_and_shifts_its_layers():
+    from specops.ops import pipeline
+
+    dst = "/w/runs/r1.wrong-layers"
+    t = RecordingTransport(host(), files={
+        f"{dst}/checkpoints/0/config.json": b'{"eagle_aux_hidden_state_layer_ids": [1, 3]}',
+        f"{dst}/train-spec.json": b'{"verifier": "/m/v"}', "/m/v/config.json": b'{"num_hidden_layers": 6}'})
+    assert pipeline.wrong_layers_draft(t, "r1") == "r1.wrong-layers"
+    assert t.commands == [
+        f"rm -rf {dst} && mkdir -p {dst}/checkpoints {dst}/logs && cd /w/runs/r1/checkpoints && "
+        "c=$(if [ -e checkpoint_best ]; then echo checkpoint_best; else ls | grep -E '^[0-9]+$' | sort -n | tail -1; "
+        f"fi) && test -n \"$c\" && cp -rL \"$c\" {dst}/checkpoints/0 && cp /w/runs/r1/train-spec.json "
+        f"{dst}/train-spec.json"]
+    (where, body), = puts(t)
+    assert where == f"{dst}/checkpoints/0/config.json"
+    assert json.loads(body)["eagle_aux_hidden_state_layer_ids"] == [2, 4]
+
+
+def test_plan_counts_and_cuts_a_host_file_on_the_host(tmp_path):
+    from specops.ops import plan
+
+    t = RecordingTransport(host(), answers=[(r"^grep -c", 0, "12\n")])
+    assert plan.count_rows(t, "/d/convs.jsonl") == 12
+    assert t.commands == ["test -e /d/convs.jsonl", "grep -c . /d/convs.jsonl"]
+    t = RecordingTransport(host())
+    key = hashlib.sha256(b"/d/convs.jsonl\n10").hexdigest()[:12]
+    dest = f"/w/uploads/plan-{key}-convs.jsonl"
+    assert plan.sample_file(t, "/d/convs.jsonl", 10, tmp_path) == dest
+    assert t.commands == ["test -e /d/convs.jsonl",
+                          f"mkdir -p /w/uploads && grep . /d/convs.jsonl | head -n 10 > {dest}.part && "
+                          f"mv -f {dest}.part {dest}"]
+
+
+def test_regenerate_plans_then_starts_its_job_with_one_writer_per_output():
+    from specops.ops import regenerate
+
+    out = "/w/regenerated/convs-regen.jsonl"
+    lock = "regen-" + hashlib.sha1(out.encode()).hexdigest()[:12]
+    t = RecordingTransport(host(), answers=[
+        (r"remote/regenerate\.py", 0, framed({"ok": True, "commands": [], "prompts": 3})),
+        (r"remote/job\.py start", 0, framed({"ok": True, "run_id": "rg1", "pid": 9}))])
+    assert regenerate.regenerate(t, data="/d/convs.jsonl", verifier="/m/v", run_id="rg1", detach=True) is None
+    args = (f"--data /d/convs.jsonl --out {out} --verifier /m/v --kind cpu --max-tokens 4096 --concurrency 32 "
+            "--tensor-parallel 1 --trust-remote-code auto")
+    assert t.commands == [
+        "test -e /d/convs.jsonl",
+        script("regenerate", f"{args} --plan"),
+        script("job", f"start --run-id rg1 --kind regenerate --term group --lock {lock} -- {PY} "
+                      f"remote/regenerate.py {args} --result /w/runs/rg1/result.json")]
+
+
+def test_resolve_asks_pip_for_the_targets_metadata_only(monkeypatch):
+    from specops.ops import resolve
+
+    seen = []
+
+    def run(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for torch==9\n")
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    pip = resolve.Pip("3.12", ["manylinux_2_28_x86_64"], indexes=["https://x/simple"], env={"python_version": "3.12"})
+    assert pip.report(["torch==9"], deps=False)[:2] == (None, "ERROR: No matching distribution found for torch==9")
+    (cmd,) = seen
+    d = os.path.dirname(cmd[cmd.index("--report") + 1])
+    assert cmd[:2] == [sys.executable, "-c"] and json.loads(cmd[3]) == {"python_version": "3.12"}
+    assert cmd[4:] == ["install", "--dry-run", "--ignore-installed", "--report", f"{d}/report.json",
+                       "--progress-bar", "off", "--target", f"{d}/t", "--no-deps", "--only-binary=:all:",
+                       "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
+                       "--extra-index-url", "https://x/simple", "torch==9", "--disable-pip-version-check"]
+
+
+def test_train_asks_the_host_which_hidden_states_with_every_setting():
+    from specops.ops import train
+
+    t = RecordingTransport(host(), answers=[(r"remote/online\.py", 0, framed({"ok": True, "mode": "offline"}))])
+    assert train.hidden_states_plan(t, data="/w/data/d", verifier="/m/v", layers="1,3,5", disk_budget_gb=1,
+                                    nproc=2, run_id="r1").mode == "offline"
+    assert t.commands == [script("online", "--data-dir /w/data/d --kind cpu --mode auto --verifier /m/v --layers 1,3,5 "
+                                           "--disk-budget 1073741824 --nproc 2 --run-id r1 --tensor-parallel 1 "
+                                           "--trust-remote-code auto")]
+
+
+def test_wheelhouse_reads_an_existing_venv_through_the_install_script():
+    from specops.ops import wheelhouse
+
+    t = RecordingTransport(host(), answers=[(r"remote/install_profile\.py", 0, framed(
+        {"ok": True, "installed": {"torch": "2.9.0"}, "python": "3.12", "glibc": "2.35", "machine": "x86_64"}))])
+    env = wheelhouse.host_environment(t, "3.12")
+    assert env["installed"] == {"torch": "2.9.0"} and env["source"] == "h:/opt/env"
+    assert t.commands == [script("install_profile", "--list-installed")]
+
+
+# -- group ----------------------------------------------------------------------------------------
+def two(**over):
+    return [host("a", workdir="/w/a", address="10.0.0.2", **over), host("b", workdir="/w/b", address="10.0.0.3", **over)]
+
+
+def test_group_fanout_runs_the_same_command_on_every_host():
+    from specops.group.fanout import run_on
+    from specops.ops import jobs
+
+    conn = Connections(a=[(r"job\.py status", 0, framed({"ok": True, "jobs": []}))],
+                       b=[(r"job\.py status", 0, framed({"ok": True, "jobs": []}))])
+    outs = run_on(two(), jobs.status, connect=conn)
+    assert [(o.host, o.ok, o.value) for o in outs] == [("a", True, []), ("b", True, [])]
+    assert [t.commands for t in conn.made["a"] + conn.made["b"]] == [[script("job", "status", "/w/a")],
+                                                                     [script("job", "status", "/w/b")]]
+
+
+def test_group_extract_gives_each_host_its_shard_of_the_rows():
+    from specops.group import extract
+
+    conn = Connections(**{n: [(r"datagen\.py", 0, framed({"ok": True, "commands": []}))] for n in "ab"})
+    outs = extract.extract_sharded(two(), dataset="d", verifier="/m/v", dry_run=True, connect=conn)
+    assert [o.ok for o in outs] == [True, True]
+    for i, n in enumerate("ab"):
+        (t,) = conn.made[n]
+        assert t.commands == [script("datagen", f"--data-dir /w/{n}/data/d --verifier /m/v --kind cpu --extract "
+                                                f"--backend vllm --concurrency 32 --shard {i}/2 --tensor-parallel 1 "
+                                                f"--trust-remote-code auto --plan", f"/w/{n}")]
+
+
+def test_group_dist_check_writes_each_nodes_spec_and_starts_one_torchrun_each(monkeypatch):
+    from specops.group import distcheck
+    from specops.ops import jobs
+
+    monkeypatch.setattr(jobs, "new_run_id", lambda kind: "dc1")
+    ok = b'DIST-CHECK {"rank": 0, "ok": true}\n'
+
+    class Conn(Connections):
+        def files(self, h):
+            return {f"/w/{h.name}/runs/dc1/output.log": ok}
+
+    answers = [(r"job\.py start", 0, framed({"ok": True, "run_id": "dc1", "pid": 5})),
+               (r"job\.py status", 0, framed({"ok": True, "jobs": [{"run_id": "dc1", "state": "succeeded"}]}))]
+    conn = Conn(a=answers, b=answers)
+    res = distcheck.dist_check(two(), connect=conn)
+    assert res["run_id"] == "dc1" and len(res["ranks"]) == 2
+    for i, n in enumerate("ab"):
+        (t,) = conn.made[n]
+        run = f"/w/{n}/runs/dc1"
+        assert t.commands == [
+            f"mkdir -p {run}",
+            script("job", f"start --run-id dc1 --kind dist-check --term child -- {PY} remote/dist_check.py --spec "
+                          f"{run}/train-spec.json", f"/w/{n}"),
+            script("job", "status --run-id dc1", f"/w/{n}")]
+        spec = json.loads(puts(t)[0][1])
+        assert (spec["node_rank"], spec["nnodes"], spec["rdzv_endpoint"], spec["local_addr"]) == (
+            i, 2, "10.0.0.2:29500", f"10.0.0.{2 + i}")
+
+
+def test_group_shards_move_host_to_host_with_the_peers_known_hosts(monkeypatch):
+    from specops.group import shards
+
+    conn = Connections()
+    monkeypatch.setattr(shards, "connect", lambda h, **kw: conn(h))
+    monkeypatch.setattr(shards, "peer_known_hosts", lambda hosts: "KH\n")
+    assert shards.peer_sync(two(user="u"), "d") == {"mode": "host to host", "files": 0}
+    ssh = ("'ssh -p 22 -o BatchMode=yes -o UserKnownHostsFile=/w/{0}/.specops/peers_known_hosts "
+           "-o StrictHostKeyChecking=yes'")
+    a_src, b_dst = conn.made["a"][0], conn.made["b"][0]
+    assert a_src.commands == [
+        "mkdir -p /w/a/.specops",
+        f"rsync -a --ignore-existing --stats -e {ssh.format('a')} --include 'hs_*.safetensors' --exclude '*' "
+        "/w/a/data/d/hidden_states/ u@10.0.0.3:/w/b/data/d/hidden_states/"]
+    assert puts(a_src) == [("/w/a/.specops/peers_known_hosts", b"KH\n")]
+    assert b_dst.commands == ["mkdir -p /w/b/data/d/hidden_states/"]
+
+
+def test_group_train_reads_each_nodes_epoch_checkpoints():
+    from specops.group import train
+
+    t = RecordingTransport(host(), answers=[(r"checkpoints", 0, "3\n1\n")])
+    assert train.checkpoint_epochs(t, "r1") == [1, 3]
+    assert t.commands == ['cd /w/runs/r1/checkpoints 2>/dev/null && for e in [0-9]*; do [ -d "$e" ] && '
+                          '[ ! -L "$e" ] && echo "$e"; done; true']
+
+
+# -- slurm ----------------------------------------------------------------------------------------
+def test_slurm_partition_from_scontrol_and_its_nodes_from_sinfo():
+    from specops.slurm import cluster, queue
+
+    t = RecordingTransport(host(), answers=[
+        (r"^scontrol", 0, "PartitionName=other Default=NO Nodes=n9 MaxTime=UNLIMITED State=UP TotalNodes=1\n"
+                          "PartitionName=debug Default=YES Nodes=node[1-2] MaxTime=00:30:00 State=UP TotalNodes=2\n"),
+        (r"^sinfo", 0, "node1|gpu:2|idle\nnode2|gpu:2|idle\n")])
+    p = cluster.partition(t, None)
+    assert isinstance(p, queue.Partition)  # (queue parses what these two commands print)
+    assert (p.name, p.total_nodes, p.gpus_per_node, p.max_time_s) == ("debug", 2, 2, 1800)
+    assert t.commands == ["scontrol -o show partition", "sinfo -h -N -p debug -o '%N|%G|%T'"]
+
+
+def test_slurm_shared_workdir_probe_is_read_by_srun_on_every_node(monkeypatch):
+    from specops.slurm import cluster, script
+
+    monkeypatch.setattr(cluster.secrets, "token_hex", lambda n: "feed")
+    t = RecordingTransport(host(), answers=[(r"srun", 0, "node1 feed\nnode2 feed\n")])
+    res = cluster.probe_shared(t, script.Request(nodes=2, partition="debug", time="5"))
+    assert (res["shared"], res["nodes"], res["error"]) == (True, 2, None)
+    assert t.commands == [
+        "mkdir -p /w/.specops && printf %s feed > /w/.specops/slurm-probe",
+        "cd /w && srun --nodes=2 --ntasks-per-node=1 --partition=debug --time=5 bash -c "
+        "'printf \"%s %s\\n\" \"$(hostname)\" \"$(cat /w/.specops/slurm-probe 2>/dev/null)\"'",
+        f"mv -f /w/.specops/slurm-shared.json.{PID}.part /w/.specops/slurm-shared.json"]
+
+
+def test_every_ops_module_has_its_commands_written_out_here():
+    """A new module of specops/ops, group or slurm (or host/push, host/remote_exec) gets its test
+    in this file: its exact commands through the recording connection."""
+    import re
+    from pathlib import Path
+
+    from specops import paths
+
+    me = Path(__file__).read_text()
+    pkg = paths.REPO / "specops"
+    mods = [f"{d}.{p.stem}" for d in ("ops", "group", "slurm") for p in sorted((pkg / d).glob("*.py"))
+            if p.stem != "__init__"] + ["host.push", "host.remote_exec"]
+    missing = [m for m in mods if not re.search(rf"from specops\.{m.split('.')[0]} import (.*, )?{m.split('.')[1]}\b"
+                                                 rf"|from specops\.{re.escape(m)} import ", me)]
+    assert missing == [], f"no test in tests/test_ops_commands.py for specops/{missing}"
