@@ -64,7 +64,7 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False
 
     Example: inv bootstrap --host gpu1"""
     over(c, host, hosts, "bootstrap", lambda t: _bootstrap.bootstrap(t, profile=profile, force=force,
-                                                                     wheelhouse=wheelhouse), dry_run=dry_run,
+                                                                     wheelhouse=wheelhouse),
          describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} file(s) pushed, "
                             f"profile {o.install.action}")
 
@@ -109,8 +109,8 @@ def push(c, host=None, hosts=None, dry_run=False):
     """Push remote/ (and the profiles) to the host's workdir; only changed files travel.
 
     Example: inv push --host gpu1"""
-    over(c, host, hosts, "push", lambda t: t.ensure_pushed(), dry_run=dry_run,
-         show=lambda t, sent: None if t.dry_run else views.line(
+    over(c, host, hosts, "push", lambda t: t.ensure_pushed(),
+         show=lambda t, sent: views.line(
              f"push {t.host.name}: " + (f"{len(sent)} file(s) sent" if sent else "already in sync")),
          describe=lambda sent: f"{len(sent)} file(s) sent" if sent else "already in sync")
 
@@ -154,8 +154,8 @@ def clean(c, host=None, hosts=None, older_than=None, checkpoints=False, dry_run=
         age = _jobs.parse_age(older_than)
     except SpecopsError as e:
         raise Exit(f"specops: {e}", code=2) from None
-    with session(c, host, hosts, dry_run) as t:
-        views.cleaned(t.host.name, _jobs.clean(t, age, checkpoints=checkpoints), dry_run=t.dry_run)
+    with session(c, host, hosts) as t:
+        views.cleaned(t.host.name, _jobs.clean(t, age, checkpoints=checkpoints))
 
 
 @task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
@@ -191,7 +191,7 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0, dry_run=False):
     Example: inv stop --host gpu1 --run-id R"""
     if not run_id:
         raise Exit("specops: stop needs --run-id (`inv status` lists the runs)")
-    over(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)), dry_run=dry_run,
+    over(c, host, hosts, f"stop {run_id}", lambda t: _jobs.stop(t, run_id, float(grace)),
          show=lambda t, r: views.line(f"stop {run_id}: {views.stopped(r)}"), describe=views.stopped)
 
 
@@ -249,7 +249,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
     Example: inv convert-data --host gpu1 --src /data/old --dataset conv"""
     if not src or not dst:
         raise Exit("specops: convert-data needs --src OLD_DIR and --dst NEW_DIR (paths on the host)")
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         res = result(_data.convert(t, src, dst))
         if res is not None:
             views.line(f"converted {res.rows} rows to {res.dst} in {res.seconds}s")
@@ -269,7 +269,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
     Example: inv prepare-data --host gpu1 --data convs.jsonl"""
     if not data:
         raise Exit("specops: prepare-data needs --data FILE (.jsonl with conversations or input_ids+loss_mask)")
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                 prepare=_data.remote_input(t, data), seq_length=int(seq_length),
                                 overwrite=overwrite, **_vllm(vllm_arg))
@@ -312,12 +312,9 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
             raise Exit("specops: with a group, specops splits the rows itself: drop --shard/--rows")
         with errors():
             res = extract_group(targets(c, host, hosts), dataset=dataset, verifier=verifier, backend=backend,
-                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
-                                dry_run=dry_run, connect=open_host, **_vllm(vllm_arg))
+                                layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len), connect=open_host, **_vllm(vllm_arg))
             views.extract_group(res)
             verdict("extract", res["outcomes"])
-        if dry_run:
-            views.line("extract: then every host would get every shard (DRY-RUN: nothing was changed)")
         return
     if shards is not None:
         from specops.group.fanout import verdict
@@ -326,7 +323,7 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
         if shard or rows or overwrite:
             raise Exit("specops: --shards splits the rows itself (one share per array task): drop --shard/--rows/"
                        "--overwrite")
-        with session(c, host, hosts, dry_run) as t, errors():
+        with session(c, host, hosts) as t, errors():
             res = result(extract_array(t, int(shards), dataset=dataset, verifier=verifier, backend=backend,
                                        layers=layers, concurrency=int(concurrency), max_model_len=_int(max_model_len),
                                        detach=detach, **_vllm(vllm_arg)))
@@ -340,7 +337,7 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
                 ds = f" --dataset {dataset}" if dataset else ""
                 views.next_step(t.hint(f"inspect-data{ds}"), f"then {t.hint(f'train{ds}')}")
         return
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         args = _data.Datagen.of(t, data=_data.data_dir(t, dataset), verifier=_data.verifier_path(t, verifier),
                                 extract=True, backend=backend, layers=layers, shard=shard, rows=rows,
                                 concurrency=int(concurrency), max_model_len=_int(max_model_len), overwrite=overwrite,
@@ -377,7 +374,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
         raise Exit(f"specops: --size {size} sizes the learnable verifier: add --learnable")
     if learnable and (shape != "llama" or layers or int(hidden) != 256):
         raise Exit("specops: --learnable builds its own shape (4 layers, hidden 128): drop --shape/--layers/--hidden")
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         if learnable:
             res = result(_data.make_learnable_verifier(t, path or f"{t.workdir}/{_pipeline.DEMO_VERIFIER}",
                                                        seconds=None if seconds is None else float(seconds),
@@ -445,18 +442,15 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
                        "on extracted files: `inv extract` for the group first")
         hs = targets(c, host, hosts)
         with errors():
-            res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), dry_run=dry_run, connect=open_host,
+            res = train_nodes(hs, rdzv_host=rdzv_host, port=int(rdzv_port), connect=open_host,
                               continue_on_new_data=continue_on_new_data, **kw)
-        if dry_run:
-            for p in res:
-                views.dry_run_done(p.host, p)
-        else:
+        if result(res):
             views.trained("", {**res, "nodes": True}, lambda x: f"inv {x} {hint_args(c, host, hosts)}")
         return
     kw.update(nodes=_int(nodes), hidden_states=hidden_states, layers=layers, server_gpus=server_gpus,
               train_gpus=train_gpus, continue_on_new_data=continue_on_new_data,
               disk_budget_gb=None if disk_budget is None else float(disk_budget), vllm_args=list(vllm_arg or []))
-    over(c, host, hosts, "train", lambda t: _train.train(t, **kw), dry_run=dry_run, group=False,
+    over(c, host, hosts, "train", lambda t: _train.train(t, **kw), group=False,
          show=lambda t, r: views.trained(t.host.name, r, t.hint))
 
 
@@ -479,7 +473,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     Example: inv regenerate --host gpu1 --data prompts.jsonl"""
     if not data:
         raise Exit("specops: regenerate needs --data FILE (.jsonl of conversations or prompts)")
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         res = result(_regenerate.regenerate(t, data=data, out=out, verifier=verifier, max_tokens=int(max_tokens),
                                             concurrency=int(concurrency), limit=_int(limit),
                                             sampling_params=sampling_params, max_model_len=_int(max_model_len),
@@ -511,7 +505,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
         raise Exit("specops: pipeline needs --data FILE (.jsonl)")
     if yes and not plan_first:
         raise Exit("specops: --yes answers --plan-first: add --plan-first (or drop --yes)", code=2)
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         if plan_first:
             p = result(_plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
                               seq_length=int(seq_length), sample=int(sample), hidden_states=hidden_states,
@@ -552,7 +546,7 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
         raise Exit("specops: plan needs --data FILE (.jsonl: the rows the run will train on)", code=2)
     if is_multi(c, host):
         raise Exit("specops: plan measures one host: give --host NAME (the host the run will use)", code=2)
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         with views.progress_to_stderr() if json else contextlib.nullcontext():
             p = result(_plan.measure(t, data_file=data, dataset=dataset, verifier=verifier, config=config, layers=layers,
                               seq_length=int(seq_length), sample=int(sample), steps=int(steps), epochs=_int(epochs),
@@ -580,7 +574,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     length beside untrained and wrong-layers drafts, and the speedup over the verifier alone.
 
     Example: inv demo"""
-    with session(c, host, hosts, dry_run) as t:
+    with session(c, host, hosts) as t:
         res = result(_pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect,
                                     evaluate_drafts=evaluate, speedup=speedup))
         if res and res.get("acceptance"):
@@ -626,11 +620,10 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
 
     if checkpoints is not None:
         over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate_checkpoints(t, run_id, checkpoints, pick=pick, **kw),
-             show=lambda t, r: views.evaluation_checkpoints(run_id, r, dest, _evaluate.CAUSES, t.hint), as_json=json,
-             dry_run=dry_run, group=False)
+             show=lambda t, r: views.evaluation_checkpoints(run_id, r, dest, _evaluate.CAUSES, t.hint), as_json=json, group=False)
         return
     over(c, host, hosts, "evaluate", lambda t: _evaluate.evaluate(t, run_id, checkpoint=checkpoint, **kw), show=show,
-         as_json=json, dry_run=dry_run, group=False)
+         as_json=json, group=False)
 
 
 @task(name="dist-check", help={"host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,

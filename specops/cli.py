@@ -5,6 +5,7 @@ in one place, and error reporting."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 from typing import Any, Callable, Iterator, Optional
@@ -16,7 +17,7 @@ from specops import inventory, views
 from specops.args import flags as numbers
 from specops.host.connection import connect
 from specops.errors import SpecopsError
-from specops.host.transport import Transport, planned
+from specops.host.transport import Note, NotDone, Transport
 
 #: the only short flags, the same in every task
 SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
@@ -40,7 +41,35 @@ class Task(invoke.Task):
         # body connects to anything
         refuse_empty_where(kwargs)
         term_as_interrupt()
-        return super().__call__(*args, **numbers(self.body.__name__, kwargs))
+        kwargs = numbers(self.body.__name__, kwargs)
+        with executing(bool(kwargs.get("dry_run"))):
+            return super().__call__(*args, **kwargs)
+
+
+class _Run:
+    """The task being run: whether it is a dry run, and the connections it opened (a plain
+    object, not a context variable: a group's connections open in worker threads)."""
+    dry = False
+    opened: list = []
+
+
+@contextlib.contextmanager
+def executing(dry: bool) -> Iterator[None]:
+    """The executor of one task: it alone decides to run or show. Under --dry-run every connection
+    the task opens plans its changes; at the end each host's plan is said (views.dry_run_done), and
+    a dry run that stops where what follows reads what it did not make (NotDone) says that line
+    first, exit 0."""
+    _Run.dry, _Run.opened = dry, []
+    try:
+        try:
+            yield
+        except NotDone as e:
+            views.note(Note(e.host or "?", "plan", str(e)))
+        if dry:
+            for t in _Run.opened:
+                views.dry_run_done(t.host.name, t.plan_of())
+    finally:
+        _Run.dry, _Run.opened = False, []
 
 
 def _interrupted(signum, frame):
@@ -122,21 +151,22 @@ def errors() -> Iterator[None]:
         raise fail(e) from None
 
 
-def open_host(h: inventory.Host, *, dry_run: bool = False, hints: str = "", **kw) -> Transport:
-    """A connection whose notes and followed logs go to the views."""
-    return connect(h, dry_run=dry_run, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+def open_host(h: inventory.Host, *, hints: str = "", **kw) -> Transport:
+    """A connection whose notes and followed logs go to the views, planning its changes when the
+    task is a dry run (the executor's; kept to say its plan at the end)."""
+    t = connect(h, dry_run=_Run.dry, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+    _Run.opened.append(t)
+    return t
 
 
 @contextlib.contextmanager
-def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False) -> Iterator[Transport]:
+def session(c, host: Optional[str], hosts: Optional[str]) -> Iterator[Transport]:
     """Load the inventory, open one connection for the whole task, close it after."""
     with errors():
         h = inventory.load(hosts_file(c, hosts)).get(host_name(c, host))
-        t = open_host(h, dry_run=dry_run, hints=hint_args(c, host, hosts))
+        t = open_host(h, hints=hint_args(c, host, hosts))
         try:
             yield t
-            if dry_run:
-                views.dry_run_done(h.name, t.plan_of())
         finally:
             t.close()
 
@@ -148,9 +178,9 @@ def targets(c, host: Optional[str], hosts: Optional[str]) -> list:
 
 
 def result(value: Any) -> Any:
-    """A library call's value for the task to show: None for a dry run's Plan (the session's last
-    line renders that: views.dry_run_done)."""
-    return None if planned(value) else value
+    """A library call's value for the task to show: None under --dry-run (a stand-in; the
+    executor says the plan at the end: views.dry_run_done)."""
+    return None if _Run.dry else value
 
 
 def is_multi(c, host: Optional[str]) -> bool:
@@ -161,7 +191,7 @@ def is_multi(c, host: Optional[str]) -> bool:
 def _judged(fn, judge):
     def run(t):
         value = fn(t)
-        if value is not None and not planned(value):
+        if value is not None and not _Run.dry:
             judge(t.host.name, value)
         return value
     return run
@@ -169,20 +199,19 @@ def _judged(fn, judge):
 
 def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[[Transport], Any], *,
          show: Optional[Callable[[Transport, Any], None]] = None, describe: Callable[[Any], str] = str,
-         judge: Optional[Callable[[str, Any], None]] = None, dry_run: bool = False, as_json: bool = False,
+         judge: Optional[Callable[[str, Any], None]] = None, as_json: bool = False,
          group: bool = True) -> Any:
     """The one place a task meets one host or several: fn(t) on the host, then show(t, value) (or
     its JSON), then judge(host name, value) (raises to fail the task); or on every host of a group
     in parallel: judge inside each host's run, one row per host (`describe` of each value), a
     failing host is a row, and the task exits non-zero naming each. Returns the value(s). Under
-    --dry-run a value is the host's Plan: the session's last line renders it (views.dry_run_done),
-    nothing is shown or judged."""
+    --dry-run a value is a stand-in: nothing is shown or judged (the executor says the plan)."""
     from specops.group import fanout
 
     if not (group and is_multi(c, host)):
-        with session(c, host, hosts, dry_run) as t:
+        with session(c, host, hosts) as t:
             value = fn(t)
-            if value is not None and not planned(value):
+            if value is not None and not _Run.dry:
                 if as_json:
                     views.as_json(value)
                 elif show is not None:
@@ -193,9 +222,12 @@ def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[
     if judge is not None:
         fn = _judged(fn, judge)
     hs = targets(c, host, hosts)
-    outs = fanout.run_on(hs, fn, dry_run=dry_run,
+    outs = fanout.run_on(hs, fn,
                          connect=lambda h, **kw: open_host(h, hints=f"--host {shlex.quote(h.name)}"
                                                            + (f" --hosts {shlex.quote(hosts)}" if hosts else ""), **kw))
+    if _Run.dry:  # (stand-ins: each host's plan is what there is to show)
+        plans = {t.host.name: t.plan_of() for t in _Run.opened}
+        outs = [dataclasses.replace(o, value=plans.get(o.host, o.value)) if o.ok else o for o in outs]
     if as_json:
         views.as_json(outs)
     else:

@@ -20,13 +20,14 @@ def hosts(*names):
 class Opened:
     """A connect() that records every connection it opens and closes; `down` cannot be reached."""
 
-    def __init__(self, down=()):
+    def __init__(self, down=(), dry=False):
         self.down, self.open, self.closed, self.lock = set(down), [], [], threading.Lock()
+        self.dry = dry  # (the connections' --dry-run: connect decides it, as cli.open_host does)
 
-    def __call__(self, h, *, dry_run=False, **kw):
+    def __call__(self, h, **kw):
         if h.name in self.down:
             raise SpecopsError(f"cannot connect to {h.name}: refused")
-        t = RecordingTransport(h, dry_run=dry_run)
+        t = RecordingTransport(h, dry_run=self.dry)
         t.close = lambda name=h.name: self.closed.append(name)
         with self.lock:
             self.open.append(h.name)
@@ -61,8 +62,8 @@ def test_all_or_none_closes_the_others_and_names_every_unreachable_host():
 
 
 def test_run_on_keeps_an_unreachable_host_as_a_failed_outcome_and_goes_on():
-    conn = Opened(down={"b"})
-    outs = run_on(hosts("a", "b"), lambda t: t.run("hostname", changes=False).ok, connect=conn, dry_run=True)
+    conn = Opened(down={"b"}, dry=True)
+    outs = run_on(hosts("a", "b"), lambda t: t.run("hostname", changes=False).ok, connect=conn)
     assert [(o.host, o.ok, o.value, o.error) for o in outs] == [
         ("a", True, True, ""), ("b", False, None, "cannot connect to b: refused")]
     assert conn.closed == ["a"]
