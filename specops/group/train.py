@@ -99,10 +99,12 @@ def align_checkpoints(ts: list[Transport], rid: str) -> dict:
                 if head in e else {})
         if any(have.get(k) != v for k, v in want.items()):
             stale.append(t)
-    if stale and not ts[0].dry_run:
+    todo = [t for t in stale if t.planned_change("", f"the copy of {rel}", said=f"would copy {rel} of run {rid} "
+                                                 f"from {ts[0].host.name} (rank 0)") is None]  # (a dry run: said)
+    if todo:
         with tempfile.TemporaryDirectory(prefix="specops-ckpt-") as stage:
             ts[0].sync_down(jobs.run_path(ts[0], rid, rel), stage, partial=True)
-            for t in stale:
+            for t in todo:
                 t.sync_up(stage, jobs.run_path(t, rid, rel))
     names = [t.host.name for t in stale]
     ts[0].note(f"train {rid}: resuming from rank 0's epoch {head} checkpoint"
