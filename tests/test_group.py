@@ -73,3 +73,17 @@ def test_a_bug_on_one_host_is_its_outcome_not_the_groups():
     outs = run_on(hosts("a", "b"), lambda t: 1 // (t.host.name == "a"), connect=Opened())
     assert [(o.host, o.ok) for o in outs] == [("a", True), ("b", False)]
     assert outs[1].error.startswith("ZeroDivisionError")
+
+
+def test_a_dry_run_that_stops_on_a_host_is_its_plan_not_a_failure():
+    """Under --dry-run a host whose operation reads what a planned change would have written stops
+    there (NotDone): its outcome is ok, its value the host's Plan, `stopped` the line it stopped with."""
+    def fn(t):
+        t.put_text("x", "/w/f", label="(f)")
+        return t.read_bytes("/w/f")  # (the dry run did not write it)
+
+    outs = run_on(hosts("a", "b"), fn, connect=Opened(dry=True))
+    assert [(o.host, o.ok, o.value.files) for o in outs] == [("a", True, ["/w/f"]), ("b", True, ["/w/f"])]
+    assert all(o.stopped == "stops here: what follows reads /w/f, which only a real run writes" for o in outs)
+    real = run_on(hosts("a"), fn, connect=Opened())
+    assert real[0].ok and real[0].value is None and not real[0].stopped
