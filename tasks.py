@@ -16,18 +16,9 @@ from specops.cli import hosts_table, on_hosts, on_targets, said, task
 from specops.group.distcheck import check_hosts
 from specops.group.extract import extract_hosts, extract_one
 from specops.group.train import fetch_nodes, train_group
-from specops.ops import bootstrap as _bootstrap
-from specops.ops import check as _check
-from specops.ops import data as _data
-from specops.ops import evaluate as _evaluate
-from specops.ops import fetch as _fetch
-from specops.ops import inspect_data as _inspect
-from specops.ops import jobs as _jobs
-from specops.ops import pipeline as _pipeline
-from specops.ops import plan as _plan
-from specops.ops import regenerate as _regenerate
-from specops.ops import train as _train
-from specops.ops import wheelhouse as _wh
+from specops.ops import bootstrap as _bootstrap, check as _check, data as _data, evaluate as _evaluate
+from specops.ops import fetch as _fetch, inspect_data as _inspect, jobs as _jobs, pipeline as _pipeline
+from specops.ops import plan as _plan, regenerate as _regenerate, train as _train, wheelhouse as _wh
 
 HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
