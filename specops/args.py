@@ -135,3 +135,21 @@ def flags(task: str, kwargs: dict) -> dict:
             except BadNumber as e:
                 raise Exit(f"specops: {flag_name(name)} {shown(value)}: {e}", code=USAGE) from None
     return out
+
+
+class Refused(SpecopsError):
+    """Flags that cannot go together (or one a task needs, missing): one line, refused before
+    anything connects; the CLI exits `code` (1, or USAGE where argparse would say so)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def refusing(check):
+    """Mark an operation with the check of its flags (check(**flags) raises Refused): the CLI's
+    executor runs it with the task's flags before anything connects, next to the operation it guards."""
+    def mark(fn):
+        fn.refuse = check
+        return fn
+    return mark

@@ -5,6 +5,8 @@ in one place, and error reporting."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
 import shlex
 from typing import Any, Callable, Iterator, Optional
@@ -16,16 +18,35 @@ from specops import inventory, views
 from specops.args import flags as numbers
 from specops.host.connection import connect
 from specops.errors import SpecopsError
-from specops.host.transport import Transport, planned
+from specops.host.transport import Note, NotDone, Transport
 
 #: the only short flags, the same in every task
 SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
 
 
+#: --dry-run's help, the same in every task that changes a host
+DRY_RUN = "print the commands and transfers that would change the host; change nothing"
+
+
 class Task(invoke.Task):
     """A task whose options get no automatic short flags (they clashed: `-h` meant --host in one
-    task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike; and whose
-    numeric flags reach it checked (specops.args), a bad one refused in one line (exit 2)."""
+    task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike; whose
+    numeric flags reach it checked (specops.args), a bad one refused in one line (exit 2); and,
+    `changes=True` (a task that changes hosts), a --dry-run flag the body never sees: the executor
+    (executing()) takes it, and every connection the task opens plans its changes."""
+
+    def __init__(self, body, *args, changes: bool = False, **kwargs):
+        self.changes = changes
+        if changes:
+            kwargs["help"] = {**(kwargs.get("help") or {}), "dry_run": DRY_RUN}
+        super().__init__(body, *args, **kwargs)
+
+    def argspec(self, body):
+        sig = super().argspec(body)
+        if not self.changes:
+            return sig
+        dry = inspect.Parameter("dry_run", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)
+        return sig.replace(parameters=[*sig.parameters.values(), dry])
 
     def arg_opts(self, name, default, taken_names):
         opts = super().arg_opts(name, default, taken_names)
@@ -40,7 +61,35 @@ class Task(invoke.Task):
         # body connects to anything
         refuse_empty_where(kwargs)
         term_as_interrupt()
-        return super().__call__(*args, **numbers(self.body.__name__, kwargs))
+        kwargs = numbers(self.body.__name__, kwargs)
+        with executing(bool(kwargs.pop("dry_run", False))):
+            return super().__call__(*args, **kwargs)
+
+
+class _Run:
+    """The task being run: whether it is a dry run, and the connections it opened (a plain
+    object, not a context variable: a group's connections open in worker threads)."""
+    dry = False
+    opened: list = []
+
+
+@contextlib.contextmanager
+def executing(dry: bool) -> Iterator[None]:
+    """The executor of one task: it alone decides to run or show. Under --dry-run every connection
+    the task opens plans its changes; at the end each host's plan is said (views.dry_run_done), and
+    a dry run that stops where what follows reads what it did not make (NotDone) says that line
+    first, exit 0."""
+    _Run.dry, _Run.opened = dry, []
+    try:
+        try:
+            yield
+        except NotDone as e:
+            views.note(Note(e.host or "?", "plan", str(e)))
+        if dry:
+            for t in _Run.opened:
+                views.dry_run_done(t.host.name, t.plan_of())
+    finally:
+        _Run.dry, _Run.opened = False, []
 
 
 def _interrupted(signum, frame):
@@ -111,7 +160,7 @@ def fail(e: SpecopsError) -> Exit:
     msg = f"specops: {e}"
     if e.detail:
         msg += "\n" + e.detail
-    return Exit(msg, code=1)
+    return Exit(msg, code=getattr(e, "code", 1))
 
 
 @contextlib.contextmanager
@@ -122,21 +171,22 @@ def errors() -> Iterator[None]:
         raise fail(e) from None
 
 
-def open_host(h: inventory.Host, *, dry_run: bool = False, hints: str = "", **kw) -> Transport:
-    """A connection whose notes and followed logs go to the views."""
-    return connect(h, dry_run=dry_run, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+def open_host(h: inventory.Host, *, hints: str = "", **kw) -> Transport:
+    """A connection whose notes and followed logs go to the views, planning its changes when the
+    task is a dry run (the executor's; kept to say its plan at the end)."""
+    t = connect(h, dry_run=_Run.dry, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+    _Run.opened.append(t)
+    return t
 
 
 @contextlib.contextmanager
-def session(c, host: Optional[str], hosts: Optional[str], dry_run: bool = False) -> Iterator[Transport]:
+def session(c, host: Optional[str], hosts: Optional[str]) -> Iterator[Transport]:
     """Load the inventory, open one connection for the whole task, close it after."""
     with errors():
         h = inventory.load(hosts_file(c, hosts)).get(host_name(c, host))
-        t = open_host(h, dry_run=dry_run, hints=hint_args(c, host, hosts))
+        t = open_host(h, hints=hint_args(c, host, hosts))
         try:
             yield t
-            if dry_run:
-                views.dry_run_done(h.name, t.plan_of())
         finally:
             t.close()
 
@@ -147,59 +197,112 @@ def targets(c, host: Optional[str], hosts: Optional[str]) -> list:
         return inventory.load(hosts_file(c, hosts)).resolve(host_name(c, host))
 
 
-def result(value: Any) -> Any:
-    """A library call's value for the task to show: None for a dry run's Plan (the session's last
-    line renders that: views.dry_run_done)."""
-    return None if planned(value) else value
-
-
 def is_multi(c, host: Optional[str]) -> bool:
     spec = host_name(c, host)
     return spec.startswith("@") or "," in spec
 
 
-def _judged(fn, judge):
-    def run(t):
-        value = fn(t)
-        if value is not None and not planned(value):
-            judge(t.host.name, value)
-        return value
-    return run
+def hint_maker(c, host: Optional[str], hosts: Optional[str]) -> Callable[[str], str]:
+    """`inv TASK` with the --host/--hosts the user gave (a group's hints)."""
+    args = hint_args(c, host, hosts)
+    return lambda task: f"inv {task}" + (f" {args}" if args else "")
 
 
-def over(c, host: Optional[str], hosts: Optional[str], title: str, fn: Callable[[Transport], Any], *,
-         show: Optional[Callable[[Transport, Any], None]] = None, describe: Callable[[Any], str] = str,
-         judge: Optional[Callable[[str, Any], None]] = None, dry_run: bool = False, as_json: bool = False,
-         group: bool = True) -> Any:
-    """The one place a task meets one host or several: fn(t) on the host, then show(t, value) (or
-    its JSON), then judge(host name, value) (raises to fail the task); or on every host of a group
-    in parallel: judge inside each host's run, one row per host (`describe` of each value), a
-    failing host is a row, and the task exits non-zero naming each. Returns the value(s). Under
-    --dry-run a value is the host's Plan: the session's last line renders it (views.dry_run_done),
-    nothing is shown or judged."""
+def said(text: str) -> None:
+    """A library progress line (a callback's) as the views show notes."""
+    views.line(f"[specops] {text}")
+
+
+def on_hosts(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any], /, *, title: str = "",
+             across: Optional[Callable[..., Any]] = None, group: bool = True, rank: Optional[int] = None,
+             here: bool = False, as_json: bool = False, progress: str = "", **kw) -> Any:
+    """Run a task: op(t, **kw) on the host, or on each host of a group in parallel; the value is
+    shown by its type (shown.view_of: views, a group's row, a judge that fails the task, JSON).
+    First the operation's own flags check (op.refuse(**kw), before anything connects). A group:
+    `across(hosts, connect=..., **kw)` when the operation has its own several-host form (group/),
+    else op on each host (a failing host is a row; the task then exits non-zero naming each);
+    group=False: one host only; rank: that node of a group. here: with no --host, op(None, **kw)
+    on this machine. progress: a transfer's label (op gets on_progress, a bar on a terminal).
+    Under --dry-run the executor shows no value (they are stand-ins), only those a dry run reads
+    whole (View.dry), and says each host's plan at the end (executing())."""
+    from specops import shown
     from specops.group import fanout
 
-    if not (group and is_multi(c, host)):
-        with session(c, host, hosts, dry_run) as t:
-            value = fn(t)
-            if value is not None and not planned(value):
-                if as_json:
-                    views.as_json(value)
-                elif show is not None:
-                    show(t, value)
-                if judge is not None:
-                    judge(t.host.name, value)
-            return value
-    if judge is not None:
-        fn = _judged(fn, judge)
-    hs = targets(c, host, hosts)
-    outs = fanout.run_on(hs, fn, dry_run=dry_run,
-                         connect=lambda h, **kw: open_host(h, hints=f"--host {shlex.quote(h.name)}"
-                                                           + (f" --hosts {shlex.quote(hosts)}" if hosts else ""), **kw))
-    if as_json:
-        views.as_json(outs)
-    else:
-        views.outcomes(f"{title} ({len(hs)} hosts)", outs, describe)
+    multi = not (here and host is None) and is_multi(c, host) and (group or rank is not None)
     with errors():
-        fanout.verdict(title, outs)
+        check = getattr(across if multi and across else op, "refuse", None)
+        if check is not None:
+            check(**({"host": host} if here else {}), **kw)
+        if here and host is None:
+            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), op(None, **kw), as_json)
+        if multi and rank is None:
+            hs = targets(c, host, hosts)
+            value = (across(hs, connect=_group_connect(hosts), **kw) if across else
+                     _on_each(hs, op, title or op.__name__, hosts, kw))
+            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), value, as_json)
+        if multi:
+            host = fanout.pick(targets(c, host, hosts), rank).name
+    with session(c, host, hosts) as t, errors():
+        with views.progress_to_stderr() if as_json else contextlib.nullcontext():
+            if progress:
+                with views.transfer_progress(f"{progress} from {t.host.name}") as bar:
+                    value = op(t, on_progress=bar, **kw)
+            else:
+                value = op(t, **kw)
+        return _show(shown, shown.Where(t.host.name, t.hint, t), value, as_json)
+
+
+def _show(shown, where, value, as_json: bool) -> Any:
+    view = shown.view_of(value)
+    if value is None or (_Run.dry and not view.dry):
+        return value
+    if as_json:
+        views.as_json(view.json(value))
+    elif view.show is not None:
+        view.show(where, value)
+    if view.judge is not None:
+        view.judge(where.name, value)
+    return value
+
+
+def _group_connect(hosts: Optional[str]) -> Callable[..., Transport]:
+    def connect(h, **kw):
+        return open_host(h, hints=f"--host {shlex.quote(h.name)}" + (f" --hosts {shlex.quote(hosts)}" if hosts else ""),
+                         **kw)
+    return connect
+
+
+def _on_each(hs: list, op: Callable[..., Any], title: str, hosts: Optional[str], kw: dict):
+    """op on every host of a group in parallel, each value judged where it ran: one Outcome per host."""
+    from specops import shown
+    from specops.group import fanout
+
+    def one(t: Transport):
+        value = op(t, **kw)
+        judge = shown.view_of(value).judge
+        if value is not None and judge is not None and not _Run.dry:
+            judge(t.host.name, value)
+        return value
+
+    outs = fanout.Outcomes(fanout.run_on(hs, one, connect=_group_connect(hosts)))
+    outs.title = title
+    if _Run.dry:  # (stand-ins: each host's plan is what there is to show)
+        plans = {t.host.name: t.plan_of() for t in _Run.opened}
+        outs[:] = [dataclasses.replace(o, value=plans.get(o.host, o.value)) if o.ok else o for o in outs]
     return outs
+
+
+def on_targets(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any], /, **kw) -> Any:
+    """An operation of several hosts as one (a group, or one `scheduler: slurm` host): op(hosts,
+    connect=..., **kw), its value shown by its type."""
+    from specops import shown
+
+    with errors():
+        return _show(shown, shown.Where("", hint_maker(c, host, hosts)),
+                     op(targets(c, host, hosts), connect=open_host, **kw), False)
+
+
+def hosts_table(c, hosts: Optional[str], as_json: bool) -> None:
+    """`inv hosts`: the inventory's hosts (and the built-in local) and groups."""
+    with errors():
+        views.hosts(inventory.load(hosts_file(c, hosts)), as_json_=as_json)

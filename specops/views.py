@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specops.host.transport import Note, planned
+from specops.host.transport import Note, Plan
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -171,7 +171,7 @@ def stopped(r) -> str:
 def outcomes(title: str, outs: list, describe: Callable[[Any], str] = str) -> None:
     """One row per host of a group operation (a failing host is a row, not an exception)."""
     def said(o):
-        return (o.error.splitlines()[0] if not o.ok else f"DRY-RUN: {plan_summary(o.value)}" if planned(o.value)
+        return (o.error.splitlines()[0] if not o.ok else f"DRY-RUN: {plan_summary(o.value)}" if isinstance(o.value, Plan)
                 else "" if o.value is None else describe(o.value))
     table(title, ("host", "", "result"), [[o.host, mark(o.ok), said(o)] for o in outs])
 
@@ -292,8 +292,9 @@ def extract_group(res: dict) -> None:
     outcomes(f"extract ({len(res['outcomes'])} hosts)", res["outcomes"], extracted)
     for n in (res.get("completion") or {}).get("notes", []):
         line(n, "yellow")
-    if res.get("completion"):
-        line(f"extract: every host now holds all shards ({res['completion']['mode']})")
+    if res.get("completion") or res.get("stopped"):  # (stopped: a dry run's)
+        line(f"extract: every host now holds all shards ({res['completion']['mode']})" if res.get("completion")
+             else "extract: then every host would get every shard (DRY-RUN: nothing was changed)")
 
 
 def extract_array(res: dict) -> None:
@@ -440,10 +441,10 @@ def next_step(command: str, why: str = "") -> None:
     line(f"next: {command}" + (f"  ({why})" if why else ""))
 
 
-def cleaned(host: str, res: dict, *, dry_run: bool = False) -> None:
-    """`inv clean`: what went (or would go) and what stayed, with why."""
+def cleaned(host: str, res: dict) -> None:
+    """`inv clean`: what went (or would go: res["said"]) and what stayed, with why."""
     gone = res.get("removed") or []
-    line(f"clean {host}: {'would remove' if dry_run else 'removed'} {len(gone)} run(s)"
+    line(f"clean {host}: {res.get('said') or 'removed'} {len(gone)} run(s)"
          + (": " + ", ".join(gone) if gone else ""))
     for rid, why in res.get("kept") or []:
         line(f"  kept {rid}: {why}")

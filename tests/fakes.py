@@ -51,7 +51,7 @@ class RecordingTransport(Transport):
         self.ops.append(("get", remote, local))
         Path(local).write_bytes(self.files[remote])
 
-    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+    def _read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         self.ops.append(("read", path, offset))
         data = self.files.get(path)
         return None if data is None else data[offset:offset + limit]

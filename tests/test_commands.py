@@ -3,6 +3,7 @@ the interpreter rule, secrets never on a command line, dry-run plans changes and
 Beside the real-sshd tests (which prove the same commands work on a host), never instead."""
 
 import json
+import re
 import shlex
 
 import pytest
@@ -12,7 +13,7 @@ from specops import inventory
 from specops.contract import BEGIN, END
 from specops.errors import SpecopsError
 from specops.host.remote_exec import NO_VENV, run_script, script_command
-from specops.host.transport import Plan, planned
+from specops.host.transport import NotDone
 from specops.ops import jobs
 from specops.ops.train import put_spec
 
@@ -96,7 +97,10 @@ def test_dry_run_plans_what_changes_and_still_reads():
     t.put_text("secret", "/w/f", label="(env)")
     assert t.commands == ["ls /x"] and not [op for op in t.ops if op[0] == "put"]
     assert t.planned == ["run: rm -rf -- /x", "put: '(env)' -> h:/w/f"]
-    assert planned(run_script(t, "job", ["stop", "--run-id", "r1"]))  # (a change: planned, not run)
+    stand = run_script(t, "job", ["stop", "--run-id", "r1"])  # (a change: planned, not run: a stand-in reply)
+    assert stand.ok
+    with pytest.raises(NotDone, match=r"^stops here: what follows reads remote/job\.py's reply \(state\)"):
+        stand.state  # (what only a real run's reply holds: the dry run stops there)
     assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "job", ["stop", "--run-id", "r1"])
 
 
@@ -121,8 +125,10 @@ def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
                          "--backend", "vllm", "--concurrency", "32", "--layers", "1,2,3", "--shard", "0/2",
                          *t.host.vllm_flags([])]
     assert datagen_args(t, **kw) == dg.argv() and dg.argv("--plan")[-1] == "--plan"
-    p = run_datagen(t, dg, kind="extract")  # (--dry-run: the plan is read, the job is planned)
-    assert planned(p) and "would start: vllm serve /v" in p.steps
+    with pytest.raises(NotDone, match=r"the extract job \S+ \(pid\)"):  # (--dry-run: the plan is read, the job
+        run_datagen(t, dg, kind="extract")  # is planned, and what follows it reads the job: the dry run stops)
+    p = t.plan_of()
+    assert "would start: vllm serve /v" in p.steps
     assert t.commands[0] == script_command(t, "datagen", dg.argv("--plan"))
     assert "would start: vllm serve /v" in t.planned
 
@@ -135,8 +141,8 @@ def test_reads_and_changes_are_separate_verbs_and_the_dry_run_is_a_plan():
     assert t.change("rm -rf -- /x").ok and t.commands == ["ls /x"]  # (a change is planned)
     t.put_text("k=v", "/w/env", label="(env)")
     t.sync_up("/l/d", "/w/d")
-    assert planned(run_script(t, "job", ["start"]))
-    t.plan("would start the job")
+    assert run_script(t, "job", ["start"]).ok
+    t.would("would start the job")
     p = t.plan_of()
     assert p.commands == ["rm -rf -- /x", script_command(t, "job", ["start"])]
     assert p.files == ["/w/env"] and len(p.transfers) == 2 and p.steps == ["would start the job"]
@@ -152,7 +158,6 @@ def test_reads_and_changes_are_separate_verbs_and_the_dry_run_is_a_plan():
 def test_the_library_names_every_host_command_a_read_or_a_change():
     """No library module calls the connection's bare run(): a read is `fact`, a change `change`
     (a read that forgot `changes=False` was planned under --dry-run with an empty result)."""
-    import re
 
     from specops import paths
 
@@ -162,21 +167,32 @@ def test_the_library_names_every_host_command_a_read_or_a_change():
     assert bare == []
 
 
-def test_under_dry_run_the_library_returns_the_plan_not_none():
-    """Each call that would change the host returns its connection's Plan under --dry-run: the
-    commands, transfers and host files a real run would make (views renders it), never None."""
+def test_under_dry_run_the_library_returns_its_own_types_and_the_connection_keeps_the_plan():
+    """Each call that would change the host returns its own type under --dry-run (a stand-in
+    reply), the connection keeps the commands, transfers and host files a real run would make
+    (views renders it), and what reads a change the dry run did not make stops it in one line."""
     from specops import views
     from specops.ops import data
 
     t = RecordingTransport(host(env={"HF_TOKEN": "x"}), dry_run=True)
-    p = jobs.start(t, "r1", ["python3", "remote/train.py"], kind="train", lock="train")
-    assert isinstance(p, Plan) and p.host == "h" and p.files == [f"{ODD}/runs/r1.env"]
+    s = jobs.start(t, "r1", ["python3", "remote/train.py"], kind="train", lock="train")
+    p = t.plan_of()
+    assert s.ok and p.host == "h" and p.files == [f"{ODD}/runs/r1.env"]
     assert p.commands[-1] == script_command(t, "job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
                                                        "--lock", "train", "--env-file", f"{ODD}/runs/r1.env", "--",
                                                        "python3", "remote/train.py"])
-    assert planned(jobs.stop(t, "r1", grace=5)) and planned(data.convert(t, "/old", "/new"))
-    assert jobs.run_attached(t, "r2", ["python3", "x.py"], kind="data") == t.plan_of()
+    with pytest.raises(NotDone, match=r"^stops here: what follows reads the train job r1 \(pid\), which only a real"):
+        s.pid
+    assert jobs.stop(t, "r1", grace=5).ok and data.convert(t, "/old", "/new").ok
+    with pytest.raises(NotDone, match=r"the data job r2 \(pid\)") as stop:
+        jobs.run_attached(t, "r2", ["python3", "x.py"], kind="data")
+    assert stop.value.host == "h"
     assert views.plan_summary(t.plan_of()) == "would: 6 command(s), 2 transfer(s) (2 host file(s))"
+    with pytest.raises(NotDone, match=re.escape(f"reads {ODD}/runs/r1/output.log, which only a real run writes")):
+        t.read_bytes(jobs.run_path(t, "r1", "output.log"))  # (the run folder the job would have made)
+    with pytest.raises(NotDone, match="looks for /new"):
+        t.exists("/new/rows.json")  # (what the conversion would have written)
+    assert t.read_bytes(f"{ODD}/runs/r0/output.log") is None  # (anything else is read as it is)
     real = RecordingTransport(host(), answers=[(r"remote/job\.py stop", 0, framed({"ok": True, "run_id": "r1",
                                                                                     "state": "stopped"}))])
-    assert not planned(jobs.stop(real, "r1", grace=5))
+    assert jobs.stop(real, "r1", grace=5).state == "stopped" and not real.plan_of()

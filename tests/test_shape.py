@@ -164,3 +164,18 @@ def test_every_task_help_is_whole_and_has_an_example():
 def test_no_module_over_500_lines():
     big = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 500}
     assert not big, big
+
+
+def test_every_task_is_its_flags_its_help_and_one_call():
+    """tasks.py holds no logic: each task body is its docstring and one call (cli.on_hosts and
+    kin); no lambdas, no `raise Exit` (a refused flag is the operation's own check, args.Refused)."""
+    import inspect
+
+    import tasks
+
+    for name, t in tasks.ns.tasks.items():
+        body = ast.parse(inspect.getsource(t.body)).body[0].body
+        calls = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        assert len(calls) == 1 and isinstance(calls[0], ast.Expr) and isinstance(calls[0].value, ast.Call), name
+    src = (REPO / "tasks.py").read_text()
+    assert "lambda" not in src and "raise Exit" not in src and "Exit" not in src

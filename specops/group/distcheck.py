@@ -74,3 +74,13 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
         return {"run_id": rid, "ranks": lines, "states": states}
     finally:
         group.close()
+
+
+class DistCheck(dict):
+    """check_hosts(): {run_id, ranks: [each rank's all-reduce], states}."""
+
+
+def check_hosts(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, rdzv_port: int = DEFAULT_PORT,
+                nodes: Optional[int] = None, connect=None) -> DistCheck:
+    """`inv dist-check`: dist_check() on the hosts (a group, or one `scheduler: slurm` host)."""
+    return DistCheck(dist_check(hosts, nproc=nproc, rdzv_host=rdzv_host, port=rdzv_port, connect=connect, nodes=nodes))

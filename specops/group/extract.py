@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.ops import data
 from specops.group.fanout import Outcome, run_on
 from specops.inventory import Host
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,
-                    concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, dry_run=False,
+                    concurrency=32, max_model_len=None, vllm_args: Optional[list] = None,
                     connect=None) -> list[Outcome]:
     n = len(hosts)
     index = {h.name: i for i, h in enumerate(hosts)}
@@ -26,28 +27,31 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
                                **({"vllm_args": vllm_args} if vllm_args else {}))
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
-    return run_on(hosts, one, dry_run=dry_run, **({"connect": connect} if connect else {}))
+    return run_on(hosts, one, **({"connect": connect} if connect else {}))
 
 
-def extract_group(hosts: list[Host], *, dataset=None, dry_run=False, connect=None, **kw) -> dict:
+def extract_group(hosts: list[Host], *, dataset=None, connect=None, **kw) -> dict:
     """Each host its share, then (if every share succeeded) every host every shard:
-    {"outcomes": [one per host], "completion": how the shards moved, or None}."""
+    {"outcomes": [one per host], "completion": how the shards moved, or None, "stopped": whether
+    a dry run stopped before the shards (each host's plan in its outcome)}."""
     from specops.group import shards
 
-    outs = extract_sharded(hosts, dataset=dataset, dry_run=dry_run, connect=connect, **kw)
-    done = all(o.ok for o in outs) and not dry_run
-    return {"outcomes": outs, "completion": shards.complete_data(hosts, dataset) if done else None}
+    outs = extract_sharded(hosts, dataset=dataset, connect=connect, **kw)
+    stopped = any(o.stopped for o in outs)
+    done = all(o.ok for o in outs) and not stopped
+    return {"outcomes": outs, "completion": shards.complete_data(hosts, dataset) if done else None,
+            "stopped": stopped}
 
 
 def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, backend="vllm", layers=None,
                   concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, detach=False,
-                  timeout: float = 7 * 86400) -> dict | Plan:
+                  timeout: float = 7 * 86400) -> dict:
     """A `scheduler: slurm` host: one Slurm job array of `shards` tasks, each extracting its
     contiguous share of the rows (datagen --shard i/n, i = $SLURM_ARRAY_TASK_ID) with its own vLLM
     server on its own allocation's GPUs (slurm.gpus_per_node), into the one data dir on the
     cluster's shared filesystem. Waits for every task (unless detach), then checks, as the group
     path does, that every row now has its file (datagen --plan: nothing left to write).
-    {"run_id", "job_id", "outcomes": [one per task], "completion", "left"}; the Plan under --dry-run."""
+    {"run_id", "job_id", "outcomes": [one per task], "completion", "left"} (a dry run: said, up to the submission)."""
     from specops.group.fanout import Outcome
     from specops.ops import jobs
     from specops.slurm import script
@@ -61,17 +65,13 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
                   backend=backend, layers=layers, concurrency=concurrency, max_model_len=max_model_len,
                   **({"vllm_args": vllm_args} if vllm_args else {}))
     plan = data.plan_datagen(t, data.Datagen.of(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
-    if t.dry_run:
-        t.plan(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
-        data.planned_commands(t, plan)
+    t.would(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
+    data.planned_commands(t, plan)
     dg = data.Datagen.of(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
     rid = jobs.new_run_id("extract")
     argv = [t.expand(t.host.python), "remote/datagen.py",
             *dg.argv("--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json"))]
-    started = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(dg), array=shards)
-    if planned(started):
-        return started
-    jid = started.slurm_job_id
+    jid = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(dg), array=shards).slurm_job_id
     t.note(f"extract submitted on {t.host.name}: run {rid} (Slurm job array {jid}, {shards} task(s)); "
            f"`{t.hint(f'status --run-id {rid}')}` shows each task")
     if detach:
@@ -99,3 +99,43 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
         left = data.plan_datagen(t, data.Datagen.of(t, **common), kind="extract", quiet=True).todo
     return {"run_id": rid, "job_id": jid, "outcomes": outs, "left": left,
             "completion": {"mode": "shared filesystem", "moved": 0, "notes": []} if left == 0 else None}
+
+
+class ExtractedGroup(dict):
+    """extract_hosts(): extract_group()'s {outcomes, completion, stopped}."""
+
+
+class ExtractedArray(dict):
+    """extract_one(shards=N): extract_array()'s {run_id, job_id, outcomes, completion, left}, and the dataset."""
+
+
+def _group_flags(shard=None, rows=None, **_) -> None:
+    data._extract_flags(**_)
+    if shard or rows:
+        raise Refused("with a group, specops splits the rows itself: drop --shard/--rows")
+
+
+@refusing(_group_flags)
+def extract_hosts(hosts: list[Host], *, connect=None, dataset=None, verifier=None, backend="vllm", layers=None,
+                  concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, **_) -> ExtractedGroup:
+    """`inv extract --host @group`: each host its share of the rows, then every host every shard."""
+    return ExtractedGroup(extract_group(hosts, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
+                                        concurrency=concurrency, max_model_len=max_model_len, vllm_args=vllm_args,
+                                        connect=connect))
+
+
+def _one_flags(shards=None, shard=None, rows=None, overwrite=False, **kw) -> None:
+    data._extract_flags(**kw)
+    if shards is not None and (shard or rows or overwrite):
+        raise Refused("--shards splits the rows itself (one share per array task): drop --shard/--rows/--overwrite")
+
+
+@refusing(_one_flags)
+def extract_one(t: Transport, *, shards: Optional[int] = None, **kw):
+    """`inv extract` on one host: data.extract(), or with shards (a `scheduler: slurm` host) one
+    Slurm job array of that many tasks (extract_array)."""
+    if shards is None:
+        return data.extract(t, **kw)
+    keep = ("dataset", "verifier", "backend", "layers", "concurrency", "max_model_len", "vllm_args", "detach")
+    res = extract_array(t, shards, **{k: v for k, v in kw.items() if k in keep})
+    return ExtractedArray(res, dataset=kw.get("dataset"))

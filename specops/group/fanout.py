@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from specops.host.connection import connect as _connect
+from specops.args import Refused
 from specops.errors import SpecopsError
 from specops.inventory import Host
-from specops.host.transport import Transport
+from specops.host.transport import NotDone, Transport
 
 
 @dataclass
@@ -23,6 +24,8 @@ class Outcome:
     ok: bool
     value: Any = None
     error: str = ""
+    #: under --dry-run: where the host's dry run stopped (value: its Plan)
+    stopped: str = ""
 
 
 class Group:
@@ -42,11 +45,11 @@ class Group:
         self.unreachable = unreachable
 
     @classmethod
-    def open(cls, hosts: list[Host], *, dry_run: bool = False, connect: Callable[..., Transport] = _connect,
+    def open(cls, hosts: list[Host], *, connect: Callable[..., Transport] = _connect,
              command_timeout: Optional[float] = None, all_or_none: bool = True) -> "Group":
         kw = {"default_timeout": command_timeout} if command_timeout is not None else {}
         with ThreadPoolExecutor(max_workers=min(32, len(hosts)) or 1) as pool:
-            futs = [pool.submit(connect, h, dry_run=dry_run, **kw) for h in hosts]
+            futs = [pool.submit(connect, h, **kw) for h in hosts]
         opened, errs = {}, {}
         for h, f in zip(hosts, futs):
             try:
@@ -65,12 +68,16 @@ class Group:
         return [self._by_name[h.name] for h in self.hosts if h.name in self._by_name]
 
     def run(self, fn: Callable[[Transport], Any]) -> list[Outcome]:
-        """fn(t) on every connection in parallel: one Outcome per host, in the group's order."""
+        """fn(t) on every connection in parallel: one Outcome per host, in the group's order (a host
+        whose dry run stopped: its Plan as the value, `stopped` the line where it stopped)."""
         def one(h: Host) -> Outcome:
             if h.name in self.unreachable:
                 return Outcome(h.name, False, error=self.unreachable[h.name])
+            t = self._by_name[h.name]
             try:
-                return Outcome(h.name, True, fn(self._by_name[h.name]))
+                return Outcome(h.name, True, fn(t))
+            except NotDone as e:
+                return Outcome(h.name, True, t.plan_of(), stopped=str(e))
             except SpecopsError as e:
                 return Outcome(h.name, False, error=str(e) + (f"\n{e.detail}" if e.detail else ""))
             except Exception as e:  # noqa: BLE001 - one host's bug must not hide the others
@@ -91,9 +98,10 @@ class Group:
 
 
 def run_on(hosts: list[Host], fn: Callable[[Transport], Any], *, command_timeout: Optional[float] = None,
-           dry_run: bool = False, connect: Callable[..., Transport] = _connect) -> list[Outcome]:
-    """fn on every host that can be reached (an unreachable one is a failed outcome): one Group, opened and closed."""
-    with Group.open(hosts, dry_run=dry_run, connect=connect, command_timeout=command_timeout,
+           connect: Callable[..., Transport] = _connect) -> list[Outcome]:
+    """fn on every host that can be reached (an unreachable one is a failed outcome): one Group,
+    opened and closed. Each connection is connect(host) (cli.open_host: the task's --dry-run)."""
+    with Group.open(hosts, connect=connect, command_timeout=command_timeout,
                     all_or_none=False) as g:
         return g.run(fn)
 
@@ -103,3 +111,15 @@ def verdict(what: str, outcomes: list[Outcome]) -> None:
     if bad:
         raise SpecopsError(f"{what}: {len(bad)} of {len(outcomes)} host(s) failed: "
                            + "; ".join(f"{o.host}: {o.error.splitlines()[0]}" for o in bad))
+
+
+class Outcomes(list):
+    """run_on()'s outcomes as a task's value: one row per host (`title` names the operation)."""
+    title: str = ""
+
+
+def pick(hosts: list[Host], rank: int) -> Host:
+    """A group's node by rank (`inv logs --rank`)."""
+    if not 0 <= int(rank) < len(hosts):
+        raise Refused(f"--rank {rank}: the group has ranks 0..{len(hosts) - 1}")
+    return hosts[int(rank)]

@@ -15,10 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from specops.ops import jobs, train
+from specops.args import Refused, refusing
 from specops.errors import SpecopsError
-from specops.group.fanout import Group
+from specops.group.fanout import Group, Outcomes, run_on
 from specops.inventory import Host
-from specops.host.transport import Plan, Transport
+from specops.host.transport import Transport
 from specops.payloads import TrainSpec
 
 DEFAULT_PORT = 29500
@@ -57,7 +58,7 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], T
                 pass
         names = ", ".join(t.host.name for t in started) or "none"
         raise SpecopsError(f"{kind} {rid}: a node failed to start ({e}); stopped the nodes already started ({names})")
-    ts[0].note(f"{kind} {rid} {'would start' if ts[0].dry_run else 'started'} on {len(ts)} nodes: "
+    ts[0].note(f"{kind} {rid} {ts[0].either('started', 'would start')} on {len(ts)} nodes: "
                + ", ".join(f"{t.host.name} (rank {i})" for i, t in enumerate(ts)))
     return specs
 
@@ -98,14 +99,16 @@ def align_checkpoints(ts: list[Transport], rid: str) -> dict:
                 if head in e else {})
         if any(have.get(k) != v for k, v in want.items()):
             stale.append(t)
-    if stale and not ts[0].dry_run:
+    todo = [t for t in stale if t.planned_change("", f"the copy of {rel}", said=f"would copy {rel} of run {rid} "
+                                                 f"from {ts[0].host.name} (rank 0)") is None]  # (a dry run: said)
+    if todo:
         with tempfile.TemporaryDirectory(prefix="specops-ckpt-") as stage:
             ts[0].sync_down(jobs.run_path(ts[0], rid, rel), stage, partial=True)
-            for t in stale:
+            for t in todo:
                 t.sync_up(stage, jobs.run_path(t, rid, rel))
     names = [t.host.name for t in stale]
     ts[0].note(f"train {rid}: resuming from rank 0's epoch {head} checkpoint"
-               + (f"; {'would copy' if ts[0].dry_run else 'copied'} it to {', '.join(names)}" if names
+               + (f"; {ts[0].either('copied', 'would copy')} it to {', '.join(names)}" if names
                   else "; every node holds it"))
     return {"resume": head, "copied_to": names}
 
@@ -121,16 +124,17 @@ def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
 
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
-                overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False, dry_run=False,
-                connect=None, serve_check=True, continue_on_new_data=False) -> dict | list[Plan]:
+                overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False,
+                connect=None, serve_check=True, continue_on_new_data=False) -> dict:
     """Start the run on every node; with follow, rank 0's log, then every node's end state (an
     error unless all succeeded). serve_check: the draft-serves preflight on the first node only
     (every node trains the same draft), after every node's inputs are checked, before any starts.
     continue_on_new_data: a node whose run.json says this run id trained on another dataset or
     settings refuses the start unless given (train.refuse_new_data, as on one host); each node's
-    run.json appends the start either way. Under --dry-run: every node's Plan, in rank order."""
+    run.json appends the start either way. A dry run says every node's start (each node's plan:
+    the connections' own)."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
-    group = Group.open(hosts, dry_run=dry_run, **({"connect": connect} if connect else {}))
+    group = Group.open(hosts, **({"connect": connect} if connect else {}))
     ts = group.transports
 
     def spec_for(t: Transport, i: int) -> dict:
@@ -144,8 +148,6 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
             before_start=lambda specs: (train.preflight_serve(ts[0], specs[0], train.refuse_running(ts[0], rid),
                                                               vllm_args=None, enabled=serve_check),
                                         align_checkpoints(ts, rid)))
-        if dry_run:
-            return [t.plan_of() for t in ts]
         if not follow:
             return {"run_id": rid, "exit_code": None}
         code = jobs.run_following(ts[0], rid)  # rank 0's log
@@ -162,3 +164,43 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
         return {"run_id": rid, "exit_code": code, "states": states}
     finally:
         group.close()
+
+
+def _group_flags(hidden_states: str = "auto", server_gpus=None, train_gpus=None, layers=None, disk_budget=None,
+                 **_) -> None:
+    if hidden_states == "online" or server_gpus or train_gpus or layers or disk_budget is not None:
+        raise Refused("--hidden-states online trains on one host (its own vLLM server); a group trains on "
+                      "extracted files: `inv extract` for the group first")
+
+
+@refusing(_group_flags)
+def train_group(hosts: list[Host], *, connect=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=DEFAULT_PORT,
+                config=None, run_id=None, dataset=None, verifier=None, nproc=None, follow=False, serve_check=True,
+                continue_on_new_data=False, **_) -> train.Trained:
+    """`inv train --host @group`: train_nodes() (one torchrun per host, c10d on the first)."""
+    res = train_nodes(hosts, config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=nproc,
+                      overrides={"epochs": epochs, "max-steps": max_steps}, rdzv_host=rdzv_host, port=rdzv_port,
+                      follow=follow, connect=connect, serve_check=serve_check,
+                      continue_on_new_data=continue_on_new_data)
+    return train.Trained(res, nodes=True)
+
+
+def _fetch_flags(run_id=None, checkpoint=None, **_) -> None:
+    if not run_id:
+        raise Refused("fetch from a group needs --run-id")
+    if checkpoint:
+        raise Refused("fetch --checkpoint takes one host (the one the run was evaluated on), not a group")
+
+
+@refusing(_fetch_flags)
+def fetch_nodes(hosts: list[Host], *, connect=None, run_id: str, dest: str = "runs", bwlimit: int = 0,
+                streams=None, **_) -> Outcomes:
+    """`inv fetch --host @group`: each node's copy of the run into dest/<run id>/nodes/<host>/, in parallel."""
+    from specops.ops.fetch import fetch
+
+    def one(t: Transport):
+        return fetch(t, run_id, dest, bwlimit=bwlimit, node=True, streams=streams)
+
+    out = Outcomes(run_on(hosts, one, **({"connect": connect} if connect else {})))
+    out.title = f"fetch {run_id}"
+    return out

@@ -37,7 +37,7 @@ class LocalTransport(Transport):
     def get(self, remote: str, local: str) -> None:
         shutil.copy2(self.expand(remote), local)
 
-    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+    def _read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         try:
             with open(self.expand(path), "rb") as f:
                 f.seek(offset)

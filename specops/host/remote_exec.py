@@ -64,10 +64,13 @@ def progress_args() -> list[str]:
 
 def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: Optional[float] = None,
                changes: bool = True, model: Optional[Type[M]] = None, via: Optional[str] = None,
-               progress: bool = False):
+               progress: bool = False, what: str = "", said: Optional[str] = None, writes: Sequence[str] = (),
+               standin=None):
     """Run a remote script; return its payload (a dict carrying ``ok``, or ``model`` validated).
-    Under --dry-run a script that changes the host (changes=True) is planned, not run: the
-    connection's Plan (transport.planned tells it from a reply).
+    Under --dry-run a script that changes the host (changes=True) is planned, not run (said as
+    `said`, else its command; `writes`: the host paths it would write): its reply is `standin`
+    when given, else a stand-in that stops the dry run where it is read (transport.Unmade, naming
+    `what`).
     via: a launcher the whole command runs under (e.g. `srun --nodes=1 ...`: on a compute node).
     progress: the script's `[specops] ...` stdout lines become the connection's notes as they come
     (a long synchronous script, e.g. the profile's install, is never silent)."""
@@ -76,9 +79,10 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     cmd = script_command(t, script, args)
     if via:
         cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
-    if t.dry_run and changes:
-        t.plan(f"run: {cmd}", command=cmd)
-        return t.plan_of()
+    stand = t.planned_change(cmd, what or f"remote/{script}.py's reply", said=said, writes=tuple(writes),
+                             standin=standin) if changes else None
+    if stand is not None:
+        return stand
     r = (t.change if changes else t.fact)(cmd, timeout=timeout, on_line=progress_notes(t) if progress else None)
     if r.exited == NO_VENV:
         raise SpecopsError(
@@ -87,8 +91,8 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     if r.exited == NO_SCRIPT:
         raise SpecopsError(
             f"remote/{script}.py is not on {h.name} (workdir {h.workdir_path}): run `{t.hint('push')}`"
-            + (" (it only copies specops' scripts), then the dry run again: it reads the host with them and "
-               "changes nothing" if t.dry_run else "")
+            + t.either("", " (it only copies specops' scripts), then the dry run again: it reads the host with "
+                       "them and changes nothing")
         )
     try:
         payload = decode(r.stdout)

@@ -198,7 +198,7 @@ class SSHTransport(Transport):
         except LINK_ERRORS as e:
             raise self.lost(f"reading {remote}", e) from None
 
-    def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
+    def _read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         try:
             with self.conn.sftp().open(self.expand(path), "rb") as f:
                 f.seek(offset)

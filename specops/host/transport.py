@@ -8,8 +8,15 @@ Policy (what to run) lives elsewhere. The connection owns the concerns every ope
   host and always runs, ``change(cmd)`` (and put, put_text, sync_up) changes it: under --dry-run
   a change is recorded, not run, so the plan is the real one and a read is never planned by
   mistake; ``run(cmd, changes=...)`` is the one both go through;
-- dry-run: the changes are kept as a ``Plan`` (commands, transfers, the host files it would
-  write, the other steps it would take: ``plan_of()``), each also a "plan" note as it comes;
+- dry-run: the connection alone knows it (pyinfra's model: operations say what they do, the
+  executor runs or shows it). The changes are kept as a ``Plan`` (commands, transfers, the host
+  files it would write, the other steps it would take: ``plan_of()``), each also a "plan" note as
+  it comes; a planned change answers with a stand-in (``Unmade``: ok, and reading anything else
+  of it stops the dry run), and a read of a host path a planned change would have written stops
+  it too: ``NotDone``, one line, rendered by the CLI under the plan so far. Operations never ask
+  whether it is a dry run: ``would(what)`` says a step (a plan line under --dry-run, nothing on a
+  real run), ``either(done, would)`` picks a sentence's tense, ``pending(path)`` tells a path a
+  planned change would have written;
 - push: ``ensure_pushed()`` sends remote/ at most once per connection (every remote script call
   goes through it);
 - reconnect: ``reconnect()`` re-opens the same object in place after a drop;
@@ -69,10 +76,49 @@ class Plan:
         return bool(self.commands or self.transfers or self.steps)
 
 
-def planned(value) -> bool:
-    """Whether a library call's value is a dry run's Plan (what it would have done), not a result:
-    under --dry-run every call that would change the host returns its connection's Plan."""
-    return isinstance(value, Plan)
+class NotDone(Exception):
+    """Under --dry-run: what follows reads what a planned change would have made (a job's log, a
+    script's reply, a file it writes), which a dry run did not make: the dry run stops here, with
+    this one line under the plan so far (exit 0: nothing went wrong, nothing was changed). Not a
+    SpecopsError: no retry, refusal or clean-up path takes it for a failure."""
+
+    def __init__(self, message: str, host: str = ""):
+        super().__init__(message)
+        self.host = host
+
+
+class Unmade:
+    """The stand-in reply of a change a dry run planned and did not make: `ok` (exit 0), and
+    reading anything else of it stops the dry run (NotDone, naming the change)."""
+
+    ok = True
+    exited = 0
+    exit = 0
+
+    def __init__(self, what: str, host: str = ""):
+        object.__setattr__(self, "_what", what)
+        object.__setattr__(self, "_host", host)
+
+    def _stop(self, name: str = "") -> NotDone:
+        return NotDone(f"stops here: what follows reads {self._what}" + (f" ({name})" if name else "")
+                       + ", which only a real run makes", self._host)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._stop(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise self._stop(name)
+
+    def __getitem__(self, key):
+        raise self._stop(str(key))
+
+    def get(self, key, default=None):
+        raise self._stop(str(key))
+
+    def __repr__(self) -> str:
+        return f"Unmade({self._what!r})"
 
 
 class Lines:
@@ -105,8 +151,8 @@ class Transport:
         self.hint_args = hint_args or (f"--host {shlex.quote(host.name)}" if host.name != "local" else "")
         #: a per-command timeout for every run() that names none (fan-out over several hosts)
         self.default_timeout = default_timeout
-        #: --dry-run: the host paths a real run would have put there (so later reads can allow for them)
-        self.would_put: frozenset = frozenset()
+        #: --dry-run: the host paths a real run would have written (a read of one stops the dry run)
+        self._unmade: set[str] = set()
         self.planned: list[str] = []
         self._plan = Plan(host.name)
         self.notes: list[Note] = []
@@ -146,6 +192,37 @@ class Transport:
             self._plan.files.append(file)
         self.note(what, "plan")
 
+    def would(self, what: str) -> None:
+        """A step a real run takes here, said (`what`, "would ..."): a plan line under --dry-run,
+        nothing on a real run (the step itself says it as it is done)."""
+        if self.dry_run:
+            self.plan(what)
+
+    def either(self, done: str, would: str) -> str:
+        """A sentence's tense: `done` on a real run, `would` under --dry-run."""
+        return would if self.dry_run else done
+
+    def wrote(self, *paths: str) -> None:
+        """The changes just made write these host paths: under --dry-run they are not there, and
+        a later read of one (or of a path under it) stops the dry run; pending() tells them."""
+        if self.dry_run:
+            self._unmade.update(p.rstrip("/") for p in paths)
+
+    def pending(self, path: str) -> bool:
+        """Whether `path` is one a change of this dry run would have written (it is not there yet)."""
+        return any(path == p or path.startswith(p + "/") for p in self._unmade)
+
+    def planned_change(self, cmd: str, what: str, *, said: Optional[str] = None, writes: tuple = (),
+                       standin=None):
+        """Under --dry-run: the change `cmd` planned (said as `said`, else `run: cmd`), the paths it
+        writes kept (wrote()), and the reply the dry run goes on with: `standin`, else an Unmade
+        naming `what`. None on a real run: the caller runs it."""
+        if not self.dry_run:
+            return None
+        self.plan(said or f"run: {cmd}", command=None if said else cmd)
+        self.wrote(*writes)
+        return standin if standin is not None else Unmade(what, self.host.name)
+
     def plan_of(self) -> Plan:
         """What this connection's --dry-run would have done so far (a copy)."""
         p = self._plan
@@ -171,6 +248,9 @@ class Transport:
         try:
             with self.stage(what):
                 yield
+        except NotDone:  # (the dry run stops inside it: said as a step it would take)
+            self.note(f"would: {what}", "info")
+            raise
         except BaseException:
             self.note(f"✗ {what} ({time.time() - t0:.1f}s)", "warn")
             raise
@@ -214,7 +294,7 @@ class Transport:
     def put(self, local: str, remote: str) -> None:
         if self.dry_run:
             self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}", transfer=True, file=remote)
-            self.would_put = self.would_put | {remote}
+            self.wrote(remote)
             return
         self._put(local, remote)
 
@@ -260,7 +340,13 @@ class Transport:
         raise NotImplementedError
 
     def read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
-        """Bytes of a host file from offset (at most limit); None if the file does not exist."""
+        """Bytes of a host file from offset (at most limit); None if the file does not exist. Under
+        --dry-run a file a planned change would have written stops the dry run (NotDone)."""
+        if self.pending(path):
+            raise NotDone(f"stops here: what follows reads {path}, which only a real run writes", self.host.name)
+        return self._read_bytes(path, offset, limit)
+
+    def _read_bytes(self, path: str, offset: int = 0, limit: int = 4 << 20) -> Optional[bytes]:
         raise NotImplementedError
 
     def sync_down(self, remote_dir: str, local_dir: str, *, partial: bool = True,
@@ -306,6 +392,8 @@ class Transport:
         return r
 
     def exists(self, path: str, kind: str = "-e") -> bool:
+        if self.pending(path):
+            raise NotDone(f"stops here: what follows looks for {path}, which only a real run writes", self.host.name)
         return self.fact(f"test {kind} {shlex.quote(path)}").ok
 
     def __enter__(self):

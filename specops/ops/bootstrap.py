@@ -17,7 +17,7 @@ from specops import paths, profiles
 from specops.errors import SpecopsError
 from specops.payloads import Install, Installed
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 
 
 @dataclass
@@ -57,9 +57,14 @@ def ensure_venv(t: Transport) -> bool:
     return True
 
 
+#: install()'s reply under --dry-run (nothing installed)
+NOT_INSTALLED = Install(ok=True, action="not installed (a dry run)")
+
+
 def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
-            wheelhouse: Optional[str] = None) -> Install | Plan:
-    """The profile into the host venv (remote/install_profile.py); the Plan under --dry-run."""
+            wheelhouse: Optional[str] = None) -> Install:
+    """The profile into the host venv (remote/install_profile.py). Under --dry-run: said, and
+    NOT_INSTALLED stands for its reply (what follows, e.g. a pipeline's plan, goes on)."""
     log = f"{paths.LOGS}/install-{profile.name}.log"
     args = ["--profile", f"{paths.PROFILES}/{profile.name}.txt", "--sha256", profile.sha256, "--log", log]
     if wheelhouse:
@@ -71,9 +76,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
     if t.host.venv_existing:
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
     res = run_script(t, "install_profile", args + progress_args(), progress=True,  # (pip's progress as it goes)
-                     model=Install)
-    if planned(res):
-        return res
+                     model=Install, standin=NOT_INSTALLED)
     if res.error:
         raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res.error}")
     if res.mode == "existing" and not res.ok:
@@ -121,9 +124,9 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
     try:
         res = run_script(t, "install_profile", ["--list-installed"], changes=False, model=Installed)
     except SpecopsError:
-        if not t.dry_run:
+        if not t.pending(f"{t.workdir}/{paths.MANIFEST}"):  # (remote/ pushed by this dry run: not there yet)
             raise
-        t.plan(f"would pick the profile of family {prof.name} built on the venv's torch (once remote/ is pushed)")
+        t.would(f"would pick the profile of family {prof.name} built on the venv's torch (once remote/ is pushed)")
         return prof
     chosen, why = profiles.for_existing(prof.name, res.installed.get("torch", ""))
     if why:
@@ -132,8 +135,8 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
 
 
 def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = False,
-              wheelhouse: Optional[str] = None) -> Outcome | Plan:
-    """The venv, remote/ pushed, the profile installed or verified; the Plan under --dry-run."""
+              wheelhouse: Optional[str] = None) -> Outcome:
+    """The venv, remote/ pushed, the profile installed or verified (a dry run: each said)."""
     h = t.host
     prof = profiles.load(profile or h.profile)
     with t.step(f"push remote/ to {h.name}:{h.workdir_path}"):
@@ -148,16 +151,14 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
     with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
-    if planned(out.install):
-        t.note(f"bootstrap {h.name} would: {'create the venv' if out.venv_created else 'keep the venv'}, push "
-               f"{len(out.pushed)} file(s), install or verify profile {prof.name}")
-        return t.plan_of()
     if out.install.mode == "existing":
         for line in top_up_lines(h.name, out.install):
             t.note(line)
-    t.note(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} file(s) "
-           f"pushed, profile {prof.name} {out.install.action}"
-           + (f" in {out.install.seconds}s" if out.install.action == "installed" else ""), "done")
+    t.note(t.either(f"bootstrap {h.name}: venv {'created' if out.venv_created else 'present'}, {len(out.pushed)} "
+                    f"file(s) pushed, profile {prof.name} {out.install.action}"
+                    + (f" in {out.install.seconds}s" if out.install.action == "installed" else ""),
+                    f"bootstrap {h.name} would: {'create the venv' if out.venv_created else 'keep the venv'}, push "
+                    f"{len(out.pushed)} file(s), install or verify profile {prof.name}"), "done")
     return out
 
 
@@ -181,3 +182,12 @@ def overrides_lines(overrides: list, installed: bool) -> list[str]:
         return [f"  {len(overrides)} pip check line(s) the profile declares (kept at the venv's version or "
                 f"omitted), as when it was installed"]
     return [f"  pip check (declared by the profile): {o['line']} -- {o['why']}" for o in overrides]
+
+
+class Pushed(list):
+    """push_remote(): the relative paths sent (a deleted one as -PATH); empty: already in sync."""
+
+
+def push_remote(t: Transport) -> Pushed:
+    """`inv push`: remote/ (and the profiles) on the host, only what changed."""
+    return Pushed(t.ensure_pushed())

@@ -13,7 +13,7 @@ from specops.errors import SpecopsError
 from specops.payloads import Check, CheckRow, DeepCheck, ServeCheck
 from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
@@ -123,7 +123,7 @@ def describe(s: Optional[dict]) -> str:
 
 
 def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, steps: int = 2,
-         timeout: float = 300.0) -> DeepCheck | Plan:
+         timeout: float = 300.0) -> DeepCheck:
     """Real training steps on a tiny fixture in the host venv: the config's settings, then fallbacks.
     The verdict stays on the host (<workdir>/.specops/deep-check.json) for `inv train`."""
     h = t.host
@@ -134,9 +134,7 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     args = ["--kind", h.profile, "--settings", json.dumps(cands), "--steps", str(steps), "--timeout", str(timeout)]
     if try_all:
         args.append("--all")
-    res = run_script(t, "deep_check", args, model=DeepCheck)
-    if planned(res):
-        return res
+    res = run_script(t, "deep_check", args, model=DeepCheck, what="the deep check's verdict")
     if res.results is None:
         raise SpecopsError(f"deep check on {h.name} could not run: {res.error}", detail="\n".join(res.tail))
     res.config = cfg["path"]
@@ -153,8 +151,12 @@ def preflight(t: Transport, *, min_free_gb: float = 5.0, deep_steps: bool = Fals
     "serve": dict or None}."""
     spec = serve_spec(t, config=config, verifier=verifier, layers=layers, dataset=dataset) if serve_draft else None
     res = check(t, min_free_gb=min_free_gb)
-    return {"check": res, "deep": deep(t, config=config, try_all=try_all, steps=steps, timeout=timeout)
-            if deep_steps else None, "serve": serve(t, spec, vllm_args=vllm_args) if spec and res.ok else None}
+    return Preflight({"check": res, "deep": deep(t, config=config, try_all=try_all, steps=steps, timeout=timeout)
+            if deep_steps else None, "serve": serve(t, spec, vllm_args=vllm_args) if spec and res.ok else None})
+
+
+class Preflight(dict):
+    """preflight(): {"check": Check, "deep": DeepCheck or None, "serve": ServeCheck or None}."""
 
 
 def judge(name: str, res: dict) -> None:
@@ -165,7 +167,7 @@ def judge(name: str, res: dict) -> None:
 
 
 def deep_verdict(name: str, res: dict) -> None:
-    if res is None or planned(res) or res.get("configured_ok"):
+    if res is None or res.get("configured_ok"):
         return
     first = res["results"][0]
     if res.get("works"):
@@ -204,6 +206,8 @@ def refuse_failed_settings(t: Transport, flags: dict) -> None:
 
 # -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (remote/serve_check.py) --
 SERVE_SKIP = "--no-serve-check skips it"
+#: the preflight's reply under --dry-run (said, not served: the gate lets the job's plan go on)
+NOT_SERVED = ServeCheck(ok=True, skipped="a dry run serves nothing")
 
 
 def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional[str] = None,
@@ -242,16 +246,18 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
 
 
 def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
-          fresh: bool = False) -> ServeCheck | Plan:
+          fresh: bool = False, said: Optional[str] = None, standin=None) -> ServeCheck:
     """Serve the verifier with an untrained draft of spec's configuration (remote/serve_check.py):
     its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
-    log}; {ok, skipped} where it cannot run there). The Plan under --dry-run."""
+    log}; {ok, skipped} where it cannot run there). Under --dry-run: said (`said`), and `standin`
+    is the reply (run_script's)."""
     keep = ("verifier", "kind", "flags", "target_layer_ids", "data", "trust_remote_code")
     args = ["--spec-json", json.dumps({k: spec[k] for k in keep if spec.get(k) is not None}),
             *t.host.vllm_flags(list(vllm_args or []))]
     if fresh:
         args.append("--no-cache")
-    return run_script(t, "serve_check", args, timeout=timeout or 2400, model=ServeCheck)
+    return run_script(t, "serve_check", args, timeout=timeout or 2400, model=ServeCheck,
+                      what="the draft-serves preflight's verdict", said=said, standin=standin)
 
 
 def serve_line(res: ServeCheck) -> str:
@@ -272,19 +278,19 @@ def serve_failure(res: ServeCheck) -> str:
 
 
 def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True
-               ) -> Optional[ServeCheck | Plan]:
+               ) -> Optional[ServeCheck]:
     """The train gate: the preflight's payload (its one line is a note), or SpecopsError (one line:
     vLLM's root cause) when the draft does not serve; skipped with a note when turned off (None),
-    planned under --dry-run (the Plan)."""
+    and under --dry-run (said as a plan line: the job's plan goes on)."""
     h = t.host
     if not enabled:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
         return None
-    if t.dry_run:
-        t.plan(f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
-               f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
-        return t.plan_of()
-    res = serve(t, spec, vllm_args=vllm_args)
+    res = serve(t, spec, vllm_args=vllm_args, standin=NOT_SERVED,
+                said=f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
+                     f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
+    if res is NOT_SERVED:
+        return None
     if res.ok:
         t.note(serve_line(res))
         return res
@@ -297,7 +303,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
 
 def serve_verdict(name: str, res: Optional[ServeCheck]) -> None:
     """`inv check --serve`: raise (one line) unless the draft served (or the check was skipped there)."""
-    if res is None or planned(res) or res.ok:
+    if res is None or res.ok:
         return
     if res.refused or res.bug:
         raise SpecopsError(f"check {name} --serve could not run: {res.error}")

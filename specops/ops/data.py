@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from specops.args import Refused, refusing
 from specops.ops import jobs
 from specops.contract import check_name, human_bytes
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 from specops.payloads import Converted, DatagenPlan, ModelBuilt
 
 
@@ -43,8 +44,8 @@ def remote_input(t: Transport, path: str) -> str:
         t.check(f"mkdir -p {shlex.quote(dest_dir)}", "mkdir uploads")
         t.put(str(p), dest + ".part")
         t.check(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}", "finishing the upload")
-        t.would_put = t.would_put | {dest}
-        t.note(f"uploaded {p} -> {t.host.name}:{dest}")
+        t.wrote(dest)
+        t.note(t.either(f"uploaded {p} -> {t.host.name}:{dest}", f"would upload {p} -> {t.host.name}:{dest}"))
         return dest
     remote = t.expand(path)
     if not t.exists(remote):
@@ -118,7 +119,7 @@ def datagen_args(t: Transport, **kw) -> list[str]:
 
 def plan_datagen(t: Transport, dg: Datagen, *, kind: str, quiet: bool = False) -> DatagenPlan:
     """remote/datagen.py --plan (changes nothing): the checks, the disk budget (a note), the commands."""
-    pending = t.dry_run and dg.prepare is not None and dg.prepare in t.would_put
+    pending = dg.prepare is not None and t.pending(dg.prepare)
     plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False,
                       model=DatagenPlan)
     if not plan.ok:
@@ -137,16 +138,15 @@ def datagen_lock(dg: Datagen) -> str:
 
 
 def planned_commands(t: Transport, plan: DatagenPlan) -> None:
-    """Under --dry-run, what the job would start (the vLLM server, speculators ...): review -tp before GPU hours."""
-    if t.dry_run:
-        for cmd in plan.commands:
-            t.plan("would start: " + shlex.join(map(str, cmd)))
+    """What the job would start (the vLLM server, speculators ...), said under --dry-run: review -tp before GPU hours."""
+    for cmd in plan.commands:
+        t.would("would start: " + shlex.join(map(str, cmd)))
 
 
 def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] = None,
-                detach: bool = False, quiet: bool = False) -> Optional[dict | Plan]:
+                detach: bool = False, quiet: bool = False) -> Optional[dict]:
     """Plan (synchronous, changes nothing), then run as a job and follow it: the job's
-    result; None when detached; under --dry-run the Plan (with the commands it would start)."""
+    result; None when detached (under --dry-run: the commands it would start said)."""
     plan = plan_datagen(t, dg, kind=kind, quiet=quiet)
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
@@ -154,12 +154,12 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     lock = datagen_lock(dg)
     planned_commands(t, plan)
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
-        started = jobs.start(t, rid, argv, kind=kind, lock=lock)
-        code = started if planned(started) else jobs.follow(t, rid, write=lambda b: None)[1]
+        jobs.start(t, rid, argv, kind=kind, lock=lock)
+        code = jobs.follow(t, rid, write=lambda b: None)[1]
     else:
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
-    if code is None or planned(code):  # detached, or the Plan under --dry-run
-        return code
+    if code is None:  # detached
+        return None
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
@@ -169,11 +169,10 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     return res
 
 
-def convert(t: Transport, src: str, dst: str) -> Converted | Plan:
-    """A legacy data dir converted (remote/convert_data.py); the Plan under --dry-run."""
-    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted)
-    if planned(res):
-        return res
+def convert(t: Transport, src: str, dst: str) -> Converted:
+    """A legacy data dir converted (remote/convert_data.py)."""
+    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted,
+                     what=f"the conversion to {dst}", writes=[t.expand(dst)])
     if not res.ok:
         raise SpecopsError(f"convert-data on {t.host.name}: {res.error}")
     return res
@@ -187,16 +186,15 @@ def model_slot(t: Transport, path: str, overwrite: bool, what: str) -> str:
         if not overwrite:
             raise SpecopsError(f"{what}: {t.host.name}:{path} already holds files: pass --overwrite to replace "
                                f"them, or another --path (nothing was changed)")
-        if t.dry_run:
-            t.plan(f"would replace the model at {path} (--overwrite)")
+        t.would(f"would replace the model at {path} (--overwrite)")
     return path
 
 
 def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None, hidden: int = 256,
-                       shape: str = "llama", overwrite: bool = False) -> ModelBuilt | Plan:
+                       shape: str = "llama", overwrite: bool = False) -> ModelBuilt:
     """Build a tiny random verifier + local tokenizer on the host (demo, tests; no model hub): a
     Llama, or (shape kimi) Kimi-K2.5's config shape with its custom code (tests/fixtures/kimi/,
-    sent to the host first). An existing model is replaced only with overwrite. The Plan under --dry-run."""
+    sent to the host first). An existing model is replaced only with overwrite."""
     from specops import paths
 
     path = model_slot(t, path, overwrite, "make-verifier")
@@ -207,24 +205,25 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
         args += ["--code", code]
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt)
-    if planned(res):
-        return res
+    res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt, what=f"the model at {path}",
+                     writes=[path])
     if not res.ok:
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.error}")
     return res
 
 
+#: where the learnable verifier lives on a host (the demo's; make-verifier --learnable's default)
+DEMO_VERIFIER = "models/learnable-llama"
 #: remote/learnable_verifier.py's --size presets -> their default training budget (seconds)
 LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
-                            steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt | Plan:
+                            steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt:
     """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
-    greedy_agreement, language{fingerprint, ...}); the Plan under --dry-run. An existing model is
+    greedy_agreement, language{fingerprint, ...}). An existing model is
     replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" / "3b" (about
     one / 2.8 billion parameters, trained on the host's GPU: verifiers whose decoding is bound by memory)."""
     if size not in LEARNABLE_SIZES:
@@ -235,9 +234,82 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     if overwrite:
         args.append("--overwrite")
     res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
-                     progress=True, model=ModelBuilt)  # (its progress lines as they come: steps, loss, agreement)
-    if planned(res):
-        return res
+                     progress=True, model=ModelBuilt,  # (its progress lines as they come: steps, loss, agreement)
+                     what=f"the learnable verifier at {path}", writes=[path])
     if not res.ok:
         raise SpecopsError(f"building the learnable verifier on {t.host.name} failed: {res.error}")
     return res
+
+
+# -- the tasks' operations: flags checked before anything connects, then one call each ---------
+class Prepared(dict):
+    """prepare(): run_datagen()'s result, with "dataset" (the --dataset asked for, or None)."""
+
+
+class Extracted(dict):
+    """extract(): run_datagen()'s result, with "dataset" and "backend"."""
+
+
+def _needs_data(task: str, what: str):
+    def check(data: Optional[str] = None, **_) -> None:
+        if not data:
+            raise Refused(f"{task} needs --data FILE ({what})")
+    return check
+
+
+@refusing(_needs_data("prepare-data", ".jsonl with conversations or input_ids+loss_mask"))
+def prepare(t: Transport, data: str, *, dataset: Optional[str] = None, verifier: Optional[str] = None,
+            seq_length: int = 2048, overwrite: bool = False, vllm_args: Optional[list] = None,
+            detach: bool = False) -> Optional[Prepared]:
+    """`inv prepare-data`: the file tokenised into the dataset (a laptop file uploaded first)."""
+    dg = Datagen.of(t, data=data_dir(t, dataset), verifier=verifier_path(t, verifier), prepare=remote_input(t, data),
+                    seq_length=seq_length, overwrite=overwrite, vllm_args=vllm_args)
+    res = run_datagen(t, dg, kind="prepare", detach=detach)
+    return None if res is None else Prepared(res, dataset=dataset)
+
+
+def _extract_flags(backend: str = "vllm", **_) -> None:
+    if backend not in ("vllm", "hf"):
+        raise Refused(f"--backend {backend!r}: choose vllm or hf")
+
+
+@refusing(_extract_flags)
+def extract(t: Transport, *, dataset: Optional[str] = None, verifier: Optional[str] = None, backend: str = "vllm",
+            layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
+            concurrency: int = 32, max_model_len: Optional[int] = None, vllm_args: Optional[list] = None,
+            overwrite: bool = False, detach: bool = False) -> Optional[Extracted]:
+    """`inv extract` on one host: the verifier's hidden states for the prepared rows (resumable)."""
+    dg = Datagen.of(t, data=data_dir(t, dataset), verifier=verifier_path(t, verifier), extract=True, backend=backend,
+                    layers=layers, shard=shard, rows=rows, concurrency=concurrency, max_model_len=max_model_len,
+                    overwrite=overwrite, vllm_args=vllm_args)
+    res = run_datagen(t, dg, kind="extract", detach=detach)
+    return None if res is None else Extracted(res, dataset=dataset, backend=backend)
+
+
+@dataclass
+class Verifier:
+    """make_verifier(): the model built (build_verifier's payload) and whether it is the learnable one."""
+    built: ModelBuilt
+    learnable: bool
+
+
+def _verifier_flags(shape: str = "llama", size: str = "tiny", learnable: bool = False, layers=None,
+                    hidden: int = 256, **_) -> None:
+    if shape not in ("llama", "kimi"):
+        raise Refused(f"--shape {shape!r}: choose llama or kimi")
+    if size != "tiny" and not learnable:
+        raise Refused(f"--size {size} sizes the learnable verifier: add --learnable")
+    if learnable and (shape != "llama" or layers or int(hidden) != 256):
+        raise Refused("--learnable builds its own shape (4 layers, hidden 128): drop --shape/--layers/--hidden")
+
+
+@refusing(_verifier_flags)
+def make_verifier(t: Transport, path: Optional[str] = None, *, layers: Optional[int] = None, hidden: int = 256,
+                  shape: str = "llama", overwrite: bool = False, learnable: bool = False,
+                  seconds: Optional[float] = None, size: str = "tiny") -> Verifier:
+    """`inv make-verifier`: a tiny random verifier, or the learnable one (trained on the synthetic language)."""
+    if learnable:
+        return Verifier(make_learnable_verifier(t, path or f"{t.workdir}/{DEMO_VERIFIER}", seconds=seconds,
+                                                overwrite=overwrite, size=size), True)
+    return Verifier(make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=layers, hidden=hidden,
+                                       shape=shape, overwrite=overwrite), False)

@@ -21,9 +21,10 @@ from specops.ops import fetch, jobs
 from specops import metrics
 from specops.contract import concurrency_levels
 from specops.ops.data import remote_input
+from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -54,12 +55,12 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
              vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
              write: bool = True, speedup: str = "1,16", beside: bool = False):
-    """One checkpoint served; its evaluation (the Plan under --dry-run). The host keeps it as
+    """One checkpoint served; its evaluation. The host keeps it as
     runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
     speedup: concurrency levels ("1,16"; "none": not measured) at which the same prompts are
     timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`).
     beside: started as a job without the evaluations' lock, not followed (what runs meanwhile
-    must not be timed: acceptance only); returns a Pending for finish(), the Plan under --dry-run."""
+    must not be timed: acceptance only); returns a Pending for finish()."""
     levels = concurrency_levels(speedup)
     spec = _spec(t, run_id)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
@@ -69,24 +70,23 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_args or []))
-    pending = t.dry_run and prompts is not None and args[args.index("--prompts") + 1] in t.would_put
+    pending = prompts is not None and t.pending(args[args.index("--prompts") + 1])
     if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
         plan = run_script(t, "evaluate", args + ["--plan"], changes=False, model=ServePlan)
         if not plan.ok:
             raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.error}")
-        if t.dry_run:  # the exact server commands, to review -tp before GPU hours
-            for i, cmd in enumerate(plan.commands):
-                t.plan(("would start: " if i == 0 else "then, for the speedup, the verifier without the draft: "
-                        "would start: ") + shlex.join(map(str, cmd)))
+        for i, cmd in enumerate(plan.commands):  # (said under --dry-run: review -tp before GPU hours)
+            t.would(("would start: " if i == 0 else "then, for the speedup, the verifier without the draft: "
+                     "would start: ") + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
     pending = Pending(run_id, eid, result, dest, write)
     if beside:
-        started = jobs.start(t, eid, argv, kind="evaluate")
-        return started if planned(started) else pending
+        jobs.start(t, eid, argv, kind="evaluate")
+        return pending
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
-    return code if planned(code) else finish(t, pending, code)
+    return finish(t, pending, code)
 
 
 @dataclasses.dataclass
@@ -192,7 +192,7 @@ ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_a
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
                          prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
                          max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None,
-                         speedup: str = "none") -> dict | Plan:
+                         speedup: str = "none") -> dict:
     """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts
     (speedup: as evaluate's, for each checkpoint; default none: a baseline server per checkpoint
     would double the cost, and the baseline is the same every time). The
@@ -200,26 +200,29 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
     "best_checkpoint" and "checkpoints" (one entry per checkpoint: its acceptance, its own
     validation accuracy, flags), written to dest/R/evaluation.json, and acceptance.png (mean
     acceptance length per checkpoint). pick=True records the best in the run's record on the host
-    ("picked"). The Plan under --dry-run."""
+    ("picked"). A dry run says every checkpoint's servers and job, then stops (what follows reads them)."""
     concurrency_levels(speedup)  # (bad levels: one line, before any server)
     _spec(t, run_id)  # (an unknown run: the same line as evaluate's)
     names = select(fetch.run_checkpoints(t, run_id), checkpoints, run_id, t.host.name)
     evs: list[tuple[str, dict]] = []
+    stopped: Optional[NotDone] = None
     for i, name in enumerate(names, 1):
         t.note(f"evaluate {run_id}: checkpoint {name} ({i} of {len(names)})")
         try:
             ev = evaluate(t, run_id, checkpoint=name, prompts=prompts, num_spec_tokens=num_spec_tokens,
                           max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_args=vllm_args,
                           result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup)
+        except NotDone as e:  # (a dry run: this checkpoint's plan is said; the next one's too)
+            stopped = e
+            continue
         except SpecopsError as e:
             raise SpecopsError(f"checkpoint {name}: {e}", detail=e.detail) from None
-        if not planned(ev):
-            evs.append((name, ev))
-    if t.dry_run:
+        evs.append((name, ev))
+    if stopped is not None:
         if pick:
-            t.plan(f"would record the best of checkpoints {', '.join(names)} as `{fetch.PICK}` in "
-                   f"{jobs.run_path(t, run_id, fetch.RUN_RECORD)}")
-        return t.plan_of()
+            t.would(f"would record the best of checkpoints {', '.join(names)} as `{fetch.PICK}` in "
+                    f"{jobs.run_path(t, run_id, fetch.RUN_RECORD)}")
+        raise stopped
     entries = []
     for name, ev in evs:
         val = val_accuracy(t, run_id, name)
@@ -300,3 +303,35 @@ def plot_checkpoints(res: dict, path: Path) -> Optional[str]:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return str(path)
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """evaluate_run(): one checkpoint's evaluation (`ev`), or with several (`several`) the best's
+    with every checkpoint's; run_id and dest say where it was written."""
+    run_id: str
+    dest: str
+    ev: dict
+    several: bool = False
+
+
+def _evaluate_flags(run_id: Optional[str] = None, checkpoint: str = "best", checkpoints: Optional[str] = None,
+                    pick: bool = False, **_) -> None:
+    jobs.needs_run_id("evaluate")(run_id=run_id)
+    if checkpoints is not None and checkpoint != "best":
+        raise Refused(f"evaluate takes --checkpoint {checkpoint} (one) or --checkpoints {checkpoints} (several), "
+                      f"not both")
+    if pick and checkpoints is None:
+        raise Refused("--pick chooses among checkpoints: add --checkpoints all (or names such as 0,2)")
+
+
+@refusing(_evaluate_flags)
+def evaluate_run(t: Transport, run_id: str, *, checkpoint: str = "best", checkpoints: Optional[str] = None,
+                 pick: bool = False, speedup: Optional[str] = None, **kw) -> Evaluation:
+    """`inv evaluate`: evaluate() of one checkpoint (speedup default 1,16), or evaluate_checkpoints()
+    of several (speedup default none); kw: evaluate()'s (prompts, num_spec_tokens, ..., dest)."""
+    if checkpoints is not None:
+        ev = evaluate_checkpoints(t, run_id, checkpoints, pick=pick, speedup=speedup or "none", **kw)
+    else:
+        ev = evaluate(t, run_id, checkpoint=checkpoint, speedup=speedup or "1,16", **kw)
+    return Evaluation(run_id, kw.get("dest", "runs"), ev, checkpoints is not None)

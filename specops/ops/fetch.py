@@ -244,7 +244,15 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
     out = {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
     if sel:
         out.update({k: v for k, v in sel.items() if k != "only"})
-    return out
+    return FetchedCheckpoint(out) if sel else Fetched(out)
+
+
+class Fetched(dict):
+    """fetch(): a whole run, fetched and verified."""
+
+
+class FetchedCheckpoint(dict):
+    """fetch(checkpoint=...): one checkpoint with the run's logs and records."""
 
 
 def interrupted_line(t: Transport, rid: str, target: Path) -> str:

@@ -8,11 +8,12 @@ import shlex
 import time
 from typing import Callable, Optional, Sequence
 
+from specops.args import USAGE, Refused, refusing
 from specops.contract import JobState, check_name
 from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 from specops.slurm import cluster, script
 
 
@@ -42,8 +43,8 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
-          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Started | Plan:
-    """Start argv detached on the host (survives the SSH session); the Plan under --dry-run. Secrets
+          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Started:
+    """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
@@ -61,8 +62,9 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     remote_env = put_env(t, run_id, env)
     if remote_env:
         args += ["--env-file", remote_env]
-    res = run_script(t, "job", [*args, "--", *argv], model=Started)
-    if not planned(res) and not res.ok:
+    res = run_script(t, "job", [*args, "--", *argv], model=Started, what=f"the {kind} job {run_id}",
+                     writes=[run_path(t, run_id)])
+    if not res.ok:
         raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.error}")
     return res
 
@@ -73,7 +75,7 @@ GPU_LOCK = "train"
 
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
            nodes: Optional[int] = None, lock: Optional[str] = None, array: int = 0,
-           before: Sequence[tuple] = ()) -> Started | Plan:
+           before: Sequence[tuple] = ()) -> Started:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
     shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
     other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
@@ -88,8 +90,7 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
                           env_file=run_path(t, run_id) + ".env" if env else None, array=array, before=tuple(before))
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
-    jid = cluster.submit(t, job, text, run_id, kind, lock=lock)
-    return jid if planned(jid) else Started(ok=True, run_id=run_id, slurm_job_id=jid)
+    return cluster.submit(t, job, text, run_id, kind, lock=lock)
 
 
 def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
@@ -130,7 +131,8 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
     """Remove the host's runs older than `older_than` seconds (their age as `status` shows it)
     that have ended: never a running, starting or lost one (nor one whose server still runs); a
     run holding checkpoints only with checkpoints=True. Under --dry-run nothing is removed (each removal is
-    a planned command). Returns {"removed": [run ids], "kept": [[run id, why], ...]}."""
+    a plan line). Returns {"removed": [run ids], "kept": [[run id, why], ...], "said": "removed" (under
+    --dry-run "would remove")}."""
     removed, kept = [], []
     for j in status(t):
         if j.age_s < older_than:
@@ -149,7 +151,7 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
         if not r.ok:
             raise SpecopsError(f"clean: removing {path} on {t.host.name} failed: {(r.stderr or r.stdout).strip()}")
         removed.append(j.run_id)
-    return {"removed": removed, "kept": kept}
+    return {"removed": removed, "kept": kept, "said": t.either("removed", "would remove")}
 
 
 def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
@@ -162,12 +164,22 @@ def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
     return jobs[-1]
 
 
-def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped | Plan:
-    """SIGTERM, grace, SIGKILL; the Plan under --dry-run. A slurm host's batch job: through Slurm."""
+def needs_run_id(task: str):
+    """The flags check of a task that acts on one run: --run-id given."""
+    def check(run_id: Optional[str] = None, **_) -> None:
+        if not run_id:
+            raise Refused(f"{task} needs --run-id (`inv status` lists the runs)")
+    return check
+
+
+@refusing(needs_run_id("stop"))
+def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
+    """SIGTERM, grace, SIGKILL. A slurm host's batch job: through Slurm."""
     if t.host.is_slurm and cluster.record(t, validate_run_id(run_id)):
         return cluster.stop(t, run_id, grace)
-    res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped)
-    if not planned(res) and not res.ok:
+    res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped,
+                     what=f"the stop of {run_id}")
+    if not res.ok:
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")
     return res
 
@@ -299,13 +311,10 @@ def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Opti
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
-                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int | Plan]:
+                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
-    Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached; the
-    Plan under --dry-run."""
+    Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached."""
     j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before)
-    if planned(j):
-        return j
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
     t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")
@@ -323,5 +332,59 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
     return code
 
 
-__all__ = ["clean", "parse_age", "run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
+class Runs(list):
+    """runs(): the host's jobs; `run_id` the one asked for (None: all)."""
+    run_id: Optional[str] = None
+
+
+def runs(t: Transport, run_id: Optional[str] = None, kind: Optional[str] = None) -> Runs:
+    """`inv status`: the host's runs (one run's, or all), only the kinds in `kind` (comma-separated) if given."""
+    kinds = [k.strip() for k in (kind or "").split(",") if k.strip()]
+    out = Runs(j for j in status(t, run_id) if not kinds or j.kind in kinds)
+    out.run_id = run_id
+    return out
+
+
+class Cleaned(dict):
+    """clean_older(): {"removed", "kept", "said"} (clean()'s)."""
+
+
+def _clean_flags(older_than: Optional[str] = None, **_) -> None:
+    if not older_than:
+        raise Refused("clean needs --older-than AGE (e.g. 7d): which runs are old enough to remove")
+    try:
+        parse_age(older_than)
+    except SpecopsError as e:
+        raise Refused(str(e), code=USAGE) from None
+
+
+@refusing(_clean_flags)
+def clean_older(t: Transport, older_than: str, checkpoints: bool = False) -> Cleaned:
+    """`inv clean --older-than AGE`: clean() of the runs older than AGE (7d, 12h, 30m, ...)."""
+    return Cleaned(clean(t, parse_age(older_than), checkpoints=checkpoints))
+
+
+class LogTail(bytes):
+    """log_of(): the last MiB of a run's log."""
+
+
+def log_of(t: Transport, run_id: Optional[str] = None, follow: bool = False,
+           task: Optional[int] = None) -> Optional[LogTail]:
+    """`inv logs`: a run's log (the newest run's by default; a Slurm job array's: task `task`'s):
+    its last MiB, or with follow, followed to the connection's log sink until the run ends (an
+    error if it failed; None)."""
+    j = get(t, run_id)
+    if task is None and getattr(j, "array", None):
+        raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
+                           f"give --task 0..{j.array - 1}")
+    if follow:
+        if run_following(t, j.run_id, task=task):
+            raise SpecopsError(f"run {j.run_id} ended: {status(t, j.run_id)[0].describe}")
+        return None
+    log, _ = log_files(t, j.run_id, task)
+    size = j.subjobs[task].log_bytes if task is not None else j.log_bytes
+    return LogTail(t.read_bytes(log, max(size - (1 << 20), 0)) or b"")
+
+
+__all__ = ["runs", "clean_older", "log_of", "needs_run_id", "clean", "parse_age", "run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
            "follow", "tail", "failure", "wait_ended"]

@@ -17,13 +17,15 @@ from typing import Optional
 
 from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train
 from specops import metrics, paths
+from specops.ops import plan as plans
 from specops.ops import regenerate as regen
+from specops.args import USAGE, Refused, refusing
 from specops.contract import concurrency_levels
 from specops.errors import SpecopsError
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import NotDone, Transport
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
-DEMO_VERIFIER = "models/learnable-llama"
+DEMO_VERIFIER = data.DEMO_VERIFIER
 DEMO_LAYERS = "1,2,3,4"
 DEMO_CONFIG = "configs/demo.yaml"
 #: the demo on a GPU host: a learnable verifier of about a billion parameters trained there (16
@@ -66,8 +68,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
         skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
         hidden_states: str = "offline", regenerate: bool = False,
-        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> dict | Plan:
-    """The whole job; the Plan under --dry-run (up to the data job: the rest depends on it). on_inspect(result)
+        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> dict:
+    """The whole job (a dry run says it up to the data job: the rest reads it). on_inspect(result)
     gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
@@ -95,22 +97,18 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
                    f"delete it to regenerate)", "done")
             src = done
         else:
+            t.would("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
             with t.step("regenerate the responses with the verifier"):
                 rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
                                           max_tokens=seq_length)
-            if planned(rg):
-                t.plan("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
-                return t.plan_of()
             t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
                    f"({rg['errors']} failed) in {rg['out']}", "done")
             src = rg["out"]
     args = data.Datagen.of(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
                            extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
+    t.would("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
     with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
         dg = data.run_datagen(t, args, kind="data")
-    if planned(dg):
-        t.plan("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
-        return t.plan_of()
     mode = hidden_states
     if mode == "auto":
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
@@ -296,10 +294,10 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
 
 
 def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,
-                              size: str = "tiny", beside=None) -> dict | Plan:
+                              size: str = "tiny", beside=None) -> dict:
     """The learnable verifier at path, trained now if it is missing, speaks another version of
     the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
-    another size. Its record; the Plan under --dry-run when it would be built. beside(): called
+    another size. Its record. beside(): called
     just before a training starts (what may run beside it: the training uses one core)."""
     want = synthlang().describe()["fingerprint"]
     rec = verifier_record(t, path)
@@ -312,9 +310,8 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
         if beside:
             beside()
         made = data.make_learnable_verifier(t, path, seconds=budget, overwrite=rec is not None, size=size)
-    if not planned(made):
-        t.note(f"learnable verifier at {path}: {made.get('params')} parameters, {made.get('steps')} steps in "
-               f"{made.get('train_seconds')} s, greedy agreement with the language {made.get('greedy_agreement')}")
+    t.note(f"learnable verifier at {path}: {made.get('params')} parameters, {made.get('steps')} steps in "
+           f"{made.get('train_seconds')} s, greedy agreement with the language {made.get('greedy_agreement')}")
     return made
 
 
@@ -325,11 +322,12 @@ DEMO_ARCHS = ("LlamaForCausalLM", "ExtractHiddenStatesModel", "Eagle3LlamaForCau
 def start_vllm_warm(t: Transport, archs: tuple = DEMO_ARCHS) -> Optional[str]:
     """remote/vllm_warm.py as a detached job: vLLM's model-info cache of the workdir filled for
     archs, which each server's start would otherwise do itself (a subprocess importing torch and
-    vLLM per architecture, 13-14 s each at load 3 on 2 cores). Its run id; None under --dry-run (planned)."""
+    vLLM per architecture, 13-14 s each at load 3 on 2 cores). Its run id."""
     rid = jobs.new_run_id("vllm-warm")
     argv = [t.expand(t.host.python), "remote/vllm_warm.py", "--kind", t.host.profile, "--archs", ",".join(archs),
             "--result", jobs.run_path(t, rid, "result.json")]
-    return None if planned(jobs.start(t, rid, argv, kind="vllm-warm")) else rid
+    jobs.start(t, rid, argv, kind="vllm-warm")
+    return rid
 
 
 def vllm_warm_done(t: Transport, rid: str, timeout: float = 300) -> Optional[dict]:
@@ -353,14 +351,14 @@ def vllm_warm_done(t: Transport, rid: str, timeout: float = 300) -> Optional[dic
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
          evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"),
          seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
-         speedup: str = "1,16") -> dict | Plan:
+         speedup: str = "1,16") -> dict:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
-    the Plan under --dry-run. vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
+    a dry run says it up to the verifier's build (what follows reads it). vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
     seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
     cuda) the verifier is the 1b one (DEMO_GPU_VERIFIER, trained on the GPU), extraction runs eager
     and the drafts are served with CUDA graphs (what the speedup is measured with)."""
@@ -370,19 +368,19 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     bootstrap.bootstrap(t)
     vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
     warm = []  # (vLLM's model-info cache filled beside the verifier's training, when it trains)
+    t.would("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
+            "served through vLLM (not shown: they depend on it)")
     try:
         rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny",
                                         beside=lambda: warm.append(start_vllm_warm(t)))
+    except NotDone:  # (a dry run stops here: nothing started, nothing to stop)
+        raise
     except BaseException:
         if warm and warm[0]:
             jobs.stop(t, warm[0], grace=10)
         raise
     if warm and warm[0]:
         vllm_warm_done(t, warm[0])
-    if planned(rec):  # the verifier planned: what follows reads it
-        t.plan("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
-               "served through vLLM (not shown: they depend on it)")
-        return t.plan_of()
     # one dataset per verifier build: hidden states of another build are never reused
     dataset = f"demo-{rec['weights_sha256'][:12]}" if rec and rec.get("weights_sha256") else "demo"
     eager = ["--enforce-eager"]
@@ -394,8 +392,6 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
-    if planned(res):
-        return res
     res["verifier"] = rec
     if evaluate_drafts:
         res["num_spec_tokens"] = 3
@@ -404,7 +400,41 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                                        max_tokens=max_tokens, vllm_args=served, speedup=speedup)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
     res["stages"] = stage_table(t, time.time() - t0, load, Path(res["dest"]) / "demo-stages.json")
-    return res
+    return Demo(res)
+
+
+class Demo(dict):
+    """demo(): run()'s result with "verifier", "acceptance", "controls_verdict" and "stages"."""
+
+
+def _pipeline_flags(data: Optional[str] = None, yes: bool = False, plan_first: bool = False, **_) -> None:
+    if not data:
+        raise Refused("pipeline needs --data FILE (.jsonl)")
+    if yes and not plan_first:
+        raise Refused("--yes answers --plan-first: add --plan-first (or drop --yes)", code=USAGE)
+
+
+@refusing(_pipeline_flags)
+def pipeline(t: Transport, data: str, *, dataset: Optional[str] = None, plan_first: bool = False, yes: bool = False,
+             sample: int = 32, max_steps: Optional[int] = None, disk_budget: Optional[float] = None, on_plan=None,
+             **kw) -> Optional[plans.Priced]:
+    """`inv pipeline`: run() (kw: its settings); with plan_first, first the plan (measured on
+    `sample` rows, priced: on_plan(plan) shows it), then the run only with yes (else the plan, to
+    show, with the command that runs it)."""
+    budget = None if disk_budget is None else float(disk_budget)
+    if plan_first:
+        keep = ("verifier", "config", "layers", "seq_length", "hidden_states", "backend", "vllm_args")
+        p = plans.measure(t, data_file=data, dataset=dataset, sample=sample, disk_budget_gb=budget,
+                          **{k: v for k, v in kw.items() if k in keep})
+        if not yes:
+            return plans.Priced(p, t.hint(f"pipeline --data {data} --plan-first --yes" + (
+                f" --dataset {dataset}" if dataset else "") + f" --hidden-states {kw.get('hidden_states', 'offline')}"),
+                "nothing spent beyond the plan: --yes runs it")
+        if on_plan is not None:
+            on_plan(p)
+    run(t, data_file=data, dataset=dataset, overrides={"max-steps": max_steps} if max_steps else None,
+        disk_budget_gb=budget, **kw)
+    return None
 
 
 #: the stamp `make setup` writes when it has set up the laptop (its seconds: the demo's first stage)

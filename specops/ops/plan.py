@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from dataclasses import dataclass
+
 from specops import estimate, metrics
+from specops.args import USAGE, Refused, refusing
 from specops.config import load_config
 from specops.errors import SpecopsError
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 from specops.ops import bootstrap, data, jobs, train
 
 PLAN = "plan.json"
@@ -56,7 +59,7 @@ def sample_file(t: Transport, path: str, rows: int, tmp: Path) -> str:
     t.check(f"mkdir -p {shlex.quote(t.workdir + '/uploads')} && grep . {shlex.quote(src)} | head -n {int(rows)} "
             f"> {shlex.quote(dest + '.part')} && mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}",
             "cutting the sample")
-    t.would_put = t.would_put | {dest}  # (under --dry-run: the data job's plan knows it comes)
+    t.wrote(dest)  # (under --dry-run: the data job's plan knows it comes)
     return dest
 
 
@@ -104,11 +107,11 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
-            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict | Plan:
+            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
-    take). Returns the plan (also written to the dataset's plan.json on the host); under --dry-run
-    the connection's Plan (what measuring would run)."""
+    take). Returns the plan (also written to the dataset's plan.json on the host); a dry run says
+    what measuring would run, then stops at the sample's data job (what follows reads it)."""
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
     h = t.host
@@ -138,11 +141,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                                overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
+            t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
+                    f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
             dg = data.run_datagen(t, args, kind="plan-data")
-        if planned(dg):  # what follows depends on the sample's data
-            t.plan(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
-                   f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
-            return t.plan_of()
         wall = time.time() - w0
         ex = dg.get("extract") or {}
         shape = run_shape(t, sdir, ver, layers, vllm_args)
@@ -246,3 +247,36 @@ def versus(t: Transport, run_id: str) -> Optional[dict]:
     rows.append({"stage": "total", "planned_s": tot_p, "actual_s": tot_a,
                  "error": estimate.error(tot_p, tot_a) if tot_a else None, "runs": []})
     return {"plan": plan.get("path") or f"{ddir}/{PLAN}", "mode": mode, "rows": rows, "created": plan["created"]}
+
+
+@dataclass
+class Priced:
+    """price(): the plan measure() made, and the command to run next (with why)."""
+    plan: dict
+    next: str
+    why: str
+
+
+def _plan_flags(data: Optional[str] = None, **_) -> None:
+    if not data:
+        raise Refused("plan needs --data FILE (.jsonl: the rows the run will train on)", code=USAGE)
+
+
+@refusing(_plan_flags)
+def price(t: Transport, data: str, *, dataset: Optional[str] = None, disk_budget: Optional[float] = None,
+          **kw) -> Priced:
+    """`inv plan`: measure() on the host (kw: its settings; --disk-budget in GiB), with the pipeline it priced next."""
+    p = measure(t, data_file=data, dataset=dataset, disk_budget_gb=disk_budget, **kw)
+    return Priced(p, t.hint(f"pipeline --data {data} --hidden-states {p['auto']['mode']}"
+                            + (f" --dataset {dataset}" if dataset else "")), "the run this plan priced")
+
+
+def _one_host(**kw) -> None:
+    _plan_flags(**kw)
+    raise Refused("plan measures one host: give --host NAME (the host the run will use)", code=USAGE)
+
+
+@refusing(_one_host)
+def one_host(hosts, **_) -> None:
+    """A group given to `inv plan`: refused before anything connects (it measures the one host the run will use)."""
+    _one_host(**_)

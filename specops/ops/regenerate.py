@@ -12,12 +12,13 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Optional
 
+from specops.args import Refused, refusing
 from specops.ops import jobs
 from specops.contract import check_name
 from specops.ops.data import remote_input, verifier_path
 from specops.errors import SpecopsError
 from specops.host.remote_exec import run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import Transport
 from specops.payloads import ServePlan
 
 
@@ -33,17 +34,27 @@ def out_path(t: Transport, name: str) -> str:
     return f"{t.workdir}/regenerated/{check_name('output name', name)}.jsonl"
 
 
+class Regenerated(dict):
+    """regenerate(): {run_id, out, prompts, rows, errors, errors_file, seconds, next, ...}."""
+
+
+def _needs_data(data: Optional[str] = None, **_) -> None:
+    if not data:
+        raise Refused("regenerate needs --data FILE (.jsonl of conversations or prompts)")
+
+
+@refusing(_needs_data)
 def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: Optional[str] = None,
                max_tokens: int = 4096, concurrency: int = 32, limit: Optional[int] = None,
                sampling_params: Optional[str] = None, max_model_len: Optional[int] = None,
                vllm_args: Optional[list] = None, run_id: Optional[str] = None,
-               detach: bool = False) -> Optional[dict | Plan]:
+               detach: bool = False) -> Optional[Regenerated]:
     """Regenerate `data` (a laptop file, uploaded, or a host path) with the host's verifier.
     out: the output's name (default: <data's stem>-regen); max_tokens: a response's length cap
     (prompt + response must fit the server's --max-model-len); sampling_params: a JSON object
     merged into every request (e.g. '{"temperature": 0.6}'); vllm_args: more server arguments.
-    Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached; the
-    Plan under --dry-run. Refuses (SpecopsError) before anything starts when the input is unusable."""
+    Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached.
+    Refuses (SpecopsError) before anything starts when the input is unusable."""
     h = t.host
     name = out or default_name(data)
     dest = out_path(t, name)
@@ -65,7 +76,7 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
     if max_model_len:
         args += ["--max-model-len", str(int(max_model_len))]
     args += h.vllm_flags(list(vllm_args or []))
-    later = ["--data-later"] if t.dry_run and src in t.would_put else []
+    later = ["--data-later"] if t.pending(src) else []
     plan = run_script(t, "regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
     if not plan.ok:
         raise SpecopsError(f"regenerate on {h.name} refused: {plan.error} (nothing was started)")
@@ -75,15 +86,14 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
     result = jobs.run_path(t, rid, "result.json")
     argv = [t.expand(h.python), "remote/regenerate.py", *args, "--result", result]
     lock = "regen-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
-    if t.dry_run:
-        for cmd in plan.commands:
-            t.plan("would start: " + shlex.join(map(str, cmd)))
+    for cmd in plan.commands:
+        t.would("would start: " + shlex.join(map(str, cmd)))
     code = jobs.run_attached(t, rid, argv, kind="regenerate", lock=lock, detach=detach)
-    if code is None or planned(code):  # detached, or the Plan under --dry-run
-        return code
+    if code is None:  # detached
+        return None
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
         raise SpecopsError(f"regenerate {rid} on {h.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
     res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
-    return res
+    return Regenerated(res)

@@ -15,7 +15,7 @@ from specops.ops.data import data_dir
 from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
-from specops.host.transport import Plan, Transport, planned
+from specops.host.transport import NotDone, Transport
 from specops.payloads import HiddenStatesPlan, TrainSpec
 from specops.slurm import cluster, script
 
@@ -290,10 +290,10 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
-          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> dict | Plan:
+          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> dict:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
-    preflight's payload, None when skipped); the Plan under --dry-run.
+    preflight's payload, None when skipped).
     serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
     with an untrained draft of the run's configuration for one short request (remote/serve_check.py;
     a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
@@ -327,21 +327,34 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
     before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
+    if spec.hidden_states == "online":
+        t.would("the job would start the vLLM server: "
+                + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                                  stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes,
                                  before=before)
+    except NotDone:
+        raise
     except SpecopsError:
         marker = cluster.RECORD if h.is_slurm else "job.json"
         if fresh and not t.exists(f"{spec.run_dir}/{marker}", "-f"):  # a refused start leaves no run folder
             t.change(f"rm -rf {shlex.quote(spec.run_dir)}")
         raise
-    if planned(code):
-        if spec.hidden_states == "online":
-            t.plan("the job would start the vLLM server: "
-                   + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
-        return t.plan_of()
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
-    return {"run_id": rid, "exit_code": code, "run_dir": spec.run_dir, "hidden_states": spec.hidden_states,
-            "serve_check": served}
+    return Trained({"run_id": rid, "exit_code": code, "run_dir": spec.run_dir, "hidden_states": spec.hidden_states,
+                    "serve_check": served})
+
+
+class Trained(dict):
+    """train(): {run_id, exit_code (None while it runs), run_dir, hidden_states, serve_check};
+    a group's (group.train): {run_id, exit_code, states, nodes: True}."""
+
+
+def train_run(t: Transport, *, epochs: Optional[int] = None, max_steps: Optional[int] = None,
+              disk_budget: Optional[float] = None, **kw) -> Trained:
+    """`inv train` on one host: train() with --epochs/--max-steps as overrides and --disk-budget in GiB
+    (kw: train()'s; a group's --rdzv-host/--rdzv-port have no use here)."""
+    kw.pop("rdzv_host", None), kw.pop("rdzv_port", None)
+    return train(t, overrides={"epochs": epochs, "max-steps": max_steps}, disk_budget_gb=disk_budget, **kw)

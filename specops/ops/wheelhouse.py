@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from specops import paths, profiles
+from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.ops.resolve import Pip, Requirement, norm, resolve_top_up
 from specops.ops.resolve import Graph, constraints_text, pip_reason  # noqa: F401 (callers' names)
@@ -252,3 +253,28 @@ def summary_lines(man: dict) -> list[str]:
     lines += [f"  dropped {d['requirement']}: {d['reason']}" for d in man.get("dropped", [])]
     lines.append(f"next: inv bootstrap --host HOST --wheelhouse {man['dest']}")
     return lines
+
+
+class Wheelhouse(dict):
+    """make(): build()'s manifest."""
+
+
+def _wheelhouse_flags(profile: Optional[str] = None, have: Optional[str] = None, host: Optional[str] = None,
+                      **_) -> None:
+    if not profile:
+        raise Refused("wheelhouse needs --profile (cuda or cpu)")
+    if have and host:
+        raise Refused("give --have FILE or --host H, not both")
+
+
+@refusing(_wheelhouse_flags)
+def make(t, profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str] = None, dest: Optional[str] = None,
+         have: Optional[str] = None, skip: str = "", laptop: bool = False, note=None) -> Wheelhouse:
+    """`inv wheelhouse`: build() for the profile; what is there read from --have FILE, or from the
+    host's venv when t is a connection (None: this laptop alone)."""
+    have_map, source = (read_have(have), str(have)) if have else (None, "")
+    if t is not None:
+        got = host_environment(t, python, platform)
+        have_map, source, platform = got["installed"], got["source"], platform or got["platform"]
+    return Wheelhouse(build(profile, python=python, platform=platform, dest=dest, have=have_map, have_source=source,
+                            skip=[x for x in skip.split(",") if x.strip()], laptop=laptop, note=note))

@@ -20,8 +20,8 @@ from typing import Callable, Optional
 from specops import paths
 from specops.contract import JobState
 from specops.errors import SpecopsError
-from specops.host.transport import Plan, Transport
-from specops.payloads import Job, Stopped
+from specops.host.transport import Transport
+from specops.payloads import Job, Started, Stopped
 from specops.slurm import queue
 from specops.slurm.script import BatchJob, Request, render, srun_prefix
 
@@ -141,15 +141,15 @@ def check_job(t: Transport, job: BatchJob, kind: str) -> str:
     return text
 
 
-def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock: Optional[str] = None) -> str | Plan:
-    """Write the script (from check_job), submit it (`sbatch --parsable`) and record the job id;
-    the job id, or under --dry-run the Plan (the script and the command)."""
+def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock: Optional[str] = None) -> Started:
+    """Write the script (from check_job), submit it (`sbatch --parsable`) and record the job id
+    (Started with slurm_job_id). Under --dry-run: the script and the command said."""
     path = f"{job.run_dir}/{SCRIPT}"
     cmd = f"cd {_q(job.workdir)} && sbatch --parsable {_q(path)}"
-    if t.dry_run:
-        t.plan(f"write {path}:\n{text}")
-        t.plan(f"run: {cmd}", command=cmd)
-        return t.plan_of()
+    t.would(f"write {path}:\n{text}")
+    stand = t.planned_change(cmd, f"the Slurm job of run {run_id}", writes=(job.run_dir,))
+    if stand is not None:
+        return stand
     old = f"{_q(job.run_dir)}/exit_code-*" if job.array else _q(job.exit_file)
     t.check(f"mkdir -p {_q(job.run_dir)} && rm -f {old}", "mkdir run dir")
     t.put_text(text, path, label="(sbatch script)", whole=True)
@@ -163,7 +163,7 @@ def submit(t: Transport, job: BatchJob, text: str, run_id: str, kind: str, lock:
     rec.update(submitted=time.time(), stopped=False, nodes=job.request.nodes, partition=job.request.partition,
                lock=lock, array=job.array)
     _write_record(t, run_id, rec)
-    return job_id
+    return Started(ok=True, run_id=run_id, slurm_job_id=job_id)
 
 
 # -- state --------------------------------------------------------------------------------
@@ -309,11 +309,11 @@ def end_watcher(t: Transport, run_id: str) -> Callable[[], Optional[int]]:
     return ended
 
 
-def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped | Plan:
+def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
     """SIGTERM to the job's tasks through Slurm (`scancel --signal=TERM`: the trainer saves its
     interrupted checkpoint; the batch shell records the exit code), then, if it has not ended
     after `grace` seconds, `scancel` (Slurm's SIGTERM, KillWait, SIGKILL). A pending job is
-    cancelled at once. The Plan under --dry-run."""
+    cancelled at once. Under --dry-run: the commands said."""
     j = status(t, run_id)[0]
     jid = j.slurm_job_id
     if j.ended:
@@ -322,11 +322,11 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped | Plan:
     term = f"scancel {_q(jid)}" if pending else f"scancel --signal=TERM {_q(jid)}"
     if not pending and any(s.state == JobState.PENDING for s in j.subjobs):  # (an array's tasks not started yet)
         term = f"scancel --state=PENDING {_q(jid)} && {term}"
-    if t.dry_run:
-        t.plan(f"run: {term}", command=term)
+    stand = t.planned_change(term, f"the stop of {run_id}")
+    if stand is not None:
         if not pending:
-            t.plan(f"wait up to {grace:.0f}s for job {jid} to end, then run: scancel {_q(jid)}")
-        return t.plan_of()
+            t.would(f"wait up to {grace:.0f}s for job {jid} to end, then run: scancel {_q(jid)}")
+        return stand
     rec = record(t, run_id)
     rec["stopped"] = True
     _write_record(t, run_id, rec)

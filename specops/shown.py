@@ -1,0 +1,204 @@
+"""How each task's value is shown: a registry mapping result types to their views.
+
+The CLI's executor (cli.on_hosts) runs an operation and hands its value here; `view_of(value)`
+finds the value's View by its type (the first of its classes registered): how one host's value
+is shown (`show(where, value)`), a group's row for it (`describe`), whether it fails the task
+(`judge(host, value)` raises), what --json prints, and whether it is shown under --dry-run too
+(`dry`: a value a dry run reads whole, such as `inv clean`'s). Nothing here runs an operation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from specops import views
+from specops.errors import SpecopsError
+from specops.group.distcheck import DistCheck
+from specops.group.extract import ExtractedArray, ExtractedGroup
+from specops.group.fanout import Outcomes, verdict
+from specops.host.transport import Transport
+from specops.ops import check, fetch, inspect_data, jobs, plan, wheelhouse
+from specops.ops.bootstrap import Outcome as Bootstrapped, Pushed
+from specops.ops.data import Extracted, Prepared, Verifier
+from specops.ops.evaluate import CAUSES, Evaluation
+from specops.ops.pipeline import Demo
+from specops.ops.regenerate import Regenerated
+from specops.ops.train import Trained
+from specops.payloads import Inspection, Stopped
+
+
+@dataclass
+class Where:
+    """Where a value came from, for its view: the host's name ("" for a group), the hint maker
+    (`inv TASK` with the user's --host/--hosts), and the open connection (one host's; else None)."""
+    name: str
+    hint: Callable[[str], str]
+    t: Optional[Transport] = None
+
+
+@dataclass
+class View:
+    show: Optional[Callable[[Where, Any], None]] = None
+    describe: Callable[[Any], str] = str
+    judge: Optional[Callable[[str, Any], None]] = None
+    json: Callable[[Any], Any] = lambda v: v
+    dry: bool = False
+    #: after a group's table: each host's value, shown (host, value)
+    each: Optional[Callable[[str, Any], None]] = None
+
+
+def _preflight(w: Where, r) -> None:
+    views.preflight(w.name, r)
+    if r.get("serve") and r["serve"].get("ok"):
+        views.line(check.serve_line(r["serve"]))
+
+
+def _pushed(w: Where, sent) -> None:
+    views.line(f"push {w.name}: " + _sent(sent))
+
+
+def _sent(sent) -> str:
+    return f"{len(sent)} file(s) sent" if sent else "already in sync"
+
+
+def _runs(w: Where, rows) -> None:
+    views.status(w.name, rows)
+    if rows.run_id and rows and rows[0].kind == "train" and rows[0].ended:  # (its dataset's plan, if any)
+        views.plan_versus(plan.versus(w.t, rows.run_id))
+
+
+def _fetched(w: Where, r) -> None:
+    views.fetched(r)
+    views.plan_versus(plan.versus(w.t, r["run_id"]))
+    views.next_step(w.hint(f"evaluate --run-id {r['run_id']}"), "serve the draft with the verifier: acceptance and speedup")
+
+
+def _converted(w: Where, c) -> None:
+    res = c.converted
+    views.line(f"converted {res.rows} rows to {res.dst} in {res.seconds}s")
+    views.inspect(c.inspection)
+
+
+def _prepared(w: Where, res) -> None:
+    ds = f" --dataset {res['dataset']}" if res.get("dataset") else ""
+    views.line(f"prepare-data: {res.get('data_dir', '')} ready (run {res['run_id']})")
+    views.next_step(w.hint("extract" + ds), "the verifier's hidden states for these rows; or train online: "
+                    + w.hint("train --hidden-states online"))
+
+
+def _extracted(w: Where, res) -> None:
+    ds = f" --dataset {res['dataset']}" if res.get("dataset") else ""
+    views.line(f"extract ({res['backend']}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
+    views.next_step(w.hint(f"inspect-data{ds}"), f"then {w.hint(f'train{ds}')}")
+
+
+def _array(w: Where, res) -> None:
+    if not res["outcomes"]:  # (detached: submitted, nothing to show yet)
+        return
+    views.extract_array(res)
+    verdict("extract", res["outcomes"])
+    if res["left"] != 0:
+        raise SpecopsError(f"extract {res['run_id']}: every task succeeded but {res['left']} row(s) of the dataset "
+                           f"still have no hidden states: run the same command again (extraction resumes)")
+    _extracted_next(w, res)
+
+
+def _extracted_next(w: Where, res) -> None:
+    ds = f" --dataset {res['dataset']}" if res.get("dataset") else ""
+    views.next_step(w.hint(f"inspect-data{ds}"), f"then {w.hint(f'train{ds}')}")
+
+
+def _group_extract(w: Where, res) -> None:
+    views.extract_group(res)
+    verdict("extract", res["outcomes"])
+
+
+def _verifier(w: Where, v) -> None:
+    res = v.built
+    views.line(views.learnable_verifier(res) if v.learnable else
+               f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, "
+               f"{res.params} parameters")
+    views.next_step(w.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
+                    "or set `verifier:` for the host in hosts.yaml")
+
+
+def _regenerated(w: Where, res) -> None:
+    views.line(f"regenerate: {res['rows']} row(s) of verifier responses for {res['prompts']} prompt(s) -> {res['out']}"
+               + (f" ({res['errors']} failed: {res['errors_file']})" if res["errors"] else "")
+               + f" (run {res['run_id']}); next: `{res['next']}`")
+
+
+def _priced(w: Where, p) -> None:
+    views.plan(p.plan)
+    views.next_step(p.next, p.why)
+
+
+def _demo(w: Where, res) -> None:
+    if res.get("acceptance"):
+        views.demo_acceptance(res)
+    if res.get("stages"):
+        views.demo_stages(res["stages"])
+
+
+def _evaluation(w: Where, e) -> None:
+    if e.several:
+        views.evaluation_checkpoints(e.run_id, e.ev, e.dest, CAUSES, w.hint)
+        return
+    views.evaluation(e.run_id, e.ev, CAUSES)
+    views.line(f"evaluation written to {e.dest}/{e.run_id}/evaluation.json (on the host: runs/{e.run_id}/)"
+               + (f"; plot {e.ev['plot']}" if e.ev.get("plot") else ""))
+
+
+def _dist(w: Where, res) -> None:
+    r0 = res["ranks"][0]
+    views.line(f"dist-check {res['run_id']}: world {r0['world']}, all-reduce sum {r0['sum']} (want {r0['want']}) on "
+               f"every rank: " + ", ".join(f"rank {x['rank']}@node {x['ranks'][x['rank']]['node_rank']}"
+                                           for x in res["ranks"]))
+
+
+def _outcomes(w: Where, outs) -> None:
+    views.outcomes(f"{outs.title} ({len(outs)} hosts)", outs, lambda v: view_of(v).describe(v))
+    verdict(outs.title, outs)
+    for o in outs:  # (then each host's whole value, where its type says so: `inv status`'s tables)
+        if view_of(o.value).each is not None:
+            view_of(o.value).each(o.host, o.value)
+
+
+VIEWS: dict[type, View] = {
+    Bootstrapped: View(describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} "
+                       f"file(s) pushed, profile {o.install.action}"),
+    check.Preflight: View(_preflight, views.preflight_summary, check.judge,
+                          json=lambda r: r["check"] if r["deep"] is None and r["serve"] is None else r),
+    Pushed: View(_pushed, _sent),
+    jobs.Runs: View(_runs, lambda rows: f"{len(rows)} run(s), running: "
+                    + (", ".join(j.run_id for j in rows if not j.ended) or "none"), each=views.status),
+    jobs.Cleaned: View(lambda w, r: views.cleaned(w.name, r), dry=True),
+    jobs.LogTail: View(lambda w, b: views.log(bytes(b))),
+    Stopped: View(lambda w, r: views.line(f"stop {r.run_id}: {views.stopped(r)}"), views.stopped),
+    fetch.Fetched: View(_fetched, views.fetched_summary),
+    fetch.FetchedCheckpoint: View(lambda w, r: views.fetched_checkpoint(r), views.fetched_summary),
+    Inspection: View(lambda w, r: views.inspect(r), judge=lambda name, r: inspect_data.verdict(r)),
+    inspect_data.Conversion: View(_converted, judge=lambda name, c: inspect_data.verdict(c.inspection)),
+    Prepared: View(_prepared),
+    Extracted: View(_extracted),
+    ExtractedArray: View(_array),
+    ExtractedGroup: View(_group_extract, dry=True),
+    Verifier: View(_verifier),
+    Trained: View(lambda w, r: views.trained(w.name, r, w.hint)),
+    Regenerated: View(_regenerated),
+    plan.Priced: View(_priced, json=lambda p: p.plan),
+    Demo: View(_demo),
+    Evaluation: View(_evaluation, json=lambda e: e.ev),
+    DistCheck: View(_dist),
+    wheelhouse.Wheelhouse: View(lambda w, man: [views.line(ln) for ln in wheelhouse.summary_lines(man)]),
+    Outcomes: View(_outcomes, dry=True),
+}
+
+
+def view_of(value: Any) -> View:
+    """The View of a value: its type's, or the first of its base classes registered (none: not shown)."""
+    for cls in type(value).__mro__:
+        if cls in VIEWS:
+            return VIEWS[cls]
+    return View()
