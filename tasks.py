@@ -33,6 +33,8 @@ DATA = "dataset name under <workdir>/data/ or a path on the host (default: defau
 VERIFIER = "verifier model dir on the host (default: the host's `verifier`)"
 OVERWRITE = "replace a dataset prepared from another file or with another --seq-length (never without it)"
 VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
+VERBOSE = ("stream the job's whole log (the trainer's per-step lines, vLLM's own log) and every progress line; "
+           "default: a live line per stage and the figures that matter (the log stays in the run's output.log)")
 COMMON = {"host": HOST, "hosts": HOSTS}
 PLAN_HELP = {"sample": "rows of --data measured (default 32; the first ones)",
              "steps": "training steps measured per mode (default 10; one epoch of the sample at most)",
@@ -176,7 +178,7 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0, task=None)
             raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
                                f"give --task 0..{j.array - 1}")
         if follow:
-            if _jobs.run_following(t, j.run_id, task=task):
+            if _jobs.run_following(t, j.run_id, task=task, write=views.log):  # (the log itself, byte for byte)
                 raise SpecopsError(f"run {j.run_id} ended: {_jobs.status(t, j.run_id)[0].describe}")
         else:
             log, _ = _jobs.log_files(t, j.run_id, task)
@@ -259,11 +261,12 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None, dr
 
 
 @task(name="prepare-data", iterable=["vllm_arg"],
-      help={**COMMON, "dry_run": DRY_RUN, "data": "conversations/pre-tokenised .jsonl (a laptop file is uploaded; "
+      help={"verbose": VERBOSE, **COMMON, "dry_run": DRY_RUN,
+            "data": "conversations/pre-tokenised .jsonl (a laptop file is uploaded; "
             "otherwise a host path)", "seq_length": "max tokens per row (default 2048)", "dataset": DATA,
             "verifier": VERIFIER, "detach": "start it and return", "vllm_arg": VLLM_ARG, "overwrite": OVERWRITE})
 def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False,
-                 dry_run=False, vllm_arg=None, overwrite=False):
+                 dry_run=False, vllm_arg=None, overwrite=False, verbose=False):
     """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations).
 
     Example: inv prepare-data --host gpu1 --data convs.jsonl"""
@@ -285,7 +288,7 @@ def _vllm(vllm_arg):
     return {"vllm_args": list(vllm_arg)} if vllm_arg else {}
 
 
-@task(iterable=["vllm_arg"], help={
+@task(iterable=["vllm_arg"], help={"verbose": VERBOSE,
     **COMMON, "dry_run": DRY_RUN, "backend": "vllm (default) or hf",
     "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
     "shard": "i/n: this host's share of the rows",
@@ -296,7 +299,7 @@ def _vllm(vllm_arg):
     "overwrite": "replace hidden states extracted with other layer ids (never relabelled without it)"})
 def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, rows=None, dataset=None,
             verifier=None, concurrency=32, detach=False, max_model_len=None, dry_run=False, vllm_arg=None,
-            overwrite=False, shards=None):
+            overwrite=False, shards=None, verbose=False):
     """Extract the verifier's hidden states for the prepared rows (resumable; disk budget first).
     With a group, each host extracts its share, then every host gets every shard. A `scheduler:
     slurm` host with --shards N: one job array, a share and a vLLM server per task.
@@ -401,7 +404,7 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
                  "are there or fit the disk budget, else online")
 
 
-@task(iterable=["vllm_arg"], help={
+@task(iterable=["vllm_arg"], help={"verbose": VERBOSE,
     **COMMON, "dry_run": DRY_RUN, "config": "training config (default configs/eagle3.yaml)",
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
     "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
@@ -426,7 +429,7 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, dry_run=False, rdzv_host=None, rdzv_port=29500,
           hidden_states="auto", layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None,
-          serve_check=True, continue_on_new_data=False, nodes=None):
+          serve_check=True, continue_on_new_data=False, nodes=None, verbose=False):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
@@ -460,7 +463,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
          show=lambda t, r: views.trained(t.host.name, r, t.hint))
 
 
-@task(iterable=["vllm_arg"], help={
+@task(iterable=["vllm_arg"], help={"verbose": VERBOSE,
     **COMMON, "dry_run": DRY_RUN, "data": "conversations/prompts .json or .jsonl (a laptop file is uploaded; "
     "otherwise a host path)", "out": "output name: <workdir>/regenerated/NAME.jsonl on the host "
     "(default: <data's name>-regen)", "verifier": VERIFIER,
@@ -470,7 +473,8 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     "max_model_len": "the server's --max-model-len (default: the verifier's)", "detach": "start it and return",
     "vllm_arg": VLLM_ARG})
 def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max_tokens=4096, concurrency=32,
-               limit=None, sampling_params=None, max_model_len=None, detach=False, dry_run=False, vllm_arg=None):
+               limit=None, sampling_params=None, max_model_len=None, detach=False, dry_run=False, vllm_arg=None,
+               verbose=False):
     """Have the verifier answer a dataset's prompts itself (speculators regenerate-responses).
 
     `speculators regenerate-responses` against a managed vLLM server of the verifier; the output
@@ -490,7 +494,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
                        + f" (run {res['run_id']}); next: `{res['next']}`")
 
 
-@task(iterable=["vllm_arg"], help={
+@task(iterable=["vllm_arg"], help={"verbose": VERBOSE,
     **COMMON, "dry_run": DRY_RUN, "data": "conversations .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
     "seq_length": "max tokens per row (default 2048)", "config": "training config",
@@ -503,7 +507,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"]})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
-             disk_budget=None, dry_run=False, vllm_arg=None, plan_first=False, yes=False, sample=32):
+             disk_budget=None, dry_run=False, vllm_arg=None, plan_first=False, yes=False, sample=32, verbose=False):
     """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
 
     Example: inv pipeline --host gpu1 --data convs.jsonl"""
@@ -526,13 +530,13 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
                     "nothing spent beyond the plan: --yes runs it")
                 return
         _pipeline.run(t, data_file=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
-                      seq_length=int(seq_length), config=config, dest=dest, on_inspect=views.inspect,
+                      seq_length=int(seq_length), config=config, dest=dest, on_inspect=views.inspect_brief,
                       overrides={"max-steps": int(max_steps)} if max_steps else None, regenerate=regenerate,
                       hidden_states=hidden_states, vllm_args=list(vllm_arg or []),
                       disk_budget_gb=None if disk_budget is None else float(disk_budget))
 
 
-@task(name="plan", iterable=["vllm_arg"], help={
+@task(name="plan", iterable=["vllm_arg"], help={"verbose": VERBOSE,
     **COMMON, "dry_run": DRY_RUN, "json": JSON, "data": "conversations/pre-tokenised .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "config": "training config (default configs/eagle3.yaml)",
     "layers": "layer ids", "seq_length": "max tokens per row (default 2048)", "backend": "vllm (default) or hf",
@@ -540,7 +544,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     "vllm_arg": VLLM_ARG, **PLAN_HELP})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
          epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
-         json=False, dry_run=False):
+         json=False, dry_run=False, verbose=False):
     """Measure a short sample of the real stages on the host and price the whole run.
 
     prepare + extract on --sample rows, a few training steps offline and online (the real verifier
@@ -565,14 +569,16 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
                                        + (f" --dataset {dataset}" if dataset else "")), "the run this plan priced")
 
 
-@task(help={**COMMON, "dry_run": DRY_RUN, "host": "the host (default: the built-in local, on CPU; a cuda host trains "
-                                                  "a 1B verifier on its GPU and serves the drafts with CUDA graphs)",
+@task(help={"verbose": VERBOSE, **COMMON, "dry_run": DRY_RUN,
+            "host": "the host (default: the built-in local, on CPU; a cuda host trains "
+                    "a 1B verifier on its GPU and serves the drafts with CUDA graphs)",
             "dest": "local folder for runs (default runs/)", "steps": "stop training after N steps",
             "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; "
                         "--no-evaluate skips it)",
             "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the "
                        "verifier served without it (default 1,16; none skips it; on a CPU near 1, can be below)"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", dry_run=False):
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", dry_run=False,
+         verbose=False):
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 
     On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of about
@@ -581,7 +587,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 
     Example: inv demo"""
     with session(c, host, hosts, dry_run) as t:
-        res = result(_pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect,
+        res = result(_pipeline.demo(t, dest=dest, steps=_int(steps), on_inspect=views.inspect_brief,
                                     evaluate_drafts=evaluate, speedup=speedup))
         if res and res.get("acceptance"):
             views.demo_acceptance(res)
@@ -589,7 +595,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
             views.demo_stages(res["stages"])
 
 
-@task(iterable=["vllm_arg"], help={**COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
+@task(iterable=["vllm_arg"], help={
+            "verbose": VERBOSE, **COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
             "checkpoint": "best (default) or an epoch number",
             "checkpoints": "several checkpoints served in turn: all, or names such as 0,2 (instead of --checkpoint)",
             "pick": "with --checkpoints: record the best by served mean acceptance length in the run's record "
@@ -604,7 +611,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
             "dry_run": DRY_RUN})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, dry_run=False,
-             vllm_arg=None):
+             vllm_arg=None, verbose=False):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
 
     Example: inv evaluate --host gpu1 --run-id R"""

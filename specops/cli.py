@@ -19,7 +19,7 @@ from specops.errors import SpecopsError
 from specops.host.transport import Transport, planned
 
 #: the only short flags, the same in every task
-SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
+SHORT = {"follow": "f", "run-id": "r", "dry-run": "n", "verbose": "v"}
 
 
 class Task(invoke.Task):
@@ -40,6 +40,8 @@ class Task(invoke.Task):
         # body connects to anything
         refuse_empty_where(kwargs)
         term_as_interrupt()
+        if kwargs.get("verbose"):  # (-v: followed job logs streamed whole, every progress line)
+            views.set_verbose(True)
         return super().__call__(*args, **numbers(self.body.__name__, kwargs))
 
 
@@ -123,8 +125,8 @@ def errors() -> Iterator[None]:
 
 
 def open_host(h: inventory.Host, *, dry_run: bool = False, hints: str = "", **kw) -> Transport:
-    """A connection whose notes and followed logs go to the views."""
-    return connect(h, dry_run=dry_run, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+    """A connection whose notes and followed logs go to the views (a log quiet unless -v)."""
+    return connect(h, dry_run=dry_run, on_note=views.note, on_log=views.job_log, hint_args=hints, **kw)
 
 
 @contextlib.contextmanager

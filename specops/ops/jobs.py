@@ -286,10 +286,12 @@ def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
         time.sleep(1)
 
 
-def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Optional[int]:
-    """Follow a run's log until it ends (its exit code); Ctrl-C detaches (None), the run goes on."""
+def run_following(t: Transport, run_id: str, task: Optional[int] = None,
+                  write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
+    """Follow a run's log (to `write`, else the connection's log sink) until it ends (its exit
+    code); Ctrl-C detaches (None), the run goes on."""
     try:
-        return follow(t, run_id, task=task)[1]
+        return follow(t, run_id, task=task, write=write)[1]
     except KeyboardInterrupt:
         t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
                f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
