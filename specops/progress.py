@@ -27,9 +27,10 @@ from specops.metrics import PAIR
 #: ANSI escapes (colours, cursor moves) and the prefix of a host script's own lines
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 PROGRESS = "[specops] "
-#: [specops] lines a quiet follower leaves in the log: commands (`$ ...`, `vLLM server: $ ...`)
-#: and remote/job.py's own `<date> start: ...` / `<date> exit code N`
-SKIP = re.compile(r"(^|: )\$ |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (start: |exit code )")
+#: [specops] lines a quiet follower leaves in the log: commands (`$ ...`, `vLLM server: $ ...`),
+#: remote/job.py's own `<date> start: ...` / `<date> exit code N` and a result as JSON
+#: (`evaluation: {...}`: the laptop shows it as a result)
+SKIP = re.compile(r"(^|: )\$ |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (start: |exit code )|^[\w -]+: \{\"")
 #: a log record's head as rich renders it: `[12:00:01] INFO     ...` or `           INFO     ...`
 HEAD = re.compile(r"^(\[[^\]]*\]\s+)?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
 EPOCH = re.compile(r"Training epoch (\d+)/(\d+) started")

@@ -80,12 +80,12 @@ class Throttle:
 
 
 _throttle = Throttle()
-DIGITS = re.compile(r"\d+(?:\.\d+)?")
 
 
 def kind_of(text: str) -> str:
-    """Lines that differ only in their numbers are of one kind (`step 40/260 (9 s)`, `step 80/260 ...`)."""
-    return DIGITS.sub("#", text)
+    """A line's kind: what it says before its first number (`vLLM server starting: 15s; its log: ...`
+    and `... 30s; its log: ...` are one kind, `vLLM server healthy after 41s` another)."""
+    return re.split(r"\d", text, maxsplit=1)[0]
 
 
 # -- the live line --------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def test_a_scripts_lines_in_a_followed_log():
            b"Extracting: 100%|##########| 267/267 [00:03<00:00, 80.1it/s]\n"
            b"[specops] untrained draft: $ python3 -m speculators train --dry-run\n"
            b"[specops] extract: 120 of 267 rows (4100 tokens, 30 s)\n"
+           b"[specops] evaluation: {\"mean_acceptance_length\": 3.8}\n"
            b"[specops] 2026-12-02 10:00:09 exit code 0\n")
     assert [e.text for e in LogReader().feed(log)] == [
         "vLLM server pid 12 (pgid 12) on port 41; log /w/runs/r/server/output.log",
@@ -139,6 +140,8 @@ def test_the_throttle_lets_a_burst_through_then_one_per_period():
     time.sleep(0.25)
     assert t.allow("a") and not t.allow("a")
     assert kind_of("step 40/260 (9 s): loss 3.017") == kind_of("step 80/260 (14 s): loss 2.5")
+    assert kind_of("vLLM server starting: 15s; its log: Triton is") == kind_of("vLLM server starting: 30s; its log: x")
+    assert kind_of("vLLM server starting: 15s") != kind_of("vLLM server healthy after 41s")
     assert kind_of("install: byte-compiling") != kind_of("install: byte-compiled in 11.1 s")
 
 
