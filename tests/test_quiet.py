@@ -149,3 +149,36 @@ def test_the_tasks_that_follow_a_job_take_verbose():
     for task in ("demo", "train", "pipeline", "extract", "prepare-data", "evaluate", "regenerate", "plan"):
         r = inv(task, "--help")
         assert r.returncode == 0 and "-v, --verbose" in r.stdout, (task, r.stdout[-1500:])
+
+
+def test_on_a_terminal_the_figures_are_one_live_line(tmp_path):
+    """On a terminal (a real pty): the progress lines and each training step's figures drawn over
+    one another in one live line (rich), the validation line and the finished step's line kept."""
+    import pty
+
+    (tmp_path / "log").write_bytes(trainer_log(False))
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECOPS_PLAIN", "SPECOPS_VERBOSE", "NO_COLOR")}
+    env.update(TERM="xterm-256color", COLUMNS="160", PYTHONPATH=str(REPO))
+    out = bytearray()
+
+    def read(fd):
+        data = os.read(fd, 65536)
+        out.extend(data)
+        return data
+
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        status = pty.spawn([sys.executable, "-c", PROBE, str(tmp_path / "log")], read)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "train/loss=" not in text, text
+    before, _, after = text.partition("validation after epoch 1/2: loss 3.3")
+    assert after and "[train] step 2, epoch 1/2: loss 2.9" in before, text  # (the live line, at its last step)
+    assert before.count("\n") <= 1, text  # (drawn in place: no line scrolled before the validation's)
+    live, step_done, _ = after.partition("✓ train the draft (3.1s)")
+    assert step_done and live.count("\n") <= 2, text  # (the 13 progress lines: drawn in place too)
