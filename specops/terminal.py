@@ -6,10 +6,10 @@ and a followed job's log: quiet by default (its progress lines and the trainer's
 by specops.progress; the whole log stays in the run's output.log), streamed byte for byte when
 verbose (`-v`/`--verbose` on the tasks that follow a job, or SPECOPS_VERBOSE=1).
 
-In a pipe the quiet view prints lines, never more than one every LINE_EVERY seconds for one kind
-of line (after a first BURST at once): a host script's progress lines come every 15 s by
-default (all shown); a faster SPECOPS_PROGRESS_EVERY, or a trainer logging every step, would
-otherwise scroll the figures a user came for out of sight.
+In a pipe the quiet view prints lines, a kind of line (a wait's progress, the trainer's figures)
+BURST at once and then one every LINE_EVERY seconds at most: a wait shows at once, then a line
+every half minute; a host's faster progress lines (every 15 s by default, SPECOPS_PROGRESS_EVERY)
+or a trainer logging every step would scroll the figures a user came for out of sight.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: a pipe's quiet view: at most one line of a kind every LINE_EVERY seconds, after BURST at once
-LINE_EVERY = 10.0
+LINE_EVERY = 30.0
 BURST = 3
 
 

@@ -74,7 +74,8 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     # log (both stay whole in the runs' output.log), in 150 lines or fewer (stdout and stderr), the
     # acceptance table and the stage times last
     out = r.stdout.splitlines()
-    assert len(out) + len(r.stderr.splitlines()) <= 150, (len(out), r.stdout, r.stderr)
+    (tmp_path / "demo-output.txt").write_text(r.stdout + r.stderr)
+    assert len(out) + len(r.stderr.splitlines()) <= 150, f"{len(out)} lines: {tmp_path / 'demo-output.txt'}"
     assert "train/loss=" not in r.stdout and "train/loss=" in (run / "output.log").read_text()
     assert re.search(r"^\[train\] step \d+, epoch \d+/\d+: loss [\d.]+, accuracy by position [\d. ]+, [\d,]+ tokens/s$",
                      r.stdout, re.M), r.stdout
