@@ -122,7 +122,7 @@ def progress(text: str) -> None:
 def note(n: Note) -> None:
     """Progress lines from the library (through the connection), on stderr when they are not
     results: plan lines of a dry run, warnings, finished steps. A host script's progress lines
-    (kind "progress": every ~15 s) are one live line on a terminal, each a line in a pipe."""
+    (kind "progress": every ~15 s) are one live line on a terminal, lines in a pipe (progress())."""
     if n.kind == "progress":
         progress(n.text)
         return
