@@ -120,7 +120,8 @@ def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0, task=None)
     """Show a run's log; with -f, follow it (reconnecting if the connection drops).
 
     Example: inv logs --host gpu1 -f"""
-    on_hosts(c, host, hosts, _jobs.log_of, group=False, rank=rank, run_id=run_id, follow=follow, task=task)
+    on_hosts(c, host, hosts, _jobs.log_of, group=False, rank=rank, run_id=run_id, follow=follow, task=task,
+             write=views.log)  # (-f: the log itself, byte for byte)
 
 
 @task(changes=True, help={**COMMON, "run_id": "run to stop",
@@ -169,7 +170,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None):
     on_hosts(c, host, hosts, _inspect.convert, group=False, src=src, dst=dst, verifier=verifier)
 
 
-@task(name="prepare-data", iterable=["vllm_arg"], changes=True, help={
+@task(name="prepare-data", iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "data": "conversations/pre-tokenised .jsonl (a laptop file is uploaded; otherwise a host path)",
     "seq_length": "max tokens per row (default 2048)", "dataset": DATA, "verifier": VERIFIER,
     "detach": "start it and return", "vllm_arg": VLLM_ARG, "overwrite": OVERWRITE})
@@ -182,7 +183,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
              verifier=verifier, detach=detach, vllm_args=vllm_arg, overwrite=overwrite)
 
 
-@task(iterable=["vllm_arg"], changes=True, help={
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "backend": "vllm (default) or hf",
     "layers": "layer ids, e.g. 2,30,58,61 (default speculators' [2, n//2, n-3, n] where valid)",
     "shard": "i/n: this host's share of the rows",
@@ -227,7 +228,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
              overwrite=overwrite, learnable=learnable, seconds=seconds, size=size)
 
 
-@task(iterable=["vllm_arg"], changes=True, help={
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "config": "training config (default configs/eagle3.yaml)",
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
     "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
@@ -268,7 +269,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
              continue_on_new_data=continue_on_new_data, nodes=nodes)
 
 
-@task(iterable=["vllm_arg"], changes=True, help={
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "data": "conversations/prompts .json or .jsonl (a laptop file is uploaded; otherwise a host path)",
     "out": "output name: <workdir>/regenerated/NAME.jsonl on the host (default: <data's name>-regen)",
     "verifier": VERIFIER,
@@ -290,7 +291,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
              max_model_len=max_model_len, vllm_args=vllm_arg, detach=detach)
 
 
-@task(iterable=["vllm_arg"], changes=True, help={
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "data": "conversations .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
     "seq_length": "max tokens per row (default 2048)", "config": "training config",
@@ -307,13 +308,13 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
 
     Example: inv pipeline --host gpu1 --data convs.jsonl"""
-    on_hosts(c, host, hosts, _pipeline.pipeline, group=False, on_inspect=views.inspect, on_plan=views.plan,
+    on_hosts(c, host, hosts, _pipeline.pipeline, group=False, on_inspect=views.inspect_brief, on_plan=views.plan,
              data=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers, seq_length=seq_length,
              config=config, dest=dest, max_steps=max_steps, regenerate=regenerate, hidden_states=hidden_states,
              disk_budget=disk_budget, vllm_args=vllm_arg, plan_first=plan_first, yes=yes, sample=sample)
 
 
-@task(name="plan", iterable=["vllm_arg"], changes=True, help={
+@task(name="plan", iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "json": JSON, "data": "conversations/pre-tokenised .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "config": "training config (default configs/eagle3.yaml)",
     "layers": "layer ids", "seq_length": "max tokens per row (default 2048)", "backend": "vllm (default) or hf",
@@ -334,7 +335,7 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
              vllm_args=vllm_arg)
 
 
-@task(changes=True, help={
+@task(changes=True, streams=True, help={
     **COMMON, "host": "the host (default: the built-in local, on CPU; a cuda host trains a 1B verifier on its GPU "
     "and serves the drafts with CUDA graphs)", "dest": DEST, "steps": "stop training after N steps",
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
@@ -348,11 +349,11 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     length beside untrained and wrong-layers drafts, and the speedup over the verifier alone.
 
     Example: inv demo"""
-    on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect, dest=dest, steps=steps,
+    on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect_brief, dest=dest, steps=steps,
              evaluate_drafts=evaluate, speedup=speedup)
 
 
-@task(iterable=["vllm_arg"], changes=True, help={
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
     "checkpoint": "best (default) or an epoch number",
     "checkpoints": "several checkpoints served in turn: all, or names such as 0,2 (instead of --checkpoint)",

@@ -21,11 +21,14 @@ from specops.errors import SpecopsError
 from specops.host.transport import Note, NotDone, Transport
 
 #: the only short flags, the same in every task
-SHORT = {"follow": "f", "run-id": "r", "dry-run": "n"}
+SHORT = {"follow": "f", "run-id": "r", "dry-run": "n", "verbose": "v"}
 
 
 #: --dry-run's help, the same in every task that changes a host
 DRY_RUN = "print the commands and transfers that would change the host; change nothing"
+#: -v/--verbose's help, the same in every task that follows a job or a server
+VERBOSE = ("stream the job's whole log (the trainer's per-step lines, vLLM's own log) and every progress line; "
+           "default: a live line per stage and the figures that matter (the log stays in the run's output.log)")
 
 
 class Task(invoke.Task):
@@ -33,20 +36,21 @@ class Task(invoke.Task):
     task and --hosts in another, `--rdzv-port` got `-`): only SHORT's, everywhere alike; whose
     numeric flags reach it checked (specops.args), a bad one refused in one line (exit 2); and,
     `changes=True` (a task that changes hosts), a --dry-run flag the body never sees: the executor
-    (executing()) takes it, and every connection the task opens plans its changes."""
+    (executing()) takes it, and every connection the task opens plans its changes; `streams=True`
+    (a task that follows a job or a server), a -v/--verbose flag the body never sees either: the
+    views stream the job's whole log instead of its progress lines and figures."""
 
-    def __init__(self, body, *args, changes: bool = False, **kwargs):
-        self.changes = changes
-        if changes:
-            kwargs["help"] = {**(kwargs.get("help") or {}), "dry_run": DRY_RUN}
+    def __init__(self, body, *args, changes: bool = False, streams: bool = False, **kwargs):
+        self.changes, self.streams = changes, streams
+        extra = {**({"dry_run": DRY_RUN} if changes else {}), **({"verbose": VERBOSE} if streams else {})}
+        kwargs["help"] = {**(kwargs.get("help") or {}), **extra}
         super().__init__(body, *args, **kwargs)
 
     def argspec(self, body):
         sig = super().argspec(body)
-        if not self.changes:
-            return sig
-        dry = inspect.Parameter("dry_run", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)
-        return sig.replace(parameters=[*sig.parameters.values(), dry])
+        added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)
+                 for name, on in (("dry_run", self.changes), ("verbose", self.streams)) if on]
+        return sig.replace(parameters=[*sig.parameters.values(), *added]) if added else sig
 
     def arg_opts(self, name, default, taken_names):
         opts = super().arg_opts(name, default, taken_names)
@@ -61,6 +65,8 @@ class Task(invoke.Task):
         # body connects to anything
         refuse_empty_where(kwargs)
         term_as_interrupt()
+        if kwargs.pop("verbose", False):  # (-v: followed job logs streamed whole, every progress line)
+            views.set_verbose(True)
         kwargs = numbers(self.body.__name__, kwargs)
         with executing(bool(kwargs.pop("dry_run", False))):
             return super().__call__(*args, **kwargs)
@@ -172,9 +178,9 @@ def errors() -> Iterator[None]:
 
 
 def open_host(h: inventory.Host, *, hints: str = "", **kw) -> Transport:
-    """A connection whose notes and followed logs go to the views, planning its changes when the
-    task is a dry run (the executor's; kept to say its plan at the end)."""
-    t = connect(h, dry_run=_Run.dry, on_note=views.note, on_log=views.log, hint_args=hints, **kw)
+    """A connection whose notes and followed logs go to the views (a log quiet unless -v), planning
+    its changes when the task is a dry run (the executor's; kept to say its plan at the end)."""
+    t = connect(h, dry_run=_Run.dry, on_note=views.note, on_log=views.job_log, hint_args=hints, **kw)
     _Run.opened.append(t)
     return t
 

@@ -1,39 +1,22 @@
 """The one place that renders: results for a terminal (rich) and for a pipe (plain lines, nothing
-cut), JSON where asked, and the connection's notes and followed logs. Library modules return
-data and hand progress lines to their connection; only this module writes to the screen."""
+cut), JSON where asked; the connection's notes and followed logs through specops.terminal (its
+names are this module's too). Library modules return data and hand progress lines to their
+connection; only these two modules write to the screen."""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json as _json
 import math
-import os
 import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic_core import to_jsonable_python
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specops.host.transport import Note, Plan
-
-console = Console(stderr=False, highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def is_terminal() -> bool:
-    return console.is_terminal and not os.environ.get("SPECOPS_PLAIN")
-
-
-# -- primitives ---------------------------------------------------------------------------
-def line(text: str, style: str = "") -> None:
-    """One line of output (markup-free text; style only on a terminal)."""
-    if is_terminal():
-        console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
-    else:
-        print(text, flush=True)
+from specops.host.transport import Plan
+from specops.terminal import (console, err_console, is_terminal, job_log, line, live_line, log, note,  # noqa: F401
+                              progress_to_stderr, set_verbose, transfer_progress, verbose)
 
 
 def as_json(obj: Any) -> None:
@@ -61,73 +44,6 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
 
 def mark(ok: Optional[bool], hard: bool = True) -> str:
     return {True: "✓", False: "✗" if hard else "!", None: "·"}[ok]
-
-
-# -- the connection's sinks ---------------------------------------------------------------
-#: the live line on a terminal (a rich Status: a spinner and a host script's latest progress line)
-_live = None
-
-
-def live_line(text: Optional[str]) -> None:
-    """On a terminal, one line kept in place (rich): text replaces what it said; None ends it.
-    Other output is printed above it while it runs. In a pipe: nothing (the caller prints lines)."""
-    global _live
-    if text is None:
-        if _live is not None:
-            _live.stop()
-        _live = None
-    elif _live is None:
-        _live = console.status(escape(text), spinner="dots")
-        _live.start()
-    else:
-        _live.update(escape(text))
-
-
-atexit.register(live_line, None)  # (a task that ends or fails mid-step leaves no live line behind)
-
-
-def note(n: Note) -> None:
-    """Progress lines from the library (through the connection), on stderr when they are not
-    results: plan lines of a dry run, warnings, finished steps. A host script's progress lines
-    (kind "progress": every ~15 s) are one live line on a terminal, each a line in a pipe."""
-    if n.kind == "progress" and is_terminal():
-        live_line(f"[specops] {n.text}")
-        return
-    if n.kind in ("done", "warn"):  # (a step ended or went wrong: its live line goes)
-        live_line(None)
-    if n.kind == "plan":
-        line(f"DRY-RUN {n.host}: {n.text}")
-    elif n.kind == "warn" and is_terminal():
-        err_console.print(f"[yellow]{escape('[specops] ' + n.text)}[/]")
-    elif n.kind == "warn":
-        print(f"[specops] {n.text}", file=sys.stderr, flush=True)
-    elif n.kind == "done":
-        line(n.text, "red" if n.text.startswith("✗") else "green")
-    else:
-        line(f"[specops] {n.text}")
-
-
-@contextlib.contextmanager
-def transfer_progress(label: str):
-    """A progress callback (done_bytes, total_bytes) drawing a bar with the total rate and ETA on a
-    terminal; None on a pipe (nothing drawn)."""
-    if not is_terminal():
-        yield None
-        return
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                  TransferSpeedColumn(), TimeRemainingColumn(), console=err_console, transient=True) as bar:
-        task = bar.add_task(escape(label), total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total or None)
-
-
-def log(chunk: bytes) -> None:
-    """A followed job log, byte for byte."""
-    live_line(None)
-    sys.stdout.buffer.write(chunk)
-    sys.stdout.flush()
 
 
 # -- results ------------------------------------------------------------------------------
@@ -213,6 +129,17 @@ def inspect(res: dict) -> None:
         line(f"✗ {v['file']}: {v['what']}", "red")
     line("verdict: OK" if res["ok"] else f"verdict: {res['n_violations']} violation(s)",
          "green" if res["ok"] else "red")
+
+
+def inspect_brief(res: dict) -> None:
+    """inspect-data inside the pipeline or the demo: its summary and verdict on one line, a
+    violation a line each (-v: the whole report, as `inv inspect-data` shows it)."""
+    if verbose() or not res["ok"]:
+        inspect(res)
+        return
+    line(f"inspect-data {res['path']}: {res.get('rows', '?')} rows, {res.get('files', 0)} files, "
+         f"{res.get('tokens', '?')} tokens, stored layers {res.get('stored_layers')} of hidden "
+         f"{res.get('hidden_size')}; {len(res.get('sampled') or [])} file(s) fully loaded; verdict: OK")
 
 
 def evaluation(run_id: str, ev: dict, causes: str) -> None:
@@ -490,11 +417,3 @@ def plan_versus(v: Optional[dict]) -> None:
     table(f"planned vs actual ({v['mode']}; plan {v['plan']})", ["stage", "planned h", "actual h", "error", "runs"],
           [[r["stage"], _hours(r["planned_s"]), _hours(r["actual_s"]),
             "" if r["error"] is None else f"{r['error'] * 100:+.0f}%", ",".join(r["runs"])] for r in v["rows"]])
-
-
-@contextlib.contextmanager
-def progress_to_stderr():
-    """Progress lines and followed logs on stderr while a task's result goes to stdout as JSON (so
-    `inv plan --json | jq` reads one document)."""
-    with contextlib.redirect_stdout(sys.stderr):
-        yield

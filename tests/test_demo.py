@@ -70,3 +70,18 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     tail = r.stdout[r.stdout.index("# time each stage took"):]
     print(tail)  # (the stage table, for bench/results: pytest -s shows it)
     assert "stage\tseconds\tshare" in tail and re.search(r"^demo: \d+m\d\ds in all (\(.*\) )?on \d+ cores, load", tail, re.M)
+    # quiet by default: the figures that matter, never the trainer's per-step panels nor vLLM's own
+    # log (both stay whole in the runs' output.log), in 150 lines or fewer (stdout and stderr), the
+    # acceptance table and the stage times last
+    out = r.stdout.splitlines()
+    (tmp_path / "demo-output.txt").write_text(r.stdout + r.stderr)
+    assert len(out) + len(r.stderr.splitlines()) <= 150, f"{len(out)} lines: {tmp_path / 'demo-output.txt'}"
+    assert "train/loss=" not in r.stdout and "train/loss=" in (run / "output.log").read_text()
+    assert re.search(r"^\[train\] step \d+, epoch \d+/\d+: loss [\d.]+, accuracy by position [\d. ]+, [\d,]+ tokens/s$",
+                     r.stdout, re.M), r.stdout
+    assert re.search(r"^\[train\] validation after epoch \d+/\d+: loss [\d.]+, accuracy by position [\d. ]+$",
+                     r.stdout, re.M), r.stdout
+    assert re.search(r"^\[specops\] vLLM server healthy after \d+s$", r.stdout, re.M), r.stdout
+    last = r.stdout[r.stdout.index("# drafts served by vLLM with the verifier"):]
+    assert "# time each stage took" in last and out[-1].startswith("demo: ")
+    assert not re.search(r"^(\[specops\]|\[train\]|✓)", last, re.M), last  # (nothing but the two tables and their lines)

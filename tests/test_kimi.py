@@ -437,8 +437,9 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
         t.check(f"rm -rf {work}/data/pipe-tp2 && mkdir -p {work}/data/pipe-tp2 && "
                 f"cp {work}/data/pipe/*.json {work}/data/pipe/*.arrow {work}/data/pipe-tp2/", "copy dataset")
         t.check(f"rm -f {work}/data/pipe-tp2/specops-data.json", "no record")
+    # (-v: the job's whole log, where the server's command is; the quiet default leaves it there)
     r = inv("extract", "--host", "tp2", "--hosts", str(hf), "--dataset", "pipe-tp2", "--verifier",
-            f"{work}/models/tiny-llama", "--layers", "1,3,4,6")
+            f"{work}/models/tiny-llama", "--layers", "1,3,4,6", "-v")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     server = next(ln for ln in r.stdout.splitlines() if "vLLM server: $" in ln)
     assert "--tensor-parallel-size 2" in server and server.endswith("--gpu-memory-utilization 0.3"), server

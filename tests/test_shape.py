@@ -1,5 +1,5 @@
-"""The code's shape, checked: no import cycles in specops/, only the views module (and the CLI
-glue) writes to the screen, every remote script's entry point is the contract's wrapper, the
+"""The code's shape, checked: no import cycles in specops/, only the views (views.py and its
+terminal.py) write to the screen, every remote script's entry point is the contract's wrapper, the
 connection pushes remote/ at most once, and a failing remote script always answers with a framed
 {"ok": false}."""
 
@@ -97,7 +97,7 @@ def test_every_package_says_what_lives_there():
 def test_only_views_write_to_the_screen():
     offenders = []
     for m, p in modules().items():
-        if m in ("views",):
+        if m in ("views", "terminal"):  # (the views, and the screen's primitives and live line they render on)
             continue
         tree = ast.parse(p.read_text())
         for node in ast.walk(tree):

@@ -84,6 +84,31 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         assert rec["run_id"] == rid and len(rec["starts"]) == 1
 
 
+def test_train_follow_is_quiet_and_verbose_streams_the_log(pipeline_run, hosts_file):
+    """`inv train --follow` (the real trainer): its figures (step, loss, accuracy per draft position,
+    tokens/s; each epoch's validation), not its per-step INFO panels, which stay whole in the run's
+    output.log; `-v` streams that log byte for byte."""
+    h = inventory.load(str(hosts_file)).get("box")
+    base = ["--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--config", "configs/demo.yaml",
+            "--epochs", "1", "--follow", "--no-serve-check"]
+    rid = "t-quiet-" + str(int(time.time()))
+    r = inv("train", *base, "--run-id", rid)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
+    assert log.count("train/loss=") >= 2 and "train/loss=" not in r.stdout, r.stdout[-3000:]
+    assert re.search(r"^\[train\] step 0, epoch 1/1: loss [\d.]+, accuracy by position [\d.]+ [\d.]+ [\d.]+, "
+                     r"[\d,]+ tokens/s$", r.stdout, re.M), r.stdout[-3000:]
+    assert re.search(r"^\[train\] validation after epoch 1/1: loss [\d.]+, accuracy by position [\d. ]+$",
+                     r.stdout, re.M), r.stdout[-3000:]
+    assert f"train {rid} on box: finished (exit 0)" in r.stdout and len(r.stdout.splitlines()) <= 12, r.stdout
+    r = inv("train", *base, "--run-id", rid + "-v", "-v")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    with connect(h) as t:
+        log = t.read_bytes(jobs.run_path(t, rid + "-v", "output.log")).decode()
+    assert log.count("train/loss=") >= 2 and log in r.stdout, r.stdout[-3000:]
+
+
 def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_file, tmp_path):
     cfg = tmp_path / "broken.yaml"
     cfg.write_text(LONG.replace("speculator-type: eagle3", "speculator-type: no-such-draft"))

@@ -298,10 +298,12 @@ def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
         time.sleep(1)
 
 
-def run_following(t: Transport, run_id: str, task: Optional[int] = None) -> Optional[int]:
-    """Follow a run's log until it ends (its exit code); Ctrl-C detaches (None), the run goes on."""
+def run_following(t: Transport, run_id: str, task: Optional[int] = None,
+                  write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
+    """Follow a run's log (to `write`, else the connection's log sink) until it ends (its exit
+    code); Ctrl-C detaches (None), the run goes on."""
     try:
-        return follow(t, run_id, task=task)[1]
+        return follow(t, run_id, task=task, write=write)[1]
     except KeyboardInterrupt:
         t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
                f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
@@ -369,16 +371,16 @@ class LogTail(bytes):
 
 
 def log_of(t: Transport, run_id: Optional[str] = None, follow: bool = False,
-           task: Optional[int] = None) -> Optional[LogTail]:
+           task: Optional[int] = None, write: Optional[Callable[[bytes], None]] = None) -> Optional[LogTail]:
     """`inv logs`: a run's log (the newest run's by default; a Slurm job array's: task `task`'s):
-    its last MiB, or with follow, followed to the connection's log sink until the run ends (an
-    error if it failed; None)."""
+    its last MiB, or with follow, followed to `write` (else the connection's log sink) until the
+    run ends (an error if it failed; None)."""
     j = get(t, run_id)
     if task is None and getattr(j, "array", None):
         raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
                            f"give --task 0..{j.array - 1}")
     if follow:
-        if run_following(t, j.run_id, task=task):
+        if run_following(t, j.run_id, task=task, write=write):
             raise SpecopsError(f"run {j.run_id} ended: {status(t, j.run_id)[0].describe}")
         return None
     log, _ = log_files(t, j.run_id, task)
