@@ -148,10 +148,11 @@ def test_the_throttle_lets_a_burst_through_then_one_per_period():
 def test_the_tasks_that_follow_a_job_take_verbose():
     """-v/--verbose on every task that follows a job (its flags as invoke parses them)."""
     import tasks
+    from specops import cli
 
     for name in ("demo", "train", "pipeline", "extract", "prepare-data", "evaluate", "regenerate", "plan"):
         args = {a.name: a for a in tasks.ns.tasks[name].get_arguments()}
-        assert args["verbose"].names == ("verbose", "v") and args["verbose"].help == tasks.VERBOSE, name
+        assert args["verbose"].names == ("verbose", "v") and args["verbose"].help == cli.VERBOSE, name
     r = inv("train", "--help")
     assert r.returncode == 0 and "-v, --verbose" in r.stdout, r.stdout[-1500:]
 
