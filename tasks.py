@@ -58,7 +58,7 @@ def hosts(c, hosts=None, json=False):
             "force": "reinstall the profile even if the venv's stamp matches",
             "wheelhouse": "a folder from `inv wheelhouse`: pushed, then installed with --no-index (air-gapped hosts)"})
 def bootstrap(c, host=None, hosts=None, profile=None, force=False, dry_run=False, wheelhouse=None):
-    """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
+    """Create or refresh the host venv from a pinned profile and push specops_host/ (idempotent).
 
     A `venv_existing` host's venv is only topped up with what it lacks, never upgraded.
 
@@ -106,7 +106,7 @@ def _show_preflight(name, r):
 
 @task(help={**COMMON, "dry_run": DRY_RUN})
 def push(c, host=None, hosts=None, dry_run=False):
-    """Push remote/ (and the profiles) to the host's workdir; only changed files travel.
+    """Push specops_host/ (and the profiles) to the host's workdir; only changed files travel.
 
     Example: inv push --host gpu1"""
     over(c, host, hosts, "push", lambda t: t.ensure_pushed(), dry_run=dry_run,
@@ -367,7 +367,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                   learnable=False, seconds=None, size="tiny", dry_run=False):
     """Build a small verifier with a local tokenizer on the host (no model hub needed).
 
-    Random, or --learnable (trained on the synthetic language of remote/synthlang.py: what the
+    Random, or --learnable (trained on the synthetic language of specops_host/fixtures/synthlang.py: what the
     demo uses). Next: `inv pipeline --verifier PATH --data ...` or set `verifier:` in hosts.yaml.
 
     Example: inv make-verifier --host gpu1 --learnable --size 1b"""

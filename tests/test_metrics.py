@@ -1,5 +1,5 @@
 """Training metrics from TensorBoard event files (specops/metrics.py) and the status line
-(remote/loglines.py, remote/job.py's last_line).
+(specops_host/jobs/loglines.py, specops_host/jobs/job.py's last_line).
 
 The event files are real: written with tensorboard's EventFileWriter, the writer under
 torch.utils.tensorboard.SummaryWriter (what speculators' TensorBoard logger uses), each scalar
@@ -9,7 +9,6 @@ own metric logger.
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,10 +16,7 @@ import pytest
 
 from specops import metrics
 
-REMOTE = Path(__file__).resolve().parent.parent / "remote"
-sys.path.insert(0, str(REMOTE))
-import job  # noqa: E402  (remote/job.py)
-import loglines  # noqa: E402  (remote/loglines.py)
+from specops_host.jobs import job, loglines
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

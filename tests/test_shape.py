@@ -1,6 +1,6 @@
 """The code's shape, checked: no import cycles in specops/, only the views module (and the CLI
 glue) writes to the screen, every remote script's entry point is the contract's wrapper, the
-connection pushes remote/ at most once, and a failing remote script always answers with a framed
+connection pushes specops_host/ at most once, and a failing remote script always answers with a framed
 {"ok": false}."""
 
 import ast
@@ -113,9 +113,9 @@ def test_only_views_write_to_the_screen():
 
 
 def test_every_remote_entry_point_is_the_contract_wrapper():
-    scripts = [p for p in (REPO / "remote").glob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
+    scripts = [p for p in (REPO / "specops_host").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
     assert len(scripts) >= 10
-    trainers = ("train_cpu.py", "train_online.py")  # (speculators' own CLI in-process: its exit code is the job's)
+    trainers = ("cpu.py", "online_cli.py")  # (speculators' own CLI in-process: its exit code is the job's)
     bad = [p.name for p in scripts if p.name not in trainers
            and "contract.main(main)" not in p.read_text().split('if __name__ == "__main__":', 1)[1]]
     assert not bad, bad
@@ -124,8 +124,8 @@ def test_every_remote_entry_point_is_the_contract_wrapper():
 def test_a_crashing_script_answers_with_a_framed_error(tmp_path):
     """Any failure in main() reaches the laptop as one framed line naming the file and line."""
     (tmp_path / "boom.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport contract\n\ndef main():\n    {}['missing']\n\n"
-        "contract.main(main)\n" % str(REPO / "remote"))
+        "import sys\nsys.path.insert(0, %r)\nfrom specops_host import contract\n\ndef main():\n    {}['missing']\n\n"
+        "contract.main(main)\n" % str(REPO))
     p = subprocess.run([sys.executable, str(tmp_path / "boom.py"), "--result", str(tmp_path / "r.json")],
                        capture_output=True, text=True)
     got = decode_payload(p.stdout)
@@ -143,7 +143,7 @@ def test_push_once_per_connection_and_reconnect_in_place(light_host, monkeypatch
         jobs.start(t, rid, ["sh", "-c", "echo hi"], kind="test")
         jobs.status(t)
         jobs.status(t, rid)
-        run_script(t, "manifest", [jobs.run_path(t, rid)], changes=False)
+        run_script(t, "fetch.manifest", [jobs.run_path(t, rid)], changes=False)
         t.reconnect()
         assert t.run("true").ok and jobs.status(t, rid)[0].run_id == rid
     assert len(calls) == 1

@@ -10,7 +10,7 @@ Policy (what to run) lives elsewhere. The connection owns the concerns every ope
   mistake; ``run(cmd, changes=...)`` is the one both go through;
 - dry-run: the changes are kept as a ``Plan`` (commands, transfers, the host files it would
   write, the other steps it would take: ``plan_of()``), each also a "plan" note as it comes;
-- push: ``ensure_pushed()`` sends remote/ at most once per connection (every remote script call
+- push: ``ensure_pushed()`` sends specops_host/ at most once per connection (every remote script call
   goes through it);
 - reconnect: ``reconnect()`` re-opens the same object in place after a drop;
 - output: library code never prints; it hands lines to ``note()`` and the connection passes them
@@ -181,7 +181,7 @@ class Transport:
 
     # -- push ---------------------------------------------------------------------------
     def ensure_pushed(self) -> list[str]:
-        """remote/ (and the profiles) on the host, sent at most once per connection."""
+        """specops_host/ (and the profiles) on the host, sent at most once per connection."""
         if self.pushed is None:
             from specops.host.push import push  # (push uses this connection's own operations)
 
