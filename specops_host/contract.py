@@ -1,7 +1,8 @@
-"""The laptop-host contract, in one module: stdlib only, imported by every remote script and
-loaded by the laptop (specops/contract.py), so both sides share one set of rules.
+"""The laptop-host contract, in one module: stdlib only, imported by every host script and by
+the laptop (`from specops_host import contract`: specops/contract.py), so both sides share one
+set of rules.
 
-- the payload frame: a remote script prints one framed JSON object on stdout (``emit``);
+- the payload frame: a host script prints one framed JSON object on stdout (``emit``);
 - ``main(fn)``: every script's entry point; whatever goes wrong, the laptop gets a framed
   ``{"ok": false, "error": "..."}`` (and a job script's ``--result`` file gets it too), never a
   bare traceback;

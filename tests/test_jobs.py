@@ -127,9 +127,9 @@ def test_unknown_run_id(light_host):
 
 HAMMER = """import sys
 sys.path.insert(0, sys.argv[1])
-from specops_host.jobs import job
+from specops_host.jobs import records
 for i in range(300):
-    job.update_json(sys.argv[2], **{sys.argv[3]: i})
+    records.update_json(sys.argv[2], **{sys.argv[3]: i})
 """
 
 

@@ -4,6 +4,7 @@ connection pushes specops_host/ at most once, and a failing remote script always
 {"ok": false}."""
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_a_crashing_script_answers_with_a_framed_error(tmp_path):
 
 
 def test_push_once_per_connection_and_reconnect_in_place(light_host, monkeypatch):
-    """Several remote calls on one connection push remote/ once; reconnect() keeps the object."""
+    """Several remote calls on one connection push specops_host/ once; reconnect() keeps the object."""
     calls = []
     real = push.push
     monkeypatch.setattr(push, "push", lambda t: calls.append(1) or real(t))
@@ -164,3 +165,42 @@ def test_every_task_help_is_whole_and_has_an_example():
 def test_no_module_over_500_lines():
     big = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 500}
     assert not big, big
+
+
+HOST = REPO / "specops_host"
+
+
+def test_no_host_module_over_500_lines():
+    big = {str(p.relative_to(REPO)): n for p in HOST.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert not big, big
+
+
+def test_host_modules_import_each_other_by_package():
+    """A host module imports another by its package (`from specops_host.serve import vllm_server`),
+    never flat (`import vllm_server`: that only resolved with the old remote/ folder on sys.path)."""
+    flat = {p.stem for p in HOST.rglob("*.py")} - {"__init__"}
+    bad = []
+    for p in HOST.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            bad += [f"{p.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in flat]
+    assert not bad, bad
+
+
+def test_the_laptop_imports_its_host_modules_without_the_host_stack():
+    """The laptop (no torch) imports the host modules it shares (the contract, the push manifest,
+    the demo's language, the log readers, the serve check's failure line) by an ordinary import:
+    the CLI and every ops module load without torch, vLLM, transformers or speculators."""
+    code = ("import json, sys, tasks, specops.ops.pipeline, specops.group.distcheck; "
+            "print(json.dumps(sorted(sys.modules)))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    loaded = set(json.loads(p.stdout))
+    assert not {m.split(".")[0] for m in loaded} & {"torch", "vllm", "transformers", "speculators"}
+    assert {"specops_host.contract", "specops_host.fetch.manifest", "specops_host.fixtures.synthlang",
+            "specops_host.jobs.errlines", "specops_host.check.serve"} <= loaded

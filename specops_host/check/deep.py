@@ -91,7 +91,8 @@ def fixture(kind, log):
         return ver.resolve(), data.resolve(), 0.0
     t0 = time.time()
     base.mkdir(parents=True, exist_ok=True)
-    rc, _ = run([sys.executable, "-m", "specops_host.fixtures.tiny_verifier", ver, "--layers", LAYERS, "--hidden", HIDDEN], log)
+    rc, _ = run([sys.executable, "-m", "specops_host.fixtures.tiny_verifier", ver, "--layers", LAYERS,
+                 "--hidden", HIDDEN], log)
     if rc != 0:
         raise RuntimeError(f"building the tiny verifier failed (exit {rc}); see {log}")
     vocab = json.loads((ver / "config.json").read_text())["vocab_size"]

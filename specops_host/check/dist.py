@@ -4,9 +4,9 @@ Launch (what `inv dist-check --host @group` starts on each host, as a detached j
 written by the laptop, the same fields as a train spec: nnodes, node_rank, rdzv_endpoint,
 local_addr, nproc, run_dir, kind):
     <venv>/bin/python3 -m specops_host.check.dist --spec runs/R/train-spec.json
-which replaces itself (exec) with torchrun (specops_host/jobs/launch.py) running this file on every rank:
+which replaces itself (exec) with torchrun (jobs/launch.py) running this module on every rank:
     <venv>/bin/python3 -m torch.distributed.run --nnodes 2 --node-rank I --rdzv-backend c10d \
-        --rdzv-endpoint HOST0:29500 --rdzv-id RUN --nproc-per-node 1 specops_host/check/dist.py
+        --rdzv-endpoint HOST0:29500 --rdzv-id RUN --nproc-per-node 1 -m specops_host.check.dist
 
 Each rank contributes rank + 1; every rank must see world * (world + 1) / 2. Rank 0's line
 `DIST-CHECK {...}` is what specops reads.

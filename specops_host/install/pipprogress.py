@@ -1,4 +1,4 @@
-"""A pip install that is never silent (stdlib; used by install_profile.py).
+"""A pip install that is never silent (stdlib; used by install/profile.py).
 
 pip says what it collects (each wheel, with its size) and then, once, which packages it
 installs; installing them (unpacking torch alone takes a while) it says nothing more. The

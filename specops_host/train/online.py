@@ -50,9 +50,9 @@ from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit
 from specops_host.data.datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
-from specops_host.data.datagen import HEADROOM, free_bytes, parse_layers, readable, verifier_vocab
-from specops_host.jobs.job import children, is_torchrun, pid_alive
-from specops_host.jobs.procs import ends_with
+from specops_host.data.hsfile import readable
+from specops_host.data.inputs import HEADROOM, free_bytes, parse_layers, verifier_vocab
+from specops_host.jobs.procs import children, ends_with, is_torchrun, pid_alive
 
 MODES = ("auto", "online", "offline")
 PORT = "<port>"

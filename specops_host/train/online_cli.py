@@ -1,8 +1,8 @@
-"""`speculators train` for an online run (what specops_host/train/run.py starts beside the vLLM server).
+"""`speculators train` for an online run (what train/run.py starts beside the vLLM server).
 
-Launch (specops_host/train/online.py runs it; under torchrun each rank runs it):
+Launch (train/online.py runs it; under torchrun each rank runs it):
     <venv>/bin/python3 -m specops_host.train.online_cli [--cpu] --on-missing generate --vllm-endpoint URL ...
-    (any `speculators train` flags; --cpu first: specops_host/train/cpu.py's CPU placement too)
+    (any `speculators train` flags; --cpu first: train/cpu.py's CPU placement too)
 
 One fix to speculators 0.9.0, for online runs: its SIGTERM/SIGINT handler raises
 TrainingInterruptedError (an Exception) wherever the main process is. With --num-workers 0 the
@@ -23,7 +23,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--cpu"]:
         args = args[1:]
-        from specops_host.train import cpu as train_cpu  # noqa: F401 - its CPU placement patches (specops_host/train/cpu.py, beside this file)
+        from specops_host.train import cpu as train_cpu  # noqa: F401 - its CPU placement patches (train/cpu.py)
     from speculators.cli import app
 
     sys.argv = ["speculators", "train", *args]

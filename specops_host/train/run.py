@@ -10,14 +10,14 @@ then replaces itself (exec) with the trainer, so `inv stop` signals the trainer 
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python -m specops_host.train.cpu ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
-Online hidden states (spec "hidden_states": "online", see specops_host/train/online.py): no exec; this
+Online hidden states (spec "hidden_states": "online", see train/online.py): no exec; this
 process starts the verifier's vLLM extraction server (RUN/server/), runs the trainer
-(specops_host/train/online_cli.py: `speculators train` with an interrupt fix; torchrun as above) with
+(`-m specops_host.train.online_cli`: `speculators train` with an interrupt fix; torchrun as above) with
 `--on-missing generate --vllm-endpoint` against it, watches both and stops the server when the
 trainer ends; a re-run (resume) starts a server again.
 Metrics: `--logger tensorboard` is always on (added to the user's own loggers), `--log-dir runs/R/logs`
 and `--run-name R`, so speculators writes runs/R/logs/R/events.out.tfevents.*; specops/metrics.py
-reads them after `inv fetch`. (dist-check has its own launcher: specops_host/check/dist.py --spec.)
+reads them after `inv fetch`. (dist-check has its own launcher: check/dist.py --spec.)
 """
 
 import argparse

@@ -2,7 +2,7 @@
 types as the laptop's pydantic model (specops/payloads.py TrainSpec; tests/test_trainspec.py
 proves the two agree on every field).
 
-`inv train` writes the spec; specops_host/train/run.py, specops_host/train/online.py and specops_host/check/dist.py read it
+`inv train` writes the spec; train/run.py, train/online.py and check/dist.py read it
 with ``read(path)``: an unknown field, a missing required one or a value of the wrong type is
 refused in one line naming the field (a spec written by another specops version, or by hand).
 The reader returns a plain dict with every field present (absent optional ones at their default),
