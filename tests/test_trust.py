@@ -175,6 +175,29 @@ def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
         assert t.read_bytes(f"{t.workdir}/specops_host/jobs/errlines.py") == local
 
 
+
+def test_push_deletes_the_flat_remote_folder_an_older_specops_pushed(light_host):
+    """An older specops pushed its host scripts flat into remote/ (and listed them in the push
+    manifest): the next push deletes them, so no stale copy of a host module is left beside
+    specops_host/ (which the host runs as `python -m specops_host.<job>.<module>`)."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    assert inv("push", "--host", "light", "--hosts", hf).returncode == 0
+    old = ("remote/job.py", "remote/contract.py")
+    with connect(light_host) as t:
+        wd, man = t.workdir, f"{t.workdir}/.specops/pushed.json"
+        pushed = json.loads(t.read_bytes(man))
+        t.check(f"mkdir -p {wd}/remote && " + " && ".join(f"echo 'raise SystemExit(3)' > {wd}/{f}" for f in old),
+                "an older specops' flat remote/")
+        t.put_text(json.dumps({**pushed, **{f: "0" * 64 for f in old}}), man)
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with connect(light_host) as t:
+        assert not any(t.exists(f"{t.workdir}/{f}", "-f") for f in old)
+        assert t.exists(f"{t.workdir}/specops_host/jobs/job.py", "-f")
+        assert not set(old) & set(json.loads(t.read_bytes(f"{t.workdir}/.specops/pushed.json")))
+    r = inv("status", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stdout + r.stderr
+
 def test_fetch_without_a_run_id_names_the_newest_training_run_and_says_a_snapshot(light_host, tmp_path):
     """No --run-id: the newest *training* run (not a newer extraction), named; a running one is
     fetched as a snapshot, and fetch says so."""
