@@ -52,7 +52,7 @@ def hosts(c, hosts=None, json=False):
     "force": "reinstall the profile even if the venv's stamp matches",
     "wheelhouse": "a folder from `inv wheelhouse`: pushed, then installed with --no-index (air-gapped hosts)"})
 def bootstrap(c, host=None, hosts=None, profile=None, force=False, wheelhouse=None):
-    """Create or refresh the host venv from a pinned profile and push remote/ (idempotent).
+    """Create or refresh the host venv from a pinned profile and push specops_host/ (idempotent).
 
     A `venv_existing` host's venv is only topped up with what it lacks, never upgraded.
 
@@ -88,7 +88,7 @@ def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, con
 
 @task(changes=True, help=COMMON)
 def push(c, host=None, hosts=None):
-    """Push remote/ (and the profiles) to the host's workdir; only changed files travel.
+    """Push specops_host/ (and the profiles) to the host's workdir; only changed files travel.
 
     Example: inv push --host gpu1"""
     on_hosts(c, host, hosts, _bootstrap.push_remote, title="push")
@@ -220,7 +220,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                   learnable=False, seconds=None, size="tiny"):
     """Build a small verifier with a local tokenizer on the host (no model hub needed).
 
-    Random, or --learnable (trained on the synthetic language of remote/synthlang.py: what the
+    Random, or --learnable (trained on the synthetic language of specops_host/fixtures/synthlang.py: what the
     demo uses). Next: `inv pipeline --verifier PATH --data ...` or set `verifier:` in hosts.yaml.
 
     Example: inv make-verifier --host gpu1 --learnable --size 1b"""

@@ -3,7 +3,7 @@
     .venv/bin/python bench/fetch.py [--gib 2] [--rounds 2] [--refetch-n 5] [--dir /var/tmp]
 
 Starts the real loopback sshd of tests/rig.py (127.0.0.1 only; as root the rig logs in its
-non-root user), makes a bare host venv and pushes remote/, then writes a run directory
+non-root user), makes a bare host venv and pushes specops_host/, then writes a run directory
 runs/bench-fetch/ in the host's workdir: a 2 GiB "checkpoint" of 4 random-byte shards plus
 two small JSON files. Each round, after `sync; echo 3 > /proc/sys/vm/drop_caches` (cold, if
 permitted) and with the host's hash cache removed (a first fetch of a new checkpoint), (b)

@@ -4,13 +4,13 @@
 
 Starts the real loopback sshd of tests/rig.py (127.0.0.1 only; as root the rig logs in its
 non-root user), makes a bare host venv (`/usr/bin/python3 -m venv --without-pip
-~/bench-venv`) and pushes remote/. Then, alternating, N times each (after 3 untimed
+~/bench-venv`) and pushes specops_host/. Then, alternating, N times each (after 3 untimed
 warm-ups of each):
-  (a) specops: `remote_exec.run_script(t, "job", ["status"])` over one open
+  (a) specops: `remote_exec.run_script(t, "jobs.job", ["status"])` over one open
       `transport.connect(host)` connection (Fabric/paramiko exec channel);
   (b) peer: `ssh -o ControlMaster=auto -o ControlPersist=60 ...` (the same options specops
       gives rsync: port, key, strict known_hosts) running the very same command
-      (`cd ~/specops-bench && ~/bench-venv/bin/python3 remote/job.py status`, as built by
+      (`cd ~/specops-bench && ~/bench-venv/bin/python3 specops_host/jobs/job.py status`, as built by
       remote_exec.script_command) over the shared master connection.
 Prints median/p90 of both and the ratio a/b (target <= 1.2x). Then times the whole CLI
 `inv status --host bench --hosts FILE` (--cli-n times; target <= 1 s) and a breakdown of
@@ -65,14 +65,14 @@ def main() -> int:
             t.check(f"test -x {VENV}/bin/python3 || /usr/bin/python3 -m venv --without-pip {VENV}",
                     "bench venv", timeout=120)
             push(t)
-            cmd = script_command(t, "job", ["status"])
+            cmd = script_command(t, "jobs.job", ["status"])
             ssh_base = t.ssh_command() + ["-o", "ControlMaster=auto", "-o", f"ControlPath={cm_path}",
                                           "-o", "ControlPersist=60", f"{h.user}@{h.address}"]
             print(f"command: {cmd}")
 
             def via_specops() -> float:
                 t0 = time.perf_counter()
-                res = run_script(t, "job", ["status"])
+                res = run_script(t, "jobs.job", ["status"])
                 dt = time.perf_counter() - t0
                 assert res.get("ok"), res
                 return dt
@@ -131,7 +131,7 @@ def main() -> int:
                 t1 = time.perf_counter()
                 push(t2)
                 t3 = time.perf_counter()
-                run_script(t2, "job", ["status"])
+                run_script(t2, "jobs.job", ["status"])
                 t4 = time.perf_counter()
                 t2.close()
                 conn_t.append(t1 - t0)

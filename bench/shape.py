@@ -225,8 +225,8 @@ def contract_figures(root: Path, lib: list) -> dict:
     """The contract and dry-run figures of issue 23: `.dry_run` checks and "None under --dry-run"
     docstrings (specops/ + tasks.py), run_script calls that name the reply's model (of all), bare
     `.run(` calls on a connection in the library (a read that forgets changes=False is planned),
-    hand-indexed train-spec fields on the host (`spec["..."]` / `spec.get(` in remote/train.py and
-    remote/online.py, read before or after the checked reader), and the ways several hosts are opened."""
+    hand-indexed train-spec fields on the host (`spec["..."]` / `spec.get(` in the host's train
+    launcher and online.py, read before or after the checked reader), and the ways several hosts are opened."""
     import re
 
     both = lib + [root / "tasks.py"]
@@ -239,12 +239,12 @@ def contract_figures(root: Path, lib: list) -> dict:
                 with_model += any(k.arg == "model" for k in node.keywords)
     bare = sum(len(re.findall(r"\b(?:t|self\.t|ts\[\d\])\.run\(", text[p])) for p in lib
                if p.name not in ("transport.py", "ssh.py", "local.py"))
-    remote = root / "remote"
     return {"dot_dry_run_mentions": sum(t.count(".dry_run") for t in text.values()),
             "none_under_dry_run_docstrings": sum(t.count("None under --dry-run") for t in text.values()),
             "run_script_calls_with_model": [with_model, calls],
             "bare_connection_run_calls": bare,
-            "train_spec_checked_on_read": (remote / "trainspec.py").is_file(),
+            "train_spec_checked_on_read": any((root / f).is_file()
+                                              for f in ("remote/trainspec.py", "specops_host/train/spec.py")),
             "several_host_idioms": {k: sum(t.count(k) for t in text.values())
                                     for k in ("connect_all(", "run_on(", "Group.open(", "is_multi(")}}
 

@@ -1,12 +1,10 @@
-"""The laptop's copy of the laptop-host contract: remote/contract.py, loaded from this repo (the
-host imports the same file after `push`), so both sides share one name rule, one set of job
-states and one payload frame."""
+"""The laptop's side of the laptop-host contract: specops_host/contract.py, imported from the
+installed host package (the host imports the same file after `push`), so both sides share one name
+rule, one set of job states and one payload frame; its refusals raised here as SpecopsError."""
 
 from __future__ import annotations
 
-from specops import paths
-
-_mod = paths.remote_module("contract")
+from specops_host import contract as _mod
 
 BEGIN, END = _mod.BEGIN, _mod.END
 JobState = _mod.JobState

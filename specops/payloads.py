@@ -68,7 +68,7 @@ class Payload(BaseModel):
 
 
 class Job(BaseModel):
-    """One detached job's record (remote/job.py), state brought up to date."""
+    """One detached job's record (specops_host/jobs/job.py), state brought up to date."""
 
     model_config = ConfigDict(extra="allow")
     run_id: str
@@ -131,8 +131,8 @@ class Check(Payload):
 
 class TrainSpec(BaseModel):
     """runs/R/train-spec.json: what `inv train` (and dist-check) hand the host's launchers
-    (remote/train.py, remote/online.py, remote/dist_check.py). The host reads it with
-    remote/trainspec.py: the same field names and types (tests/test_trainspec.py holds the two
+    (specops_host/train/run.py, specops_host/train/online.py, specops_host/check/dist.py). The host reads it with
+    specops_host/train/spec.py: the same field names and types (tests/test_trainspec.py holds the two
     together). Only the fields a run sets are written (exclude_unset): the host fills the rest in."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -148,12 +148,12 @@ class TrainSpec(BaseModel):
     flags: dict[str, Any] = {}
     hidden_states: Literal["offline", "online"] = "offline"
     trust_remote_code: Union[str, bool] = "auto"
-    #: an online run's server settings and timing (remote/online.py)
+    #: an online run's server settings and timing (specops_host/train/online.py)
     online: Optional[dict[str, Any]] = None
     online_timing: Optional[dict[str, Any]] = None
     #: what run.json keeps of this start
     record: dict[str, Any] = {}
-    #: several nodes (a group, or a Slurm job): torchrun's fields (remote/launch.py)
+    #: several nodes (a group, or a Slurm job): torchrun's fields (specops_host/jobs/launch.py)
     nnodes: int = 1
     node_rank: Optional[int] = None
     rdzv_endpoint: Optional[str] = None
@@ -187,7 +187,7 @@ class TrainSpec(BaseModel):
 
 
 class DeepCheck(Payload):
-    """remote/deep_check.py: each candidate setting's training steps."""
+    """specops_host/check/deep.py: each candidate setting's training steps."""
     results: Optional[list[dict[str, Any]]] = None
     tail: list[str] = []
     #: the config file the settings came from (set by the laptop)
@@ -195,7 +195,7 @@ class DeepCheck(Payload):
 
 
 class ServeCheck(Payload):
-    """remote/serve_check.py: vLLM served the verifier with an untrained draft (or why not)."""
+    """specops_host/check/serve.py: vLLM served the verifier with an untrained draft (or why not)."""
     skipped: Optional[str] = None
     check_seconds: Optional[float] = None
     cached: bool = False
@@ -208,7 +208,7 @@ class ServeCheck(Payload):
 
 
 class Installed(Payload):
-    """remote/install_profile.py --list-installed: the venv's packages and platform."""
+    """specops_host/install/profile.py --list-installed: the venv's packages and platform."""
     installed: dict[str, str] = {}
     python: Optional[str] = None
     glibc: str = ""
@@ -216,7 +216,7 @@ class Installed(Payload):
 
 
 class Install(Payload):
-    """remote/install_profile.py: the profile installed (or verified), or what did not fit."""
+    """specops_host/install/profile.py: the profile installed (or verified), or what did not fit."""
     mode: Optional[str] = None
     action: Optional[str] = None
     changed: dict[str, Any] = {}
@@ -235,7 +235,7 @@ class Install(Payload):
 
 
 class DatagenPlan(Payload):
-    """remote/datagen.py --plan: the disk budget and the commands the job would start."""
+    """specops_host/data/datagen.py --plan: the disk budget and the commands the job would start."""
     tokens: Optional[int] = None
     layer_ids: list[int] = []
     hidden_size: Optional[int] = None
@@ -247,14 +247,14 @@ class DatagenPlan(Payload):
 
 
 class Converted(Payload):
-    """remote/convert_data.py: a dataset converted to specops' layout."""
+    """specops_host/data/convert_data.py: a dataset converted to specops' layout."""
     rows: Optional[int] = None
     dst: Optional[str] = None
     seconds: Optional[float] = None
 
 
 class ModelBuilt(Payload):
-    """remote/tiny_verifier.py / remote/learnable_verifier.py: a verifier built on the host."""
+    """specops_host/fixtures/tiny_verifier.py / learnable_verifier.py: a verifier built on the host."""
     path: Optional[str] = None
     shape: Optional[str] = None
     layers: Optional[int] = None
@@ -264,13 +264,13 @@ class ModelBuilt(Payload):
 
 
 class ServePlan(Payload):
-    """remote/evaluate.py --plan / remote/regenerate.py --plan: the servers the job would start."""
+    """specops_host/serve/evaluate.py / data/regenerate.py --plan: the servers the job would start."""
     commands: list[list[Any]] = []
     prompts: Any = None
 
 
 class Inspection(Payload):
-    """remote/inspect_data.py: the data layout's verdict (ok false with violations: data that fail)."""
+    """specops_host/data/inspect_data.py: the data layout's verdict (ok false with violations: data that fail)."""
     format: Optional[str] = None
     files: Optional[int] = None
     rows: Optional[int] = None
@@ -282,12 +282,12 @@ class Inspection(Payload):
 
 
 class Manifest(Payload):
-    """remote/manifest.py: every file under a directory, with its size and sha256."""
+    """specops_host/fetch/manifest.py: every file under a directory, with its size and sha256."""
     files: dict[str, dict[str, Any]] = {}
 
 
 class HiddenStatesPlan(Payload):
-    """remote/online.py (read-only): which hidden states a run uses, and why."""
+    """specops_host/train/online.py (read-only): which hidden states a run uses, and why."""
     mode: Optional[Literal["offline", "online"]] = None
     asked: Optional[str] = None
     reason: str = ""

@@ -3,8 +3,8 @@ exact command). It adds to the real-sshd tests, never replaces them: nothing her
 command works on a host, only that specops builds the one it means to.
 
     t = RecordingTransport(host, answers=[(r"printf %s \"\$HOME\"", 0, "/home/u")])
-    run_script(t, "check", ["--json"])
-    assert t.commands[-1] == "cd ... exec ... remote/check.py --json"
+    run_script(t, "check.preflight", ["--json"])
+    assert t.commands[-1] == "cd ... exec ... -m specops_host.check.preflight --json"
 
 answers: (regex, exit, stdout[, stderr]) tried in order against each command; the first match
 answers, else exit 0 and no output. files: host path -> bytes for read_bytes. Every operation is

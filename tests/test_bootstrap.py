@@ -140,10 +140,10 @@ def install_small(tmp_path, venv, prof, *extra, env=None):
     import os
     import subprocess
 
-    return subprocess.run([str(venv / "bin/python3"), str(REPO / "remote/install_profile.py"), "--profile", str(prof),
+    return subprocess.run([str(venv / "bin/python3"), "-m", "specops_host.install.profile", "--profile", str(prof),
                            "--sha256", "test", "--log", str(tmp_path / "install.log"), "--progress-every", "0.3",
                            *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
 @pytest.mark.slow  # (a real install into a fresh venv, no rig: conftest.BY_HAND)
@@ -184,9 +184,10 @@ def test_install_by_uv_where_it_fits(tmp_path):
 
 @pytest.mark.slow  # (a real install into a fresh venv, no rig: conftest.BY_HAND)
 def test_install_progress_from_pip_itself(tmp_path):
-    """remote/install_profile.py into a fresh venv (real pip, real wheels): while pip collects, the
+    """specops_host/install/profile.py into a fresh venv (real pip, real wheels): while pip collects, the
     wheels it named and their bytes; while it installs, the packages whose .dist-info is there,
     of the profile's total; the log keeps pip's own output."""
+    import os
     import subprocess
 
     venv, prof, _ = small_profile(tmp_path)
@@ -203,7 +204,8 @@ def test_install_progress_from_pip_itself(tmp_path):
     assert collecting or installing[0].group(1) == "0", lines
     log = (tmp_path / "install.log").read_text()
     assert "Installing collected packages:" in log and "Successfully installed" in log
-    bad = subprocess.run([str(venv / "bin/python3"), str(REPO / "remote/install_profile.py"), "--profile", str(prof),
+    bad = subprocess.run([str(venv / "bin/python3"), "-m", "specops_host.install.profile", "--profile", str(prof),
                           "--sha256", "test", "--log", str(tmp_path / "l2.log"), "--progress-every", "0"],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert bad.returncode == 2 and "--progress-every 0: give a number of seconds above 0" in bad.stdout

@@ -30,30 +30,30 @@ def framed(payload: dict) -> str:
 
 def test_script_command_is_the_venv_interpreter_in_the_workdir_every_argument_quoted():
     t = RecordingTransport(host())
-    cmd = script_command(t, "check", ["--data", "a b", "$(rm -rf ~)", "x'y"])
+    cmd = script_command(t, "check.preflight", ["--data", "a b", "$(rm -rf ~)", "x'y"])
     py, wd = shlex.quote("/opt/ml env/bin/python3"), shlex.quote(ODD)
-    assert cmd == (f"cd {wd} 2>/dev/null || exit 98; test -x {py} || exit 97; test -f remote/check.py || exit 98; "
-                   f"exec {py} remote/check.py --data 'a b' '$(rm -rf ~)' 'x'\"'\"'y'")
-    assert shlex.split(cmd.split("exec ", 1)[1]) == ["/opt/ml env/bin/python3", "remote/check.py", "--data", "a b",
+    assert cmd == (f"cd {wd} 2>/dev/null || exit 98; test -x {py} || exit 97; test -f specops_host/check/preflight.py || exit 98; "
+                   f"exec {py} -m specops_host.check.preflight --data 'a b' '$(rm -rf ~)' 'x'\"'\"'y'")
+    assert shlex.split(cmd.split("exec ", 1)[1]) == ["/opt/ml env/bin/python3", "-m", "specops_host.check.preflight", "--data", "a b",
                                                      "$(rm -rf ~)", "x'y"]
 
 
 def test_run_script_decodes_the_framed_payload_and_names_bootstrap_when_the_venv_is_missing():
-    t = RecordingTransport(host(), answers=[(r"remote/check\.py", 0, framed({"ok": True, "rows": 3}))])
-    assert run_script(t, "check", ["--json"]) == {"ok": True, "rows": 3, "exit": 0}
-    assert t.commands == [script_command(t, "check", ["--json"])]
-    gone = RecordingTransport(host(), answers=[(r"remote/check\.py", NO_VENV, "")])
+    t = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", 0, framed({"ok": True, "rows": 3}))])
+    assert run_script(t, "check.preflight", ["--json"]) == {"ok": True, "rows": 3, "exit": 0}
+    assert t.commands == [script_command(t, "check.preflight", ["--json"])]
+    gone = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", NO_VENV, "")])
     with pytest.raises(SpecopsError, match=r"venv /opt/ml env is missing on h .*run `inv bootstrap --host h`"):
-        run_script(gone, "check", [])
-    broken = RecordingTransport(host(), answers=[(r"remote/check\.py", 1, "Traceback ...\nKeyError: 'x'\n")])
-    with pytest.raises(SpecopsError, match=r"remote/check\.py on h exited 1 without a result"):
-        run_script(broken, "check", [])
+        run_script(gone, "check.preflight", [])
+    broken = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", 1, "Traceback ...\nKeyError: 'x'\n")])
+    with pytest.raises(SpecopsError, match=r"specops_host/check/preflight\.py on h exited 1 without a result"):
+        run_script(broken, "check.preflight", [])
 
 
 def test_a_job_secret_travels_as_a_0600_file_never_on_a_command_line():
     t = RecordingTransport(host(env={"HF_TOKEN": "s3cr3t-token"}),
-                           answers=[(r"remote/job\.py start", 0, framed({"ok": True, "run_id": "r1", "pid": 42}))])
-    res = jobs.start(t, "r1", ["python3", "remote/train.py", "--spec", "s.json"], kind="train", lock="train")
+                           answers=[(r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "r1", "pid": 42}))])
+    res = jobs.start(t, "r1", ["python3", "-m", "specops_host.train.run", "--spec", "s.json"], kind="train", lock="train")
     assert res.pid == 42
     env_file = f"{ODD}/runs/r1.env"
     assert all("s3cr3t" not in c for c in t.commands)
@@ -61,9 +61,9 @@ def test_a_job_secret_travels_as_a_0600_file_never_on_a_command_line():
     puts = [op for op in t.ops if op[0] == "put"]
     assert [(p[1], p[2]) for p in puts] == [(env_file, b"HF_TOKEN=s3cr3t-token\n")]
     job = t.commands[-1]
-    assert job == script_command(t, "job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
+    assert job == script_command(t, "jobs.job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
                                             "--lock", "train", "--env-file", env_file, "--",
-                                            "python3", "remote/train.py", "--spec", "s.json"])
+                                            "python3", "-m", "specops_host.train.run", "--spec", "s.json"])
 
 
 def test_a_bad_run_id_is_refused_before_any_command():
@@ -74,10 +74,10 @@ def test_a_bad_run_id_is_refused_before_any_command():
 
 
 def test_stop_asks_the_host_job_script_with_the_grace():
-    t = RecordingTransport(host(), answers=[(r"remote/job\.py stop", 0,
+    t = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job stop", 0,
                                              framed({"ok": True, "run_id": "r1", "state": "stopped"}))])
     assert jobs.stop(t, "r1", grace=12.5).state == "stopped"
-    assert t.commands == [script_command(t, "job", ["stop", "--run-id", "r1", "--grace", "12.5"])]
+    assert t.commands == [script_command(t, "jobs.job", ["stop", "--run-id", "r1", "--grace", "12.5"])]
 
 
 def test_the_train_spec_is_written_whole_where_the_run_lives():
@@ -97,18 +97,18 @@ def test_dry_run_plans_what_changes_and_still_reads():
     t.put_text("secret", "/w/f", label="(env)")
     assert t.commands == ["ls /x"] and not [op for op in t.ops if op[0] == "put"]
     assert t.planned == ["run: rm -rf -- /x", "put: '(env)' -> h:/w/f"]
-    stand = run_script(t, "job", ["stop", "--run-id", "r1"])  # (a change: planned, not run: a stand-in reply)
+    stand = run_script(t, "jobs.job", ["stop", "--run-id", "r1"])  # (a change: planned, not run: a stand-in reply)
     assert stand.ok
-    with pytest.raises(NotDone, match=r"^stops here: what follows reads remote/job\.py's reply \(state\)"):
+    with pytest.raises(NotDone, match=r"^stops here: what follows reads specops_host/jobs/job\.py's reply \(state\)"):
         stand.state  # (what only a real run's reply holds: the dry run stops there)
-    assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "job", ["stop", "--run-id", "r1"])
+    assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "jobs.job", ["stop", "--run-id", "r1"])
 
 
 def test_a_running_job_is_not_ended_and_an_ended_one_keeps_its_end_time():
     running = {"run_id": "r1", "kind": "data", "state": "running", "pid": 7, "started": 100.0}
     done = {"run_id": "r2", "kind": "train", "state": "succeeded", "exit_code": 0, "started": 100.0,
             "ended_at": 160.0}
-    t = RecordingTransport(host(), answers=[(r"remote/job\.py status", 0, framed({"ok": True, "jobs": [running, done]}))])
+    t = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job status", 0, framed({"ok": True, "jobs": [running, done]}))])
     r1, r2 = jobs.status(t)
     assert r1.ended is False and r1.ended_at is None
     assert r2.ended is True and r2.ended_at - r2.started == 60.0
@@ -118,7 +118,7 @@ def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
     from specops.ops.data import Datagen, datagen_args, run_datagen
 
     t = RecordingTransport(host(), dry_run=True, answers=[
-        (r"remote/datagen\.py", 0, framed({"ok": True, "commands": [["vllm", "serve", "/v"]]}))])
+        (r"specops_host\.data\.datagen", 0, framed({"ok": True, "commands": [["vllm", "serve", "/v"]]}))])
     kw = dict(data=f"{ODD}/data/d", verifier="/v", extract=True, layers="1,2,3", shard="0/2")
     dg = Datagen.of(t, **kw)
     assert dg.argv() == ["--data-dir", f"{ODD}/data/d", "--verifier", "/v", "--kind", "cpu", "--extract",
@@ -129,7 +129,7 @@ def test_datagen_arguments_are_one_value_rendered_to_argv_at_the_edge():
         run_datagen(t, dg, kind="extract")  # is planned, and what follows it reads the job: the dry run stops)
     p = t.plan_of()
     assert "would start: vllm serve /v" in p.steps
-    assert t.commands[0] == script_command(t, "datagen", dg.argv("--plan"))
+    assert t.commands[0] == script_command(t, "data.datagen", dg.argv("--plan"))
     assert "would start: vllm serve /v" in t.planned
 
 
@@ -141,10 +141,10 @@ def test_reads_and_changes_are_separate_verbs_and_the_dry_run_is_a_plan():
     assert t.change("rm -rf -- /x").ok and t.commands == ["ls /x"]  # (a change is planned)
     t.put_text("k=v", "/w/env", label="(env)")
     t.sync_up("/l/d", "/w/d")
-    assert run_script(t, "job", ["start"]).ok
+    assert run_script(t, "jobs.job", ["start"]).ok
     t.would("would start the job")
     p = t.plan_of()
-    assert p.commands == ["rm -rf -- /x", script_command(t, "job", ["start"])]
+    assert p.commands == ["rm -rf -- /x", script_command(t, "jobs.job", ["start"])]
     assert p.files == ["/w/env"] and len(p.transfers) == 2 and p.steps == ["would start the job"]
     assert t.planned[0] == "run: rm -rf -- /x" and len(t.planned) == 5  # (each also said as it came)
     assert views.plan_summary(p) == "would: 2 command(s), 2 transfer(s) (1 host file(s)), 1 other step(s)"
@@ -175,12 +175,12 @@ def test_under_dry_run_the_library_returns_its_own_types_and_the_connection_keep
     from specops.ops import data
 
     t = RecordingTransport(host(env={"HF_TOKEN": "x"}), dry_run=True)
-    s = jobs.start(t, "r1", ["python3", "remote/train.py"], kind="train", lock="train")
+    s = jobs.start(t, "r1", ["python3", "-m", "specops_host.train.run"], kind="train", lock="train")
     p = t.plan_of()
     assert s.ok and p.host == "h" and p.files == [f"{ODD}/runs/r1.env"]
-    assert p.commands[-1] == script_command(t, "job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
-                                                       "--lock", "train", "--env-file", f"{ODD}/runs/r1.env", "--",
-                                                       "python3", "remote/train.py"])
+    assert p.commands[-1] == script_command(t, "jobs.job", ["start", "--run-id", "r1", "--kind", "train", "--term", "group",
+                                                            "--lock", "train", "--env-file", f"{ODD}/runs/r1.env", "--",
+                                                            "python3", "-m", "specops_host.train.run"])
     with pytest.raises(NotDone, match=r"^stops here: what follows reads the train job r1 \(pid\), which only a real"):
         s.pid
     assert jobs.stop(t, "r1", grace=5).ok and data.convert(t, "/old", "/new").ok
@@ -193,6 +193,6 @@ def test_under_dry_run_the_library_returns_its_own_types_and_the_connection_keep
     with pytest.raises(NotDone, match="looks for /new"):
         t.exists("/new/rows.json")  # (what the conversion would have written)
     assert t.read_bytes(f"{ODD}/runs/r0/output.log") is None  # (anything else is read as it is)
-    real = RecordingTransport(host(), answers=[(r"remote/job\.py stop", 0, framed({"ok": True, "run_id": "r1",
+    real = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job stop", 0, framed({"ok": True, "run_id": "r1",
                                                                                     "state": "stopped"}))])
     assert jobs.stop(real, "r1", grace=5).state == "stopped" and not real.plan_of()

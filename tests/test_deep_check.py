@@ -2,19 +2,16 @@
 verdict on the host and the train gate that reads it; one real run on CPU (heavy)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import inv
 from specops.ops import check
 from specops import inventory
 from specops.errors import SpecopsError
 from specops.host.connection import connect
 
-sys.path.insert(0, str(REPO / "remote"))
-import deep_check  # noqa: E402
+from specops_host.check import deep as deep_check
 
 
 # What the H200 printed (speculators 0.9.0, torch 2.11.0, fused loss under torch.compile, torchrun).

@@ -59,7 +59,7 @@ def test_demo_end_to_end(cpu_box, tmp_path):
     # and ends with the time each stage took, kept beside the run
     st = json.loads((run / "demo-stages.json").read_text())
     names = [s["stage"] for s in st["stages"]]
-    assert names[0].startswith("push remote/") and any(n.startswith("train a tiny Llama verifier") for n in names)
+    assert names[0].startswith("push specops_host/") and any(n.startswith("train a tiny Llama verifier") for n in names)
     for want in ("data: prepare + extract (vllm)", "inspect-data", "train the draft", f"fetch {rid}"):
         assert want in names, names
     assert [n for n in names if n.startswith(("serve ", "control: "))] == [

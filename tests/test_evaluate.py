@@ -3,14 +3,10 @@ draft; the acceptance counters come from the real /metrics endpoint and must mov
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import inv
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
 
 
 def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_path):
@@ -72,7 +68,7 @@ def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp
 
 
 def test_metrics_parsing_and_acceptance_math():
-    import evaluate as ev_mod
+    from specops_host.serve import evaluate as ev_mod
 
     before = ev_mod.parse_metrics('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 0.0\n')
     text = "\n".join([
@@ -94,7 +90,7 @@ def test_metrics_parsing_and_acceptance_math():
 
 
 def test_speedup_levels_and_record():
-    import evaluate as ev_mod
+    from specops_host.serve import evaluate as ev_mod
 
     from specops.contract import concurrency_levels
     from specops.errors import SpecopsError

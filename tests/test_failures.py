@@ -176,7 +176,7 @@ def test_dry_run_changes_nothing(rig, tmp_path):
     r = inv("bootstrap", "--host", "fresh", "--hosts", str(hf), "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "DRY-RUN fresh: run: python3 -m venv" in r.stdout and "DRY-RUN fresh: put: " in r.stdout
-    assert "remote/install_profile.py" in r.stdout and "nothing was changed" in r.stdout
+    assert "-m specops_host.install.profile" in r.stdout and "nothing was changed" in r.stdout
     with connect(Host.model_validate({"name": "fresh", **rig.host(venv="~/dry-venv", workdir="~/dry-work")})) as t:
         assert not t.exists("~/dry-venv") and not t.exists("~/dry-work")
 
@@ -187,6 +187,6 @@ def test_dry_run_on_a_host_never_pushed_says_how_to_preview(rig, light_host, tmp
     wd = f"~/specops-fresh-{tmp_path.name}"
     hf = rig.write_hosts(tmp_path / "hosts.yaml", {"fresh": rig.host(venv="~/light-venv", workdir=wd)})
     err = one_line(inv("train", "--host", "fresh", "--hosts", str(hf), "--dry-run"))
-    assert re.search(r"remote/\w+\.py is not on fresh", err) and "then the dry run again" in err, err
+    assert re.search(r"specops_host/[\w/]+\.py is not on fresh", err) and "then the dry run again" in err, err
     with connect(inventory.load(str(hf)).get("fresh")) as t:
         assert not t.exists(wd)

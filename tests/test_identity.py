@@ -292,7 +292,7 @@ def test_jobs_of_one_run_id_in_two_workdirs_never_reach_each_other(rig, light_ho
         assert jobs.status(t, rid)[0].state == "succeeded"
         # the worst case, by hand: the first job's end-of-command reaping given the second's tag
         py = shlex.quote(t.expand("~/light-venv/bin/python3"))
-        code = f"import sys; sys.path.insert(0, 'remote'); import job; job.end_orphans({b['tag']!r}, grace=1)"
+        code = f"from specops_host.jobs import job; job.end_orphans({b['tag']!r}, grace=1)"
         t.check(f"cd {shlex.quote(t.workdir)} && SPECOPS_JOB_DIR=\"$(pwd)/runs/{rid}\" {py} -c {shlex.quote(code)}",
                 "reaping with the other's tag")
         time.sleep(1)

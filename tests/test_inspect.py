@@ -155,7 +155,7 @@ def test_bad_arguments_are_one_refused_line(cpu_box, hosts_file, work):
         for args, expect in ((["--sample", "-1"], "--sample -1: give how many files to load fully"),
                              (["--sample", "many"], "argument --sample: invalid int value: 'many'"),
                              (["--layers", "0"], "--layers 0: give the stored layers per position")):
-            res = run_script(t, "inspect_data", ["--path", f"{work}/data", *args], changes=False)
+            res = run_script(t, "data.inspect_data", ["--path", f"{work}/data", *args], changes=False)
             assert res["ok"] is False and res.get("refused") and res["exit"] == 2, res
             assert expect in res["error"] and "\n" not in res["error"], res
 

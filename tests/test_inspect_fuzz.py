@@ -1,6 +1,6 @@
 """inspect-data under corrupt input: every run ends in a framed payload, never a traceback.
 
-The header pass (remote/inspect_data.py with --sample 0: stdlib + pyarrow, no torch) runs
+The header pass (specops_host/data/inspect_data.py with --sample 0: stdlib + pyarrow, no torch) runs
 in-process, through contract.main as on a host, over hundreds of seeded random corruptions of
 the safetensors headers, specops-data.json, state.json, dataset_info.json and the verifier's
 config.json. Each run must end in a payload: ok false with one-line violations naming the
@@ -28,14 +28,9 @@ from pathlib import Path
 import pytest
 
 from specops import synth
-
-REMOTE = Path(__file__).resolve().parent.parent / "remote"
-sys.path.insert(0, str(REMOTE))
-import contract  # noqa: E402
-import convert_data  # noqa: E402
-import datafmt  # noqa: E402
-import inspect_data  # noqa: E402
-import manifest  # noqa: E402
+from specops_host import contract
+from specops_host.data import convert_data, datafmt, inspect_data
+from specops_host.fetch import manifest
 
 ROWS, SEQ, STORED, HIDDEN, N_LAYERS, VOCAB = 4, 6, 4, 16, 6, 500
 ARROW = "data-00000-of-00001.arrow"

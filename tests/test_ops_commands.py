@@ -30,8 +30,8 @@ def framed(payload: dict) -> str:
 
 def script(name: str, args: str, wd: str = "/w") -> str:
     """The one way a host script starts (remote_exec.script_command), written out."""
-    return (f"cd {wd} 2>/dev/null || exit 98; test -x {PY} || exit 97; test -f remote/{name}.py || exit 98; "
-            f"exec {PY} remote/{name}.py {args}")
+    return (f"cd {wd} 2>/dev/null || exit 98; test -x {PY} || exit 97; "
+            f"test -f specops_host/{name.replace('.', '/')}.py || exit 98; exec {PY} -m specops_host.{name} {args}")
 
 
 def puts(t) -> list:
@@ -57,12 +57,12 @@ class Connections:
 def test_remote_exec_runs_a_script_under_a_launcher_from_the_workdir():
     from specops.host.remote_exec import run_script
 
-    t = RecordingTransport(host(), answers=[(r"remote/check\.py", 0, framed({"ok": True}))])
-    assert run_script(t, "check", ["--json"], changes=False, via="srun --nodes=1")["ok"]
+    t = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", 0, framed({"ok": True}))])
+    assert run_script(t, "check.preflight", ["--json"], changes=False, via="srun --nodes=1")["ok"]
     assert t.commands == [
         "cd /w 2>/dev/null || exit 98; srun --nodes=1 sh -c 'cd /w 2>/dev/null || exit 98; test -x "
-        "/opt/env/bin/python3 || exit 97; test -f remote/check.py || exit 98; exec /opt/env/bin/python3 "
-        "remote/check.py --json'"]
+        "/opt/env/bin/python3 || exit 97; test -f specops_host/check/preflight.py || exit 98; exec /opt/env/bin/python3 "
+        "-m specops_host.check.preflight --json'"]
 
 
 LISTING = (
@@ -71,7 +71,7 @@ LISTING = (
     "elif command -v shasum >/dev/null 2>&1; then set -- shasum -a 256 --; "
     "elif test -x /opt/env/bin/python3; then set -- /opt/env/bin/python3 -c 'import hashlib,sys;"
     "[print(hashlib.sha256(open(f,\"rb\").read()).hexdigest(),f,sep=\"  \") for f in sys.argv[1:]]'; "
-    "else set -- false; fi; cd /w 2>/dev/null && find remote bootstrap/profiles -type f ! -path '*/__pycache__/*' "
+    "else set -- false; fi; cd /w 2>/dev/null && find specops_host remote bootstrap/profiles -type f ! -path '*/__pycache__/*' "
     "! -name '*.pyc' -exec \"$@\" {} + 2>/dev/null; echo @@specops-pushed@@; cat .specops/pushed.json "
     "2>/dev/null; exit 0")
 
@@ -80,14 +80,14 @@ def test_push_lists_the_host_in_one_command_and_sends_only_what_differs():
     from specops.host import push
 
     mine = push.local_manifest()
-    held = dict(mine, **{"remote/check.py": "0" * 64})  # (edited there)
+    held = dict(mine, **{"specops_host/check/preflight.py": "0" * 64})  # (edited there)
     listing = "".join(f"{h}  {rel}\n" for rel, h in held.items()) + "@@specops-pushed@@\n" + json.dumps(mine)
     t = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing)])
-    assert t.ensure_pushed() == ["remote/check.py"]
-    assert t.commands == [LISTING, "mkdir -p /w/remote"]
-    assert [p[0] for p in puts(t)] == ["/w/remote/check.py", f"/w/.specops/pushed.json"]
+    assert t.ensure_pushed() == ["specops_host/check/preflight.py"]
+    assert t.commands == [LISTING, "mkdir -p /w/specops_host/check"]
+    assert [p[0] for p in puts(t)] == ["/w/specops_host/check/preflight.py", f"/w/.specops/pushed.json"]
     again = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing.replace("0" * 64,
-                                                                                                  mine["remote/check.py"]))])
+                                                                                                  mine["specops_host/check/preflight.py"]))])
     assert again.ensure_pushed() == [] and again.commands == [LISTING] and puts(again) == []
 
 
@@ -105,9 +105,9 @@ def test_bootstrap_creates_the_venv_with_the_base_python_once():
 def test_check_runs_the_preflight_with_the_venv_and_the_profile():
     from specops.ops import check
 
-    t = RecordingTransport(host(gpus=2), answers=[(r"remote/check\.py", 0, framed({"ok": True, "rows": []}))])
+    t = RecordingTransport(host(gpus=2), answers=[(r"specops_host\.check\.preflight", 0, framed({"ok": True, "rows": []}))])
     assert check.check(t).ok
-    assert t.commands == [script("check", "--venv /opt/env --profile bootstrap/profiles/cpu.txt --kind cpu "
+    assert t.commands == [script("check.preflight", "--venv /opt/env --profile bootstrap/profiles/cpu.txt --kind cpu "
                                           "--min-free-gb 5.0 --gpus 2")]
 
 
@@ -141,17 +141,17 @@ def test_fetch_asks_the_host_for_the_manifest_of_the_run():
     from specops.ops import fetch
 
     files = {"a.bin": {"size": 3, "sha256": "ab" * 32}}
-    t = RecordingTransport(host(), answers=[(r"remote/manifest\.py", 0, framed({"ok": True, "files": files}))])
+    t = RecordingTransport(host(), answers=[(r"specops_host\.fetch\.manifest", 0, framed({"ok": True, "files": files}))])
     assert fetch.remote_manifest(t, "/w/runs/r1") == files
-    assert t.commands == [script("manifest", "/w/runs/r1")]
+    assert t.commands == [script("fetch.manifest", "/w/runs/r1")]
 
 
 def test_inspect_data_passes_every_setting_and_the_expanded_path():
     from specops.ops import inspect_data
 
-    t = RecordingTransport(host(), answers=[(r"remote/inspect_data\.py", 0, framed({"ok": True, "rows": 4}))])
+    t = RecordingTransport(host(), answers=[(r"specops_host\.data\.inspect_data", 0, framed({"ok": True, "rows": 4}))])
     assert inspect_data.inspect(t, "~/data/d", sample=4, seed=7, verifier="/m/v", layers=3).rows == 4
-    assert t.commands == [script("inspect_data", "--path /home/u/data/d --sample 4 --seed 7 --verifier /m/v "
+    assert t.commands == [script("data.inspect_data", "--path /home/u/data/d --sample 4 --seed 7 --verifier /m/v "
                                                  "--layers 3")]
 
 
@@ -162,12 +162,12 @@ def test_jobs_clean_removes_only_the_old_ended_runs():
           {"run_id": "r-kept", "state": "failed", "age_s": 999.0},
           {"run_id": "r-run", "state": "running", "age_s": 999.0},
           {"run_id": "r-new", "state": "succeeded", "age_s": 1.0}]
-    t = RecordingTransport(host(), answers=[(r"remote/job\.py status", 0, framed({"ok": True, "jobs": js})),
+    t = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job status", 0, framed({"ok": True, "jobs": js})),
                                             (r"r-kept/checkpoints", 0, "0\n")])
     assert jobs.clean(t, 100) == {"removed": ["r-old"], "kept": [
         ["r-kept", "holds checkpoints (--checkpoints removes them too)"],
-        ["r-run", "running: a running job is never removed"]]}
-    assert t.commands == [script("job", "status"),
+        ["r-run", "running: a running job is never removed"]], "said": "removed"}
+    assert t.commands == [script("jobs.job", "status"),
                           "ls -A /w/runs/r-old/checkpoints 2>/dev/null | head -1",
                           "rm -rf -- /w/runs/r-old",
                           "ls -A /w/runs/r-kept/checkpoints 2>/dev/null | head -1"]
@@ -212,16 +212,16 @@ def test_regenerate_plans_then_starts_its_job_with_one_writer_per_output():
     out = "/w/regenerated/convs-regen.jsonl"
     lock = "regen-" + hashlib.sha1(out.encode()).hexdigest()[:12]
     t = RecordingTransport(host(), answers=[
-        (r"remote/regenerate\.py", 0, framed({"ok": True, "commands": [], "prompts": 3})),
-        (r"remote/job\.py start", 0, framed({"ok": True, "run_id": "rg1", "pid": 9}))])
+        (r"specops_host\.data\.regenerate", 0, framed({"ok": True, "commands": [], "prompts": 3})),
+        (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "rg1", "pid": 9}))])
     assert regenerate.regenerate(t, data="/d/convs.jsonl", verifier="/m/v", run_id="rg1", detach=True) is None
     args = (f"--data /d/convs.jsonl --out {out} --verifier /m/v --kind cpu --max-tokens 4096 --concurrency 32 "
             "--tensor-parallel 1 --trust-remote-code auto")
     assert t.commands == [
         "test -e /d/convs.jsonl",
-        script("regenerate", f"{args} --plan"),
-        script("job", f"start --run-id rg1 --kind regenerate --term group --lock {lock} -- {PY} "
-                      f"remote/regenerate.py {args} --result /w/runs/rg1/result.json")]
+        script("data.regenerate", f"{args} --plan"),
+        script("jobs.job", f"start --run-id rg1 --kind regenerate --term group --lock {lock} -- {PY} "
+                      f"-m specops_host.data.regenerate {args} --result /w/runs/rg1/result.json")]
 
 
 def test_resolve_asks_pip_for_the_targets_metadata_only(monkeypatch):
@@ -248,10 +248,10 @@ def test_resolve_asks_pip_for_the_targets_metadata_only(monkeypatch):
 def test_train_asks_the_host_which_hidden_states_with_every_setting():
     from specops.ops import train
 
-    t = RecordingTransport(host(), answers=[(r"remote/online\.py", 0, framed({"ok": True, "mode": "offline"}))])
+    t = RecordingTransport(host(), answers=[(r"specops_host\.train\.online", 0, framed({"ok": True, "mode": "offline"}))])
     assert train.hidden_states_plan(t, data="/w/data/d", verifier="/m/v", layers="1,3,5", disk_budget_gb=1,
                                     nproc=2, run_id="r1").mode == "offline"
-    assert t.commands == [script("online", "--data-dir /w/data/d --kind cpu --mode auto --verifier /m/v --layers 1,3,5 "
+    assert t.commands == [script("train.online", "--data-dir /w/data/d --kind cpu --mode auto --verifier /m/v --layers 1,3,5 "
                                            "--disk-budget 1073741824 --nproc 2 --run-id r1 --tensor-parallel 1 "
                                            "--trust-remote-code auto")]
 
@@ -259,11 +259,11 @@ def test_train_asks_the_host_which_hidden_states_with_every_setting():
 def test_wheelhouse_reads_an_existing_venv_through_the_install_script():
     from specops.ops import wheelhouse
 
-    t = RecordingTransport(host(), answers=[(r"remote/install_profile\.py", 0, framed(
+    t = RecordingTransport(host(), answers=[(r"specops_host\.install\.profile", 0, framed(
         {"ok": True, "installed": {"torch": "2.9.0"}, "python": "3.12", "glibc": "2.35", "machine": "x86_64"}))])
     env = wheelhouse.host_environment(t, "3.12")
     assert env["installed"] == {"torch": "2.9.0"} and env["source"] == "h:/opt/env"
-    assert t.commands == [script("install_profile", "--list-installed")]
+    assert t.commands == [script("install.profile", "--list-installed")]
 
 
 # -- group ----------------------------------------------------------------------------------------
@@ -275,23 +275,24 @@ def test_group_fanout_runs_the_same_command_on_every_host():
     from specops.group.fanout import run_on
     from specops.ops import jobs
 
-    conn = Connections(a=[(r"job\.py status", 0, framed({"ok": True, "jobs": []}))],
-                       b=[(r"job\.py status", 0, framed({"ok": True, "jobs": []}))])
+    conn = Connections(a=[(r"jobs\.job status", 0, framed({"ok": True, "jobs": []}))],
+                       b=[(r"jobs\.job status", 0, framed({"ok": True, "jobs": []}))])
     outs = run_on(two(), jobs.status, connect=conn)
     assert [(o.host, o.ok, o.value) for o in outs] == [("a", True, []), ("b", True, [])]
-    assert [t.commands for t in conn.made["a"] + conn.made["b"]] == [[script("job", "status", "/w/a")],
-                                                                     [script("job", "status", "/w/b")]]
+    assert [t.commands for t in conn.made["a"] + conn.made["b"]] == [[script("jobs.job", "status", "/w/a")],
+                                                                     [script("jobs.job", "status", "/w/b")]]
 
 
 def test_group_extract_gives_each_host_its_shard_of_the_rows():
     from specops.group import extract
 
-    conn = Connections(**{n: [(r"datagen\.py", 0, framed({"ok": True, "commands": []}))] for n in "ab"})
-    outs = extract.extract_sharded(two(), dataset="d", verifier="/m/v", dry_run=True, connect=conn)
+    conn = Connections(**{n: [(r"data\.datagen", 0, framed({"ok": True, "commands": []}))] for n in "ab"})
+    outs = extract.extract_sharded(two(), dataset="d", verifier="/m/v",  # (a dry run: the connections')
+                                   connect=lambda h, **kw: conn(h, dry_run=True, **kw))
     assert [o.ok for o in outs] == [True, True]
     for i, n in enumerate("ab"):
         (t,) = conn.made[n]
-        assert t.commands == [script("datagen", f"--data-dir /w/{n}/data/d --verifier /m/v --kind cpu --extract "
+        assert t.commands == [script("data.datagen", f"--data-dir /w/{n}/data/d --verifier /m/v --kind cpu --extract "
                                                 f"--backend vllm --concurrency 32 --shard {i}/2 --tensor-parallel 1 "
                                                 f"--trust-remote-code auto --plan", f"/w/{n}")]
 
@@ -307,8 +308,8 @@ def test_group_dist_check_writes_each_nodes_spec_and_starts_one_torchrun_each(mo
         def files(self, h):
             return {f"/w/{h.name}/runs/dc1/output.log": ok}
 
-    answers = [(r"job\.py start", 0, framed({"ok": True, "run_id": "dc1", "pid": 5})),
-               (r"job\.py status", 0, framed({"ok": True, "jobs": [{"run_id": "dc1", "state": "succeeded"}]}))]
+    answers = [(r"jobs\.job start", 0, framed({"ok": True, "run_id": "dc1", "pid": 5})),
+               (r"jobs\.job status", 0, framed({"ok": True, "jobs": [{"run_id": "dc1", "state": "succeeded"}]}))]
     conn = Conn(a=answers, b=answers)
     res = distcheck.dist_check(two(), connect=conn)
     assert res["run_id"] == "dc1" and len(res["ranks"]) == 2
@@ -317,9 +318,9 @@ def test_group_dist_check_writes_each_nodes_spec_and_starts_one_torchrun_each(mo
         run = f"/w/{n}/runs/dc1"
         assert t.commands == [
             f"mkdir -p {run}",
-            script("job", f"start --run-id dc1 --kind dist-check --term child -- {PY} remote/dist_check.py --spec "
+            script("jobs.job", f"start --run-id dc1 --kind dist-check --term child -- {PY} -m specops_host.check.dist --spec "
                           f"{run}/train-spec.json", f"/w/{n}"),
-            script("job", "status --run-id dc1", f"/w/{n}")]
+            script("jobs.job", "status --run-id dc1", f"/w/{n}")]
         spec = json.loads(puts(t)[0][1])
         assert (spec["node_rank"], spec["nnodes"], spec["rdzv_endpoint"], spec["local_addr"]) == (
             i, 2, "10.0.0.2:29500", f"10.0.0.{2 + i}")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from specops.host import remote_exec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
-import contract  # noqa: E402
+from specops_host import contract
 
 
 def test_markers_agree():
@@ -33,7 +32,7 @@ def test_last_payload_wins_and_missing_is_none():
 
 
 def test_real_script_process():
-    code = "import contract, sys; print('noise'); contract.emit({'ok': 1}); sys.stderr.write('err')"
+    code = "from specops_host import contract; import sys; print('noise'); contract.emit({'ok': 1}); sys.stderr.write('err')"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parent.parent / "remote")
+                       cwd=Path(__file__).resolve().parent.parent)
     assert remote_exec.decode_payload(p.stdout) == {"ok": 1}

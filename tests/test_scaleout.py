@@ -197,7 +197,7 @@ def test_group_dry_runs_start_nothing(pod, pipeline_run, work, tmp_path):
             "--verifier", ver, "--layers", LAYERS, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "every host would get every shard (DRY-RUN: nothing was changed)" in r.stdout
-    assert r.stdout.count("remote/datagen.py") >= 2 and "--shard 0/2" in r.stdout and "--shard 1/2" in r.stdout
+    assert r.stdout.count("-m specops_host.data.datagen") >= 2 and "--shard 0/2" in r.stdout and "--shard 1/2" in r.stdout
     gpu_hf = as_gpu_hosts(hf, tmp_path)  # (the spec is built, nothing runs)
     rid = jobs.new_run_id("t") + "-grpdry"
     r = inv("train", "--host", "@pod", "--hosts", str(gpu_hf), "--run-id", rid, "--dataset",

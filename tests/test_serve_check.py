@@ -1,6 +1,6 @@
 """The draft-serves preflight (issue 21): before a training starts, vLLM serves the verifier with
 an untrained EAGLE-3 draft of the run's configuration (`speculators train --dry-run`) for one
-short request (remote/serve_check.py); `inv check --serve` runs the same. A pass is cached on
+short request (specops_host/check/serve.py); `inv check --serve` runs the same. A pass is cached on
 the host per verifier, draft config and vLLM version; a draft vLLM cannot serve is refused in
 one line with vLLM's root cause, before any run folder or job exists.
 
@@ -10,7 +10,6 @@ cached). The Kimi-shaped fixture (MLA) refused by `inv train` with vLLM's "No co
 and `--no-serve-check` starting it anyway: tests/test_kimi.py (its fixtures).
 """
 
-import importlib
 import json
 import os
 import re
@@ -26,19 +25,17 @@ from conftest import LAYERS, REPO, inv, wait_for
 from specops.ops import check, jobs
 from specops import inventory
 from specops.host.connection import connect
+from specops_host import contract
+from specops_host.check import serve as serve_check
+from specops_host.serve import vllm_server
 
 DEMO = str(REPO / "configs" / "demo.yaml")
-
-
-def remote(name):
-    sys.path.insert(0, str(REPO / "remote"))
-    return importlib.import_module(name)
 
 
 # -- light: the host script's rules, the laptop's lines ---------------------------------------
 
 def test_cache_key_is_the_draft_and_server_not_the_training(tmp_path):
-    sc = remote("serve_check")
+    sc = serve_check
     ver = tmp_path / "v"
     ver.mkdir()
     (ver / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 1000}))
@@ -65,8 +62,8 @@ def test_cache_key_is_the_draft_and_server_not_the_training(tmp_path):
 
 
 def test_bad_specs_are_refused_in_one_line(tmp_path):
-    sc = remote("serve_check")
-    Refused = remote("contract").Refused
+    sc = serve_check
+    Refused = contract.Refused
     from types import SimpleNamespace as NS
 
     ver = tmp_path / "v"
@@ -202,7 +199,7 @@ def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, w
 def test_a_server_refusing_its_arguments_has_argparse_line_as_root_cause():
     """vLLM that never got past its arguments logs no exception: argparse's own line is the cause
     (an exception line, where there is one, still wins)."""
-    vs = remote("vllm_server")
+    vs = vllm_server
     log = ("usage: api_server.py [-h] [--host HOST]\n                     [model_tag]\n"
            "api_server.py: error: unrecognized arguments: --no-such-vllm-flag\n")
     assert vs.root_error(log) == "api_server.py: error: unrecognized arguments: --no-such-vllm-flag"

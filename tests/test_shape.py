@@ -1,9 +1,10 @@
 """The code's shape, checked: no import cycles in specops/, only the views (views.py and its
 terminal.py) write to the screen, every remote script's entry point is the contract's wrapper, the
-connection pushes remote/ at most once, and a failing remote script always answers with a framed
+connection pushes specops_host/ at most once, and a failing remote script always answers with a framed
 {"ok": false}."""
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -113,9 +114,9 @@ def test_only_views_write_to_the_screen():
 
 
 def test_every_remote_entry_point_is_the_contract_wrapper():
-    scripts = [p for p in (REPO / "remote").glob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
+    scripts = [p for p in (REPO / "specops_host").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
     assert len(scripts) >= 10
-    trainers = ("train_cpu.py", "train_online.py")  # (speculators' own CLI in-process: its exit code is the job's)
+    trainers = ("cpu.py", "online_cli.py")  # (speculators' own CLI in-process: its exit code is the job's)
     bad = [p.name for p in scripts if p.name not in trainers
            and "contract.main(main)" not in p.read_text().split('if __name__ == "__main__":', 1)[1]]
     assert not bad, bad
@@ -124,8 +125,8 @@ def test_every_remote_entry_point_is_the_contract_wrapper():
 def test_a_crashing_script_answers_with_a_framed_error(tmp_path):
     """Any failure in main() reaches the laptop as one framed line naming the file and line."""
     (tmp_path / "boom.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport contract\n\ndef main():\n    {}['missing']\n\n"
-        "contract.main(main)\n" % str(REPO / "remote"))
+        "import sys\nsys.path.insert(0, %r)\nfrom specops_host import contract\n\ndef main():\n    {}['missing']\n\n"
+        "contract.main(main)\n" % str(REPO))
     p = subprocess.run([sys.executable, str(tmp_path / "boom.py"), "--result", str(tmp_path / "r.json")],
                        capture_output=True, text=True)
     got = decode_payload(p.stdout)
@@ -134,7 +135,7 @@ def test_a_crashing_script_answers_with_a_framed_error(tmp_path):
 
 
 def test_push_once_per_connection_and_reconnect_in_place(light_host, monkeypatch):
-    """Several remote calls on one connection push remote/ once; reconnect() keeps the object."""
+    """Several remote calls on one connection push specops_host/ once; reconnect() keeps the object."""
     calls = []
     real = push.push
     monkeypatch.setattr(push, "push", lambda t: calls.append(1) or real(t))
@@ -143,7 +144,7 @@ def test_push_once_per_connection_and_reconnect_in_place(light_host, monkeypatch
         jobs.start(t, rid, ["sh", "-c", "echo hi"], kind="test")
         jobs.status(t)
         jobs.status(t, rid)
-        run_script(t, "manifest", [jobs.run_path(t, rid)], changes=False)
+        run_script(t, "fetch.manifest", [jobs.run_path(t, rid)], changes=False)
         t.reconnect()
         assert t.run("true").ok and jobs.status(t, rid)[0].run_id == rid
     assert len(calls) == 1
@@ -179,3 +180,42 @@ def test_every_task_is_its_flags_its_help_and_one_call():
         assert len(calls) == 1 and isinstance(calls[0], ast.Expr) and isinstance(calls[0].value, ast.Call), name
     src = (REPO / "tasks.py").read_text()
     assert "lambda" not in src and "raise Exit" not in src and "Exit" not in src
+
+
+HOST = REPO / "specops_host"
+
+
+def test_no_host_module_over_500_lines():
+    big = {str(p.relative_to(REPO)): n for p in HOST.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert not big, big
+
+
+def test_host_modules_import_each_other_by_package():
+    """A host module imports another by its package (`from specops_host.serve import vllm_server`),
+    never flat (`import vllm_server`: that only resolved with the old remote/ folder on sys.path)."""
+    flat = {p.stem for p in HOST.rglob("*.py")} - {"__init__"}
+    bad = []
+    for p in HOST.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            bad += [f"{p.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in flat]
+    assert not bad, bad
+
+
+def test_the_laptop_imports_its_host_modules_without_the_host_stack():
+    """The laptop (no torch) imports the host modules it shares (the contract, the push manifest,
+    the demo's language, the log readers, the serve check's failure line) by an ordinary import:
+    the CLI and every ops module load without torch, vLLM, transformers or speculators."""
+    code = ("import json, sys, tasks, specops.ops.pipeline, specops.group.distcheck; "
+            "print(json.dumps(sorted(sys.modules)))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    loaded = set(json.loads(p.stdout))
+    assert not {m.split(".")[0] for m in loaded} & {"torch", "vllm", "transformers", "speculators"}
+    assert {"specops_host.contract", "specops_host.fetch.manifest", "specops_host.fixtures.synthlang",
+            "specops_host.jobs.errlines", "specops_host.check.serve"} <= loaded

@@ -151,7 +151,7 @@ def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "#SBATCH --partition=debug" in r.stdout and "#SBATCH --time=00:20:00" in r.stdout, r.stdout[-3000:]
     assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c" in r.stdout
-    assert "remote/train.py --spec" in r.stdout and "sbatch --parsable" in r.stdout
+    assert "-m specops_host.train.run --spec" in r.stdout and "sbatch --parsable" in r.stdout
     assert queued(slurm) == before
     h = inventory.load(str(cluster_hosts)).get("cluster")
     with connect(h) as t:
@@ -389,7 +389,7 @@ def test_extract_array_vllm_dry_run_script(slurm, cluster_hosts, cluster_checked
                  "--output=" + f"{work}/runs/", "-extract/output-%A_%a.log"):
         assert line in out, out[-4000:]
     node = out.split("bash -c '", 1)[1]
-    assert (f"remote/datagen.py --data-dir {dst} --verifier {work}/models/tiny-llama --kind cpu --extract "
+    assert (f"-m specops_host.data.datagen --data-dir {dst} --verifier {work}/models/tiny-llama --kind cpu --extract "
             f"--backend vllm --concurrency 32 --layers {LAYERS} --shard \"$SLURM_ARRAY_TASK_ID\"/2 --tensor-parallel 1 "
             f"--trust-remote-code auto --result ") in node, node
     # each task's own vLLM server, as task 0 would start it (task i: --rank i)
@@ -454,7 +454,7 @@ def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_check
 
 def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """--hidden-states online on a slurm host: one batch job on one node; its first step the
-    draft-serves preflight, then remote/train.py, which starts the vLLM server, the trainer once the
+    draft-serves preflight, then specops_host/train/run.py, which starts the vLLM server, the trainer once the
     server is healthy, and stops the server when the trainer ends or Slurm signals the job."""
     before = queued(slurm)
     rid = "s-online-dry"
@@ -463,13 +463,13 @@ def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster
                 "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = r.stdout
-    script = out.split("echo '[specops] draft-serves preflight (remote/serve_check.py) before the trainer'\n", 1)[1]
+    script = out.split("echo '[specops] draft-serves preflight (specops_host/check/serve.py) before the trainer'\n", 1)[1]
     step, rest = script.split('\nrc=$?; if [ "$rc" != 0 ]; then echo "$rc" > ', 1)
     assert step.startswith("srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c "), step
-    assert "remote/serve_check.py --spec " in step and f"runs/{rid}/train-spec.json --job-step " in step \
+    assert "-m specops_host.check.serve --spec " in step and f"runs/{rid}/train-spec.json --job-step " in step \
         and f"runs/{rid}/serve-check.json" in step, step
     assert rest.split("\n", 1)[1].startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c"), rest[:500]
-    assert "remote/train.py --spec" in out and "#SBATCH --nodes=1" in out and "sbatch --parsable" in out
+    assert "-m specops_host.train.run --spec" in out and "#SBATCH --nodes=1" in out and "sbatch --parsable" in out
     assert "the job would start the vLLM server: " in out and "hidden states: online" in " ".join(out.split())
     assert queued(slurm) == before
 
@@ -585,7 +585,7 @@ def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, 
 
 
 def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
-    """The step's own process (remote/train.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
+    """The step's own process (specops_host/train/run.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
     tracking loses its orphans (here proctrack/linuxproc; proctrack/pgid never sees the server's
     session), so the server is tied to it and the trainer gets SIGTERM when it dies: both gone."""
     h = inventory.load(str(cluster_hosts)).get("cluster")
@@ -594,9 +594,9 @@ def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_h
     with timed("online run's step SIGKILLed"), connect(h) as t:
         jid, srv, left, run_procs = online_serving(t, base, rid)
         step = [ln.split()[0] for ln in run_procs() if ln.split()[2].endswith("/python3")
-                and ln.split()[3:4] == ["remote/train.py"]]  # (not srun's nor bash's line, which name it too)
+                and ln.split()[3:5] == ["-m", "specops_host.train.run"]]  # (not srun's nor bash's line, which name it too)
         assert len(step) == 1, run_procs()
-        t.check(f"kill -9 {step[0]}", "SIGKILL the step's remote/train.py")
+        t.check(f"kill -9 {step[0]}", "SIGKILL the step's specops_host.train.run")
         gone_within(left)
         row = wait_for(lambda: (lambda j: j if j["state"] != "running" else None)(
             json.loads(inv("status", *base, "--run-id", rid, "--json").stdout)[0]), 60, "the run's end")

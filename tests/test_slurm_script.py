@@ -1,14 +1,14 @@
 """The Slurm layer's pure parts: the sbatch script from typed inputs, scontrol/sinfo parsing and a
-request judged against a partition; remote/launch.py's node fields from a Slurm task's environment
+request judged against a partition; specops_host/jobs/launch.py's node fields from a Slurm task's environment
 (no network, no Slurm: the integration tests run them against a real one)."""
 
 import shlex
 
-from specops import inventory, paths
+from specops import inventory
 from specops.slurm import queue
 from specops.slurm.script import BatchJob, Request, render, srun_prefix
+from specops_host.jobs import launch
 
-launch = paths.remote_module("launch")
 PY = "/shared/env/bin/python3"
 
 
@@ -16,7 +16,7 @@ def job(**kw):
     req = Request(**{"nodes": 2, "gpus_per_node": 8, "partition": "gpu", "account": "proj", "qos": "hi",
                      "time": "04:00:00", "constraint": "h100", **kw})
     return BatchJob(name="specops-r1", workdir="/shared/w", run_dir="/shared/w/runs/r1",
-                    command=[PY, "remote/train.py", "--spec", "/shared/w/runs/r1/train-spec.json"], request=req,
+                    command=[PY, "-m", "specops_host.train.run", "--spec", "/shared/w/runs/r1/train-spec.json"], request=req,
                     setup=("module load cuda/12.4",), env_file="/shared/w/runs/r1.env")
 
 
@@ -33,7 +33,7 @@ def test_header_from_the_request_and_one_task_per_node():
     node = argv[5].splitlines()
     assert node[0] == "module load cuda/12.4"  # the setup lines first on each node
     assert "< /shared/w/runs/r1.env" in node[1] and "export \"$kv\"" in node[1]
-    assert node[2] == f"exec {PY} remote/train.py --spec /shared/w/runs/r1/train-spec.json"
+    assert node[2] == f"exec {PY} -m specops_host.train.run --spec /shared/w/runs/r1/train-spec.json"
     assert 'echo "$rc" > /shared/w/runs/r1/exit_code' in text and text.startswith("#!/bin/bash\n")
     assert "SPECOPS_RDZV_ADDR" in text and 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
 
@@ -96,7 +96,7 @@ def test_an_array_job_script():
     from specops.slurm.script import ARRAY_TASK, shell_arg
 
     j = BatchJob(name="specops-x", workdir="/w", run_dir="/w/runs/x", request=Request(gpus_per_node=1),
-                 command=[PY, "remote/datagen.py", "--shard", f"{ARRAY_TASK}/2", "--result",
+                 command=[PY, "-m", "specops_host.data.datagen", "--shard", f"{ARRAY_TASK}/2", "--result",
                           f"/w/runs/x/result-{ARRAY_TASK}.json"], array=2)
     text = render(j)
     head = [ln for ln in text.splitlines() if ln.startswith("#SBATCH ")]
@@ -104,7 +104,7 @@ def test_an_array_job_script():
     assert "#SBATCH --gpus-per-node=1" in head
     assert 'echo "$rc" > /w/runs/x/exit_code-"$SLURM_ARRAY_TASK_ID"' in text
     node = shlex.split(text.split("bash -c ", 1)[1].split("\nrc=$?")[0])[0]
-    assert node.splitlines()[-1] == (f'exec {PY} remote/datagen.py --shard "$SLURM_ARRAY_TASK_ID"/2 --result '
+    assert node.splitlines()[-1] == (f'exec {PY} -m specops_host.data.datagen --shard "$SLURM_ARRAY_TASK_ID"/2 --result '
                                      f'/w/runs/x/result-"$SLURM_ARRAY_TASK_ID".json')
     assert shell_arg("a b") == "'a b'" and shell_arg(ARRAY_TASK) == '"$SLURM_ARRAY_TASK_ID"'
     assert "--array" not in render(job()) and "output.log" in render(job())
@@ -112,13 +112,13 @@ def test_an_array_job_script():
 
 def test_a_step_before_srun_fails_the_job_with_its_code():
     j = BatchJob(name="n", workdir="/w", run_dir="/w/runs/r", command=["x"], request=Request(nodes=2),
-                 setup=("module load cuda",), before=(("draft-serves preflight", [PY, "remote/serve_check.py",
+                 setup=("module load cuda",), before=(("draft-serves preflight", [PY, "-m", "specops_host.check.serve",
                                                                                   "--spec", "/w/s.json"]),))
     lines = render(j).splitlines()
     i = lines.index("echo '[specops] draft-serves preflight'")
     step = shlex.split(lines[i + 1] + "\n" + lines[i + 2])
     assert step[:5] == ["srun", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1", "bash"]  # (the first node)
-    assert step[6] == f"module load cuda\nexec {PY} remote/serve_check.py --spec /w/s.json", step
+    assert step[6] == f"module load cuda\nexec {PY} -m specops_host.check.serve --spec /w/s.json", step
     assert lines[i + 3] == 'rc=$?; if [ "$rc" != 0 ]; then echo "$rc" > /w/runs/r/exit_code; exit "$rc"; fi'
     assert lines[i + 4].startswith("srun --ntasks-per-node=1 ")
 
@@ -149,7 +149,8 @@ def test_array_task_ids():
 def test_an_online_split_names_the_allocations_gpus():
     """In a Slurm job the server's and the trainer's GPUs are positions in the allocation's own
     CUDA_VISIBLE_DEVICES (a node that does not renumber them gives e.g. 4,5,6,7)."""
-    on = paths.remote_module("online")
+    from specops_host.train import online as on
+
     env = {"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
     assert on.allocated("0,1", env) == "4,5" and on.allocated("2,3", env) == "6,7"
     assert on.allocated("0,1", {"CUDA_VISIBLE_DEVICES": "4,5"}) == "0,1"  # (not a Slurm job: as they are)

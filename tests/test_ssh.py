@@ -132,7 +132,7 @@ def test_push_by_content_hash(rig, hosts_file):
     r2 = inv("push", "--host", "box", "--hosts", str(hosts_file))
     assert r2.returncode == 0 and "already in sync" in r2.stdout
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
-        assert t.exists(f"{t.workdir}/remote/check.py", "-f")
+        assert t.exists(f"{t.workdir}/specops_host/check/preflight.py", "-f")
 
 
 def test_proxy_jump_with_strict_keys(rig, tmp_path):

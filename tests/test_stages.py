@@ -110,8 +110,8 @@ def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
 
     with local(tmp_path) as t:
         t.ensure_pushed()  # (the probe beside the pushed scripts, on the host only)
-        Path(t.workdir, "remote", "progress_probe.py").write_text(
-            "import time\nfrom contract import emit, progress\nprint('pip noise', flush=True)\n"
+        Path(t.workdir, "specops_host", "progress_probe.py").write_text(
+            "import time\nfrom specops_host.contract import emit, progress\nprint('pip noise', flush=True)\n"
             "progress('one')\ntime.sleep(1.5)\nprogress('two')\nemit({'ok': True})\n")
         seen = []
         t.on_note = lambda n: seen.append((n.text, time.time()))
@@ -185,8 +185,8 @@ def test_a_scripts_progress_lines_are_progress_notes(tmp_path):
 
     with local(tmp_path) as t:
         t.ensure_pushed()
-        Path(t.workdir, "remote", "progress_probe.py").write_text(
-            "from contract import emit, progress\nprogress('one')\nemit({'ok': True})\n")
+        Path(t.workdir, "specops_host", "progress_probe.py").write_text(
+            "from specops_host.contract import emit, progress\nprogress('one')\nemit({'ok': True})\n")
         seen = []
         t.on_note = seen.append
         assert run_script(t, "progress_probe", progress=True)["ok"] is True

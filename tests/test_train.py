@@ -128,7 +128,7 @@ def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):
     r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--config",
             "configs/demo.yaml", "--run-id", "t-dry", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "remote/job.py start --run-id t-dry --kind train" in r.stdout and "nothing was changed" in r.stdout
+    assert "-m specops_host.jobs.job start --run-id t-dry --kind train" in r.stdout and "nothing was changed" in r.stdout
     assert "draft-serves preflight: would serve" in " ".join(r.stdout.split()), r.stdout[-2000:]  # (planned, not run)
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         assert not t.exists(jobs.run_path(t, "t-dry"))
@@ -153,7 +153,7 @@ def test_prepare_data_dry_run_with_a_laptop_file(verifier, hosts_file, tmp_path)
             "dry-ds", "--verifier", verifier, "--dry-run")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"put: {rows} -> box:" in r.stdout and "-dry-rows.jsonl" in r.stdout
-    assert "remote/job.py start" in r.stdout and "nothing was changed" in r.stdout
+    assert "-m specops_host.jobs.job start" in r.stdout and "nothing was changed" in r.stdout
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         wd = t.expand(t.host.workdir_path)
         assert not t.run(f"ls {wd}/uploads/ 2>/dev/null | grep dry-rows").stdout and not t.exists(f"{wd}/data/dry-ds")

@@ -1,5 +1,5 @@
 """The train spec, both sides: the laptop's pydantic TrainSpec (specops/payloads.py) and the host's
-stdlib reader (remote/trainspec.py) agree on every field's name, whether it is required, its
+stdlib reader (specops_host/train/spec.py) agree on every field's name, whether it is required, its
 default and which JSON types it takes; a spec that breaks the contract is refused in one line
 naming the field, on either side."""
 
@@ -13,8 +13,9 @@ import pytest
 from specops import paths
 from specops.errors import SpecopsError
 from specops.payloads import TrainSpec
+from specops_host.train import spec as spec_reader
 
-host = paths.remote_module("trainspec")
+host = spec_reader
 
 #: one value of each JSON type, to try against every field
 SAMPLES = {str: "x", int: 3, bool: True, list: [1, 2], dict: {"a": 1}}
@@ -108,8 +109,8 @@ def test_the_host_reader_refuses_a_missing_or_broken_file(tmp_path):
 
 
 def test_the_launchers_read_the_spec_through_the_checked_reader():
-    for script in ("train", "dist_check"):
-        text = (paths.REMOTE_DIR / f"{script}.py").read_text()
+    for script in ("train/run", "check/dist"):
+        text = (paths.HOST_PKG_DIR / f"{script}.py").read_text()
         assert "trainspec.read(" in text and "json.loads(Path(" not in text.split("trainspec.read(")[0][-400:], script
     assert typing.get_type_hints(TrainSpec)["run_dir"] is str
 
@@ -138,11 +139,11 @@ def test_a_reply_outside_the_contract_is_one_line_naming_the_field():
     from specops.payloads import HiddenStatesPlan
 
     h = inventory.Host(name="h", transport="local", profile="cpu", venv="/v", workdir="/w")
-    bad = RecordingTransport(h, answers=[(r"remote/online\.py", 0, f"{BEGIN}{json.dumps({'ok': True, 'mode': 'x'})}{END}")])
-    with pytest.raises(SpecopsError, match=r"remote/online\.py on h answered outside the contract: mode: "):
-        run_script(bad, "online", [], changes=False, model=HiddenStatesPlan)
-    good = RecordingTransport(h, answers=[(r"remote/online\.py", 0, f"{BEGIN}" + json.dumps(
+    bad = RecordingTransport(h, answers=[(r"specops_host\.train\.online", 0, f"{BEGIN}{json.dumps({'ok': True, 'mode': 'x'})}{END}")])
+    with pytest.raises(SpecopsError, match=r"specops_host/train/online\.py on h answered outside the contract: mode: "):
+        run_script(bad, "train.online", [], changes=False, model=HiddenStatesPlan)
+    good = RecordingTransport(h, answers=[(r"specops_host\.train\.online", 0, f"{BEGIN}" + json.dumps(
         {"ok": True, "mode": "online", "notes": None, "need_bytes": 5}) + f"{END}")])
-    p = run_script(good, "online", [], changes=False, model=HiddenStatesPlan)
+    p = run_script(good, "train.online", [], changes=False, model=HiddenStatesPlan)
     assert (p.mode, p.notes, p.need_bytes, p["need_bytes"], "need_bytes" in p, "rows" in p) == (
         "online", [], 5, 5, True, False)

@@ -24,7 +24,7 @@ def test_one_name_rule_on_the_laptop_and_the_host(bad, light_host):
     from specops.host.remote_exec import run_script
 
     with connect(light_host) as t:
-        res = run_script(t, "job", ["status", f"--run-id={bad}"], changes=False)
+        res = run_script(t, "jobs.job", ["status", f"--run-id={bad}"], changes=False)
     assert res["ok"] is False and "invalid run id" in res["error"] and res["exit"] == 2
 
 
@@ -32,7 +32,7 @@ def test_bad_arguments_to_a_remote_script_are_one_framed_line(light_host):
     from specops.host.remote_exec import run_script
 
     with connect(light_host) as t:
-        res = run_script(t, "job", ["status", "--no-such-flag"], changes=False)
+        res = run_script(t, "jobs.job", ["status", "--no-such-flag"], changes=False)
     assert res["ok"] is False and res["exit"] == 2 and "unrecognized arguments: --no-such-flag" in res["error"]
 
 
@@ -86,7 +86,7 @@ def test_make_verifier_never_replaces_a_model_without_overwrite(light_host, tmp_
 def _plan(t, args):
     from specops.host.remote_exec import run_script
 
-    return run_script(t, "datagen", [*args, "--plan"], changes=False)
+    return run_script(t, "data.datagen", [*args, "--plan"], changes=False)
 
 
 def test_datagen_refuses_before_any_server(light_host, tmp_path):
@@ -158,20 +158,43 @@ def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
     assert r.returncode == 0, r.stderr
     with connect(light_host) as t:
         wd = t.workdir
-        t.check(f"echo 'raise SystemExit(3)' >> {wd}/remote/loglines.py && rm {wd}/remote/errlines.py", "tampering")
+        t.check(f"echo 'raise SystemExit(3)' >> {wd}/specops_host/jobs/loglines.py && rm {wd}/specops_host/jobs/errlines.py", "tampering")
     r = inv("push", "--host", "light", "--hosts", hf)
     assert r.returncode == 0 and "push light: 2 file(s) sent" in r.stdout, r.stdout + r.stderr
     assert "2 host file(s) no longer as pushed (edited or deleted there): restoring" in r.stderr, r.stderr
     r = inv("push", "--host", "light", "--hosts", hf)
     assert r.returncode == 0 and "already in sync" in r.stdout
     with connect(light_host) as t:
-        t.check(f"rm {t.workdir}/remote/errlines.py", "deleting a host script")
+        t.check(f"rm {t.workdir}/specops_host/jobs/errlines.py", "deleting a host script")
     r = inv("status", "--host", "light", "--hosts", hf)  # (any command: the connection pushes first)
     assert r.returncode == 0 and "ModuleNotFoundError" not in r.stdout + r.stderr, r.stdout + r.stderr
     with connect(light_host) as t:
-        local = (Path(__file__).parents[1] / "remote" / "errlines.py").read_bytes()
-        assert t.read_bytes(f"{t.workdir}/remote/errlines.py") == local
+        local = (Path(__file__).parents[1] / "specops_host" / "jobs" / "errlines.py").read_bytes()
+        assert t.read_bytes(f"{t.workdir}/specops_host/jobs/errlines.py") == local
 
+
+
+def test_push_deletes_the_flat_remote_folder_an_older_specops_pushed(light_host):
+    """An older specops pushed its host scripts flat into remote/ (and listed them in the push
+    manifest): the next push deletes them, so no stale copy of a host module is left beside
+    specops_host/ (which the host runs as `python -m specops_host.<job>.<module>`)."""
+    hf = str(Path(light_host.key).parent / "hosts-light.yaml")
+    assert inv("push", "--host", "light", "--hosts", hf).returncode == 0
+    old = ("remote/job.py", "remote/contract.py")
+    with connect(light_host) as t:
+        wd, man = t.workdir, f"{t.workdir}/.specops/pushed.json"
+        pushed = json.loads(t.read_bytes(man))
+        t.check(f"mkdir -p {wd}/remote && " + " && ".join(f"echo 'raise SystemExit(3)' > {wd}/{f}" for f in old),
+                "an older specops' flat remote/")
+        t.put_text(json.dumps({**pushed, **{f: "0" * 64 for f in old}}), man)
+    r = inv("push", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with connect(light_host) as t:
+        assert not any(t.exists(f"{t.workdir}/{f}", "-f") for f in old)
+        assert t.exists(f"{t.workdir}/specops_host/jobs/job.py", "-f")
+        assert not set(old) & set(json.loads(t.read_bytes(f"{t.workdir}/.specops/pushed.json")))
+    r = inv("status", "--host", "light", "--hosts", hf)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 def test_fetch_without_a_run_id_names_the_newest_training_run_and_says_a_snapshot(light_host, tmp_path):
     """No --run-id: the newest *training* run (not a newer extraction), named; a running one is
@@ -225,9 +248,8 @@ def test_a_yaml_error_in_a_training_config_is_one_line(light_host, tmp_path):
 
 def test_an_unknown_checkpoint_lists_the_checkpoints_not_every_file(tmp_path):
     """`evaluate --checkpoint 99`: the run's checkpoints (folders with a config.json), in order."""
-    from specops import paths
+    from specops_host.serve import evaluate as ev
 
-    ev = paths.remote_module("evaluate")
     for name in ("0", "2", "10", "interrupted"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
         (tmp_path / "checkpoints" / name / "config.json").write_text("{}")
@@ -275,7 +297,7 @@ def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(rig, tm
             assert again.returncode == 0 and "push mac: already in sync" in again.stdout, \
                 (hidden, again.stdout + again.stderr)
             with connect(h) as t:  # (the listing is of the host's files: an edit there is still seen)
-                t.check(f"echo '# edited' >> {t.workdir}/remote/loglines.py", "tampering")
+                t.check(f"echo '# edited' >> {t.workdir}/specops_host/jobs/loglines.py", "tampering")
             fixed = inv("push", *base)
             assert fixed.returncode == 0 and "push mac: 1 file(s) sent" in fixed.stdout, fixed.stdout + fixed.stderr
     finally:
@@ -284,16 +306,15 @@ def test_push_without_sha256sum_hashes_with_shasum_then_the_venvs_python(rig, tm
 
 def test_disk_figures_are_in_units_that_fit():
     """Issue 24 item 12: a small dataset's disk budget reads in MiB (or KiB, B), never "0.00 GiB";
-    the laptop and the host scripts share the one rule (remote/contract.py)."""
-    from specops import paths
+    the laptop and the host scripts share the one rule (specops_host/contract.py)."""
     from specops.contract import human_bytes
+    from specops_host import contract as host_contract
 
     assert human_bytes(5.1 * 2**20) == "5.1 MiB" and human_bytes(0.004 * 2**30) == "4.1 MiB"
     assert human_bytes(512) == "512 B" and human_bytes(3 * 2**10) == "3.0 KiB"
     assert human_bytes(2.7 * 2**30) == "2.70 GiB" and human_bytes(3 * 2**40) == "3072.00 GiB"
     assert human_bytes(3 * 2**40, top="TiB") == "3.00 TiB"
-    assert paths.remote_module("contract").human_bytes is human_bytes or \
-        paths.remote_module("contract").human_bytes(5.1 * 2**20) == "5.1 MiB"
+    assert host_contract.human_bytes is human_bytes
 
 
 def test_stop_of_an_ended_run_says_it_is_not_running(light_host):

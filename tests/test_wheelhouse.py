@@ -1,5 +1,5 @@
 """Air-gapped installs: the wheelhouse resolver (real pip against a local mirror of real wheels,
-no network) and the host-side top-up of an existing venv (remote/install_profile.py --existing,
+no network) and the host-side top-up of an existing venv (specops_host/install/profile.py --existing,
 in a real venv), plus the input checks."""
 
 import base64
@@ -18,6 +18,8 @@ from specops.ops import wheelhouse as wh
 from specops.errors import SpecopsError
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+#: a host script run from another folder (`python -m specops_host...`) finds the package here
+HOST_PKG_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(autouse=True)
@@ -246,15 +248,15 @@ def test_host_environment_reads_the_venv_and_its_platform(monkeypatch):
     t = SimpleNamespace(host=SimpleNamespace(name="h200", venv_path="/opt/torch/.venv"))
     assert wh.host_environment(t, "3.12") == {"installed": {"torch": "2.11.0"}, "source": "h200:/opt/torch/.venv",
                                               "python": "3.12", "platform": "manylinux_2_35_x86_64"}
-    assert calls == [("install_profile", ["--list-installed"], False)]
+    assert calls == [("install.profile", ["--list-installed"], False)]
     assert wh.host_environment(t, "3.12", "manylinux_2_28_x86_64")["platform"] == "manylinux_2_28_x86_64"
     with pytest.raises(SpecopsError, match="venv is Python 3.12, not 3.11: pass --python 3.12"):
         wh.host_environment(t, "3.11")
 
 
 def test_list_installed_reports_the_host_platform():
-    p = subprocess.run([sys.executable, str(REPO / "remote" / "install_profile.py"), "--list-installed"],
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "specops_host.install.profile", "--list-installed"],
+                       capture_output=True, text=True, cwd=REPO)
     res = json.loads(p.stdout.split("@@SPECOPS-PAYLOAD-BEGIN@@")[1].split("@@SPECOPS-PAYLOAD-END@@")[0])
     import platform
     assert res["python"] == PY and res["machine"] == platform.machine() and res["glibc"] == platform.libc_ver()[1]
@@ -287,11 +289,11 @@ def test_top_up_install_in_a_real_existing_venv(mirror, tmp_path):
     prof.write_text("#@ mode: resolve\n" + "\n".join(r for r, _ in PROFILE) + "\n")
     work = tmp_path / "work"
     work.mkdir()
-    argv = [str(py), str(REPO / "remote" / "install_profile.py"), "--profile", str(prof), "--sha256", "h",
+    argv = [str(py), "-m", "specops_host.install.profile", "--profile", str(prof), "--sha256", "h",
             "--log", ".specops/logs/install.log", "--wheelhouse", str(house), "--existing"]
 
     def run():
-        p = subprocess.run(argv, cwd=work, capture_output=True, text=True)
+        p = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=HOST_PKG_ENV)
         return p.returncode, json.loads(p.stdout.split("@@SPECOPS-PAYLOAD-BEGIN@@")[1].split("@@SPECOPS-PAYLOAD-END@@")[0])
 
     rc, res = run()
@@ -368,9 +370,10 @@ def test_exact_profile_keeps_declared_packages_and_accepts_only_their_pip_check_
     def top_up(text):
         p = tmp_path / "p.txt"
         p.write_text(text)
-        out = subprocess.run([str(py), str(REPO / "remote" / "install_profile.py"), "--profile", str(p), "--sha256",
+        out = subprocess.run([str(py), "-m", "specops_host.install.profile", "--profile", str(p), "--sha256",
                               "h", "--log", ".specops/logs/i.log", "--wheelhouse", str(house), "--existing",
-                              "--env-file", ".specops/env-cuda.txt"], cwd=work, capture_output=True, text=True)
+                              "--env-file", ".specops/env-cuda.txt"], cwd=work, capture_output=True, text=True,
+                             env=HOST_PKG_ENV)
         return out.returncode, json.loads(out.stdout.split("@@SPECOPS-PAYLOAD-BEGIN@@")[1].split("@@SPECOPS-PAYLOAD-END@@")[0])
 
     # undeclared: spx-d's unmet spx-x>=3 (and its missing spx-e) make the top-up fail

@@ -1,4 +1,4 @@
-"""dist-check: prove a multi-node launch before training: one torchrun per host (remote/dist_check.py
+"""dist-check: prove a multi-node launch before training: one torchrun per host (specops_host/check/dist.py
 --spec, its own launcher), c10d rendezvous on the first host, a gloo all-reduce across the nodes.
 A `scheduler: slurm` host: one batch job over --nodes nodes, one torchrun per node (specops/slurm)."""
 
@@ -23,7 +23,7 @@ def rank_lines(log: bytes) -> list[dict]:
 
 
 def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int, timeout: float, connect) -> dict:
-    """One batch job: remote/dist_check.py on every node of the allocation, the rendezvous on its first."""
+    """One batch job: specops_host/check/dist.py on every node of the allocation, the rendezvous on its first."""
     from specops.host.connection import connect as _connect
 
     rid = jobs.new_run_id("distcheck")
@@ -34,7 +34,7 @@ def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int,
         spec = TrainSpec(run_dir=jobs.run_path(t, rid), kind=host.profile, nproc=nproc, nnodes=req.nodes,
                          scheduler="slurm", rdzv_port=port)
         path = train.put_spec(t, spec)
-        jobs.start(t, rid, train.launch_argv(t, path, "dist_check"), kind="dist-check", nodes=req.nodes)
+        jobs.start(t, rid, train.launch_argv(t, path, "check.dist"), kind="dist-check", nodes=req.nodes)
         j = jobs.wait_ended(t, rid, timeout)
         if not j.ended:
             jobs.stop(t, rid, grace=10)
@@ -57,7 +57,7 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
     try:
         launch(ts, rid, lambda t, i: TrainSpec.of({"run_dir": jobs.run_path(t, rid), "kind": t.host.profile,
                                                    **node_extra(hosts, i, nproc, rdzv_host, port)}),
-               kind="dist-check", lock=None, script="dist_check")
+               kind="dist-check", lock=None, script="check.dist")
         ended = wait_ended(ts, rid, timeout)
         states = {n: j.describe for n, j in ended.items()}
         if not all(j.ended for j in ended.values()):

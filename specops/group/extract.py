@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from specops import paths
 from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.ops import data
@@ -69,7 +70,7 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
     data.planned_commands(t, plan)
     dg = data.Datagen.of(t, shard=f"{script.ARRAY_TASK}/{shards}", **common)
     rid = jobs.new_run_id("extract")
-    argv = [t.expand(t.host.python), "remote/datagen.py",
+    argv = [*paths.host_argv(t.expand(t.host.python), "data.datagen"),
             *dg.argv("--result", jobs.run_path(t, rid, f"result-{script.ARRAY_TASK}.json"))]
     jid = jobs.start(t, rid, argv, kind="extract", lock=data.datagen_lock(dg), array=shards).slurm_job_id
     t.note(f"extract submitted on {t.host.name}: run {rid} (Slurm job array {jid}, {shards} task(s)); "

@@ -26,7 +26,7 @@ DEFAULT_PORT = 29500
 
 
 def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optional[str], port: int) -> dict:
-    """Node i's torchrun fields of the spec (the host side builds the argv: remote/launch.py)."""
+    """Node i's torchrun fields of the spec (the host side builds the argv: specops_host/jobs/launch.py)."""
     addr = rdzv_host or hosts[0].address
     if not addr:
         raise SpecopsError(f"node 0 ({hosts[0].name}) has no address for the rendezvous: give --rdzv-host")
@@ -36,7 +36,7 @@ def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optio
 
 
 def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], TrainSpec], *, kind: str,
-           lock: Optional[str], script: str = "train", before_start: Optional[Callable[[list], object]] = None
+           lock: Optional[str], script: str = "train.run", before_start: Optional[Callable[[list], object]] = None
            ) -> list[TrainSpec]:
     """Build every node's spec first (all checks before anything starts), then before_start(specs),
     then start them all; if one fails to start, stop the ones already running."""

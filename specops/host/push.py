@@ -1,4 +1,7 @@
-"""Push remote/ (and the profiles) to a host's workdir, by content hash."""
+"""Push the host package specops_host/ (every subfolder) and the profiles to a host's workdir, by
+content hash. The flat remote/ folder an older specops pushed is listed too: its files, in the old
+manifest and no longer here, are deleted like any stale file (nothing imports them: the host runs
+`python -m specops_host.<job>.<module>`)."""
 
 from __future__ import annotations
 
@@ -15,10 +18,14 @@ from specops.errors import SpecopsError
 # connection it is given: `t` below is a transport.Transport)
 
 
+#: (folder here, folder relative to the workdir) for everything specops pushes
+PUSHED = ((paths.HOST_PKG_DIR, paths.HOST_PKG), (paths.PROFILES_DIR, paths.PROFILES))
+
+
 def local_manifest() -> dict[str, str]:
     """{relative path on host: sha256} for everything specops pushes."""
     out = {}
-    for src, dst in ((paths.REMOTE_DIR, paths.REMOTE), (paths.PROFILES_DIR, paths.PROFILES)):
+    for src, dst in PUSHED:
         for f in sorted(src.rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts and not f.name.endswith(".pyc"):
                 rel = f"{dst}/{f.relative_to(src).as_posix()}"
@@ -27,7 +34,7 @@ def local_manifest() -> dict[str, str]:
 
 
 def _source(rel: str) -> Path:
-    for src, dst in ((paths.REMOTE_DIR, paths.REMOTE), (paths.PROFILES_DIR, paths.PROFILES)):
+    for src, dst in PUSHED:
         if rel.startswith(dst + "/"):
             return src / rel[len(dst) + 1 :]
     raise KeyError(rel)
@@ -63,7 +70,7 @@ def hasher(python: str) -> str:
 def host_listing(wd: str, python: str) -> str:
     """The shell that lists sha256 of the pushed folders' files as they are on the host (not as
     the manifest says: a script edited or deleted there is seen), then the manifest."""
-    dirs = " ".join(shlex.quote(d) for d in (paths.REMOTE, paths.PROFILES))
+    dirs = " ".join(shlex.quote(d) for d in (paths.HOST_PKG, paths.LEGACY, paths.PROFILES))
     return (f"{hasher(python)}; cd {shlex.quote(wd)} 2>/dev/null && find {dirs} -type f ! -path '*/__pycache__/*' "
             f"! -name '*.pyc' -exec \"$@\" {{}} + 2>/dev/null; echo {SEP}; cat {shlex.quote(paths.MANIFEST)} "
             f"2>/dev/null; exit 0")
@@ -112,7 +119,7 @@ def push(t) -> list[str]:
     cmds = [f"mkdir -p {' '.join(shlex.quote(wd + '/' + d) for d in dirs)}"] if dirs else []
     cmds += [f"rm -f {shlex.quote(wd + '/' + rel)}" for rel in stale]
     if cmds:
-        t.check(" && ".join(cmds), "preparing remote/ on the host")
+        t.check(" && ".join(cmds), f"preparing {paths.HOST_PKG}/ on the host")
     for rel in changed:
         t.put(str(_source(rel)), f"{wd}/{rel}")
     t.put_text(json.dumps(mine, indent=1, sort_keys=True), f"{wd}/{paths.MANIFEST}", label="(manifest)")

@@ -1,9 +1,10 @@
 """The interpreter rule: the only way specops starts Python on a host.
 
-``run_script(t, "check", [...])`` runs ``<venv>/bin/python3 remote/check.py ARGS`` in the
-host's workdir (after the connection has pushed remote/, once) and decodes the one framed JSON
-payload from its stdout. The only other interpreter ever started on a host is
-``base_python -m venv`` (in bootstrap, at creation).
+``run_script(t, "check.preflight", [...])`` runs
+``<venv>/bin/python3 -m specops_host.check.preflight ARGS`` in the host's workdir (after the
+connection has pushed specops_host/, once) and decodes the one framed JSON payload from its stdout.
+The only other interpreter ever started on a host is ``base_python -m venv`` (in bootstrap, at
+creation).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Optional, Sequence, Type, TypeVar
 
 from pydantic import BaseModel
 
+from specops import paths
 from specops.contract import BEGIN, END, decode
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
@@ -32,14 +34,15 @@ def decode_payload(stdout: str) -> Optional[dict]:
 
 
 def script_command(t: Transport, script: str, args: Sequence[str] = ()) -> str:
-    """The exact shell command that runs remote/<script>.py with the venv interpreter."""
+    """The exact shell command that runs host script `script` ("check.preflight": the module
+    specops_host.check.preflight) with the venv interpreter, from the workdir."""
     py = shlex.quote(t.expand(t.host.python))
-    path = shlex.quote(f"remote/{script}.py")
-    argv = " ".join(shlex.quote(str(a)) for a in args)
+    path = shlex.quote(paths.host_file(script))
+    argv = " ".join(shlex.quote(str(a)) for a in ["-m", paths.host_module(script), *args])
     return (
         f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; "
         f"test -x {py} || exit {NO_VENV}; test -f {path} || exit {NO_SCRIPT}; "
-        f"exec {py} {path} {argv}"
+        f"exec {py} {argv}"
     )
 
 
@@ -75,11 +78,12 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
     progress: the script's `[specops] ...` stdout lines become the connection's notes as they come
     (a long synchronous script, e.g. the profile's install, is never silent)."""
     h = t.host
+    where = paths.host_file(script)
     t.ensure_pushed()
     cmd = script_command(t, script, args)
     if via:
         cmd = f"cd {shlex.quote(t.workdir)} 2>/dev/null || exit {NO_SCRIPT}; {via} sh -c {shlex.quote(cmd)}"
-    stand = t.planned_change(cmd, what or f"remote/{script}.py's reply", said=said, writes=tuple(writes),
+    stand = t.planned_change(cmd, what or f"{where}'s reply", said=said, writes=tuple(writes),
                              standin=standin) if changes else None
     if stand is not None:
         return stand
@@ -90,19 +94,19 @@ def run_script(t: Transport, script: str, args: Sequence[str] = (), *, timeout: 
         )
     if r.exited == NO_SCRIPT:
         raise SpecopsError(
-            f"remote/{script}.py is not on {h.name} (workdir {h.workdir_path}): run `{t.hint('push')}`"
+            f"{where} is not on {h.name} (workdir {h.workdir_path}): run `{t.hint('push')}`"
             + t.either("", " (it only copies specops' scripts), then the dry run again: it reads the host with "
                        "them and changes nothing")
         )
     try:
         payload = decode(r.stdout)
     except json.JSONDecodeError as e:
-        raise SpecopsError(f"remote/{script}.py on {h.name} printed a broken payload: {e}") from None
+        raise SpecopsError(f"{where} on {h.name} printed a broken payload: {e}") from None
     if payload is None:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
-        raise SpecopsError(f"remote/{script}.py on {h.name} exited {r.exited} without a result", detail=tail)
+        raise SpecopsError(f"{where} on {h.name} exited {r.exited} without a result", detail=tail)
     payload.setdefault("exit", r.exited)
     if model is None:
         return payload
-    return validated(model, payload, f"remote/{script}.py on {h.name} answered outside the contract: ",
+    return validated(model, payload, f"{where} on {h.name} answered outside the contract: ",
                      f" (push again: `{t.hint('push')}`)")

@@ -17,7 +17,7 @@ Policy (what to run) lives elsewhere. The connection owns the concerns every ope
   whether it is a dry run: ``would(what)`` says a step (a plan line under --dry-run, nothing on a
   real run), ``either(done, would)`` picks a sentence's tense, ``pending(path)`` tells a path a
   planned change would have written;
-- push: ``ensure_pushed()`` sends remote/ at most once per connection (every remote script call
+- push: ``ensure_pushed()`` sends specops_host/ at most once per connection (every remote script call
   goes through it);
 - reconnect: ``reconnect()`` re-opens the same object in place after a drop;
 - output: library code never prints; it hands lines to ``note()`` and the connection passes them
@@ -261,7 +261,7 @@ class Transport:
 
     # -- push ---------------------------------------------------------------------------
     def ensure_pushed(self) -> list[str]:
-        """remote/ (and the profiles) on the host, sent at most once per connection."""
+        """specops_host/ (and the profiles) on the host, sent at most once per connection."""
         if self.pushed is None:
             from specops.host.push import push  # (push uses this connection's own operations)
 

@@ -1,7 +1,7 @@
-"""bootstrap: create/refresh the host venv from a pinned profile and push remote/.
+"""bootstrap: create/refresh the host venv from a pinned profile and push specops_host/.
 
 Steps, each small and idempotent: workdir, push, venv (``base_python -m venv``: the only
-bare interpreter specops ever starts on a host), install (remote/install_profile.py, which
+bare interpreter specops ever starts on a host), install (specops_host/install/profile.py, which
 does nothing but verify when the venv's stamp matches the profile).
 """
 
@@ -63,7 +63,7 @@ NOT_INSTALLED = Install(ok=True, action="not installed (a dry run)")
 
 def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
             wheelhouse: Optional[str] = None) -> Install:
-    """The profile into the host venv (remote/install_profile.py). Under --dry-run: said, and
+    """The profile into the host venv (specops_host/install/profile.py). Under --dry-run: said, and
     NOT_INSTALLED stands for its reply (what follows, e.g. a pipeline's plan, goes on)."""
     log = f"{paths.LOGS}/install-{profile.name}.log"
     args = ["--profile", f"{paths.PROFILES}/{profile.name}.txt", "--sha256", profile.sha256, "--log", log]
@@ -75,7 +75,7 @@ def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
         args += ["--installer", os.environ["SPECOPS_INSTALLER"]]
     if t.host.venv_existing:
         args += ["--existing", "--env-file", f"{paths.STATE}/env-{t.host.profile}.txt"]
-    res = run_script(t, "install_profile", args + progress_args(), progress=True,  # (pip's progress as it goes)
+    res = run_script(t, "install.profile", args + progress_args(), progress=True,  # (pip's progress as it goes)
                      model=Install, standin=NOT_INSTALLED)
     if res.error:
         raise SpecopsError(f"installing profile {profile.name!r} on {t.host.name} refused: {res.error}")
@@ -122,11 +122,11 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
     """An existing venv keeps its torch: the profile of prof's family built on that torch
     (profiles.for_existing), said in one line when it is another one."""
     try:
-        res = run_script(t, "install_profile", ["--list-installed"], changes=False, model=Installed)
+        res = run_script(t, "install.profile", ["--list-installed"], changes=False, model=Installed)
     except SpecopsError:
         if not t.pending(f"{t.workdir}/{paths.MANIFEST}"):  # (remote/ pushed by this dry run: not there yet)
             raise
-        t.would(f"would pick the profile of family {prof.name} built on the venv's torch (once remote/ is pushed)")
+        t.would(f"would pick the profile of family {prof.name} built on the venv's torch (once specops_host/ is pushed)")
         return prof
     chosen, why = profiles.for_existing(prof.name, res.installed.get("torch", ""))
     if why:
@@ -136,10 +136,10 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
 
 def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = False,
               wheelhouse: Optional[str] = None) -> Outcome:
-    """The venv, remote/ pushed, the profile installed or verified (a dry run: each said)."""
+    """The venv, specops_host/ pushed, the profile installed or verified (a dry run: each said)."""
     h = t.host
     prof = profiles.load(profile or h.profile)
-    with t.step(f"push remote/ to {h.name}:{h.workdir_path}"):
+    with t.step(f"push specops_host/ to {h.name}:{h.workdir_path}"):
         pushed = t.ensure_pushed()
     with t.step(f"venv {h.venv_path}" + (" (existing: never created or upgraded)" if h.venv_existing else "")):
         created = ensure_venv(t)

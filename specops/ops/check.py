@@ -1,4 +1,4 @@
-"""check: the preflight run by the host venv's interpreter (remote/check.py), shown as a table."""
+"""check: the preflight run by the host venv's interpreter (specops_host/check/preflight.py), shown as a table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from specops.payloads import Check, CheckRow, DeepCheck, ServeCheck
 from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
+from specops_host.check import serve as serve_check
 
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
@@ -31,7 +32,7 @@ def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
         args += ["--gpus", str(h.gpus)]
     if h.is_slurm:
         return slurm_check(t, args)
-    res = run_script(t, "check", args, changes=False, model=Check)
+    res = run_script(t, "check.preflight", args, changes=False, model=Check)
     if absent and res.rows:
         soften(res, absent)
     return res
@@ -53,7 +54,7 @@ def slurm_check(t: Transport, args: list) -> Check:
         ok=bool(shared["shared"]), hint="put workdir and venv on the cluster's shared filesystem")]
     if not shared["shared"]:  # (the preflight's scripts are not there either)
         return Check(ok=False, rows=rows)
-    res = run_script(t, "check", args, changes=False, model=Check, via=script.srun_prefix(dataclasses.replace(
+    res = run_script(t, "check.preflight", args, changes=False, model=Check, via=script.srun_prefix(dataclasses.replace(
         req, nodes=1, time="10")))
     res.rows[:0] = rows
     return res
@@ -84,7 +85,7 @@ def verdict(name: str, res: Check) -> None:
         raise SpecopsError(f"check {name}: {len(bad)} hard check(s) failed", detail=lines)
 
 
-# -- deep check: real training steps on a tiny fixture (remote/deep_check.py) -----------------
+# -- deep check: real training steps on a tiny fixture (specops_host/check/deep.py) -----------------
 #: speculators 0.9.0's defaults for the settings the deep check varies.
 DEFAULTS = {"draft-attn-impl": "simple_flex_attention", "loss-implementation": "fused"}
 VERDICT = f"{paths.STATE}/deep-check.json"
@@ -134,7 +135,7 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     args = ["--kind", h.profile, "--settings", json.dumps(cands), "--steps", str(steps), "--timeout", str(timeout)]
     if try_all:
         args.append("--all")
-    res = run_script(t, "deep_check", args, model=DeepCheck, what="the deep check's verdict")
+    res = run_script(t, "check.deep", args, model=DeepCheck, what="the deep check's verdict")
     if res.results is None:
         raise SpecopsError(f"deep check on {h.name} could not run: {res.error}", detail="\n".join(res.tail))
     res.config = cfg["path"]
@@ -204,7 +205,7 @@ def refuse_failed_settings(t: Transport, flags: dict) -> None:
                 + "; nothing was started (re-run `inv check --deep` after changing versions)")
 
 
-# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (remote/serve_check.py) --
+# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (specops_host/check/serve.py) --
 SERVE_SKIP = "--no-serve-check skips it"
 #: the preflight's reply under --dry-run (said, not served: the gate lets the job's plan go on)
 NOT_SERVED = ServeCheck(ok=True, skipped="a dry run serves nothing")
@@ -247,7 +248,7 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
 
 def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
           fresh: bool = False, said: Optional[str] = None, standin=None) -> ServeCheck:
-    """Serve the verifier with an untrained draft of spec's configuration (remote/serve_check.py):
+    """Serve the verifier with an untrained draft of spec's configuration (specops_host/check/serve.py):
     its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
     log}; {ok, skipped} where it cannot run there). Under --dry-run: said (`said`), and `standin`
     is the reply (run_script's)."""
@@ -256,7 +257,7 @@ def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout
             *t.host.vllm_flags(list(vllm_args or []))]
     if fresh:
         args.append("--no-cache")
-    return run_script(t, "serve_check", args, timeout=timeout or 2400, model=ServeCheck,
+    return run_script(t, "check.serve", args, timeout=timeout or 2400, model=ServeCheck,
                       what="the draft-serves preflight's verdict", said=said, standin=standin)
 
 
@@ -274,7 +275,7 @@ def serve_line(res: ServeCheck) -> str:
 
 def serve_failure(res: ServeCheck) -> str:
     """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
-    return paths.remote_module("serve_check").failure_line(res)
+    return serve_check.failure_line(res)
 
 
 def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True
@@ -288,7 +289,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
         return None
     res = serve(t, spec, vllm_args=vllm_args, standin=NOT_SERVED,
                 said=f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
-                     f"through vLLM (remote/serve_check.py), before the job starts ({SERVE_SKIP})")
+                     f"through vLLM (specops_host/check/serve.py), before the job starts ({SERVE_SKIP})")
     if res is NOT_SERVED:
         return None
     if res.ok:

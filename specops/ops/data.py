@@ -1,4 +1,4 @@
-"""The data stage on a host: prepare-data, extract, convert-data (remote/datagen.py does the work)."""
+"""The data stage on a host: prepare-data, extract, convert-data (specops_host/data/datagen.py does the work)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from specops import paths
 from specops.args import Refused, refusing
 from specops.ops import jobs
 from specops.contract import check_name, human_bytes
@@ -62,7 +63,7 @@ def verifier_path(t: Transport, verifier: Optional[str]) -> str:
 
 @dataclass(frozen=True)
 class Datagen:
-    """remote/datagen.py's arguments as a value: built once (`Datagen.of`), rendered to argv at one
+    """specops_host/data/datagen.py's arguments as a value: built once (`Datagen.of`), rendered to argv at one
     edge (`argv`). The host's vLLM settings (hosts.yaml tensor_parallel, trust_remote_code,
     vllm_args) and this run's `--vllm-arg`s (after the host's: the last one wins in vLLM) are
     `vllm`; --max-model-len defaults on the host to the longest row + 1."""
@@ -113,14 +114,14 @@ class Datagen:
 
 
 def datagen_args(t: Transport, **kw) -> list[str]:
-    """remote/datagen.py's argv for these settings (`Datagen.of(t, **kw).argv()`)."""
+    """specops_host/data/datagen.py's argv for these settings (`Datagen.of(t, **kw).argv()`)."""
     return Datagen.of(t, **kw).argv()
 
 
 def plan_datagen(t: Transport, dg: Datagen, *, kind: str, quiet: bool = False) -> DatagenPlan:
-    """remote/datagen.py --plan (changes nothing): the checks, the disk budget (a note), the commands."""
+    """specops_host/data/datagen.py --plan (changes nothing): the checks, the disk budget (a note), the commands."""
     pending = dg.prepare is not None and t.pending(dg.prepare)
-    plan = run_script(t, "datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False,
+    plan = run_script(t, "data.datagen", dg.argv("--plan", *(["--prepare-later"] if pending else [])), changes=False,
                       model=DatagenPlan)
     if not plan.ok:
         raise SpecopsError(f"{kind} on {t.host.name} refused: {plan.error}")
@@ -150,7 +151,7 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
     plan = plan_datagen(t, dg, kind=kind, quiet=quiet)
     rid = run_id or jobs.new_run_id(kind)
     result = jobs.run_path(t, rid, "result.json")
-    argv = [t.expand(t.host.python), "remote/datagen.py", *dg.argv("--result", result)]
+    argv = [*paths.host_argv(t.expand(t.host.python), "data.datagen"), *dg.argv("--result", result)]
     lock = datagen_lock(dg)
     planned_commands(t, plan)
     if quiet:  # several hosts at once: no interleaved logs; wait for the end
@@ -170,8 +171,8 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
 
 
 def convert(t: Transport, src: str, dst: str) -> Converted:
-    """A legacy data dir converted (remote/convert_data.py)."""
-    res = run_script(t, "convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted,
+    """A legacy data dir converted (specops_host/data/convert_data.py)."""
+    res = run_script(t, "data.convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted,
                      what=f"the conversion to {dst}", writes=[t.expand(dst)])
     if not res.ok:
         raise SpecopsError(f"convert-data on {t.host.name}: {res.error}")
@@ -205,7 +206,7 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
         args += ["--code", code]
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "tiny_verifier", args, timeout=900, model=ModelBuilt, what=f"the model at {path}",
+    res = run_script(t, "fixtures.tiny_verifier", args, timeout=900, model=ModelBuilt, what=f"the model at {path}",
                      writes=[path])
     if not res.ok:
         raise SpecopsError(f"building the tiny verifier on {t.host.name} failed: {res.error}")
@@ -214,13 +215,13 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
 
 #: where the learnable verifier lives on a host (the demo's; make-verifier --learnable's default)
 DEMO_VERIFIER = "models/learnable-llama"
-#: remote/learnable_verifier.py's --size presets -> their default training budget (seconds)
+#: specops_host/fixtures/learnable_verifier.py's --size presets -> their default training budget (seconds)
 LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
                             steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt:
-    """Train a tiny Llama on the synthetic language on the host's CPU (remote/learnable_verifier.py,
+    """Train a tiny Llama on the synthetic language on the host's CPU (specops_host/fixtures/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
     greedy_agreement, language{fingerprint, ...}). An existing model is
@@ -233,7 +234,7 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     args = [path, "--seconds", f"{seconds:g}", "--size", size] + (["--steps", str(int(steps))] if steps else [])
     if overwrite:
         args.append("--overwrite")
-    res = run_script(t, "learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
+    res = run_script(t, "fixtures.learnable_verifier", args + progress_args(), timeout=float(seconds) + 600,
                      progress=True, model=ModelBuilt,  # (its progress lines as they come: steps, loss, agreement)
                      what=f"the learnable verifier at {path}", writes=[path])
     if not res.ok:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from specops.ops import fetch, jobs
-from specops import metrics
+from specops import metrics, paths
 from specops.contract import concurrency_levels
 from specops.ops.data import remote_input
 from specops.args import Refused, refusing
@@ -72,7 +72,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     args += t.host.vllm_flags(list(vllm_args or []))
     pending = prompts is not None and t.pending(args[args.index("--prompts") + 1])
     if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
-        plan = run_script(t, "evaluate", args + ["--plan"], changes=False, model=ServePlan)
+        plan = run_script(t, "serve.evaluate", args + ["--plan"], changes=False, model=ServePlan)
         if not plan.ok:
             raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.error}")
         for i, cmd in enumerate(plan.commands):  # (said under --dry-run: review -tp before GPU hours)
@@ -80,7 +80,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
                      "would start: ") + shlex.join(map(str, cmd)))
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, *result_name.split("/"))
-    argv = [t.expand(t.host.python), "remote/evaluate.py", *args, "--result", result]
+    argv = [*paths.host_argv(t.expand(t.host.python), "serve.evaluate"), *args, "--result", result]
     pending = Pending(run_id, eid, result, dest, write)
     if beside:
         jobs.start(t, eid, argv, kind="evaluate")

@@ -3,7 +3,7 @@
 Over SSH the bytes move through specops.host.transfer: several streams when one stream is
 window-bound (a long round trip), split by files (rsync groups) and, for large files, by byte
 ranges; a killed fetch resumes its pieces; the stream count follows the measured link or
-``streams=N``. The host computes a sha256 manifest meanwhile (remote/manifest.py, cached by
+``streams=N``. The host computes a sha256 manifest meanwhile (specops_host/fetch/manifest.py, cached by
 size+mtime+ctime) and every local file is checked against it (a file that arrived as pieces was
 hashed on arrival: its digest seeds the local cache, so it is not read again); a mismatch (say,
 a checkpoint still being written) is fetched again, up to ``tries`` times. The `local` host
@@ -23,16 +23,12 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from specops import paths
 from specops.host import transfer
 from specops.errors import SpecopsError
 from specops.ops.jobs import run_path, validate_run_id
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
-
-
-def _manifest_module():
-    return paths.remote_module("manifest")
+from specops_host.fetch import manifest as host_manifest
 
 
 LOCAL_CACHE = ".specops-local-hashes.json"
@@ -40,19 +36,19 @@ LOCAL_CACHE = ".specops-local-hashes.json"
 
 def local_manifest(root: Path) -> dict:
     """The same manifest, on the laptop side (own cache file)."""
-    return _manifest_module().manifest(root, cache_name=LOCAL_CACHE)
+    return host_manifest.manifest(root, cache_name=LOCAL_CACHE)
 
 
 def seed_local_cache(root: Path, hashed: dict[str, str]) -> None:
-    """Record digests computed on arrival in the local manifest's cache (remote/manifest.py's seed)."""
+    """Record digests computed on arrival in the local manifest's cache (specops_host/fetch/manifest.py's seed)."""
     if hashed:
-        _manifest_module().seed(root, hashed, cache_name=LOCAL_CACHE)
+        host_manifest.seed(root, hashed, cache_name=LOCAL_CACHE)
 
 
 def remote_manifest(t: Transport, remote_dir: str) -> dict:
     from specops.payloads import Manifest
 
-    res = run_script(t, "manifest", [remote_dir], changes=False, model=Manifest)
+    res = run_script(t, "fetch.manifest", [remote_dir], changes=False, model=Manifest)
     if not res.ok:
         err = str(res.error)
         raise (transfer.NoDirectory if err.startswith("no directory") else SpecopsError)(f"fetch: {err}")
@@ -265,7 +261,7 @@ def interrupted_line(t: Transport, rid: str, target: Path) -> str:
             f"`{t.hint(f'fetch --run-id {rid}')}` resumes (files already there are not sent again)")
 
 
-#: the run's record on the host (remote/train.py writes it and keeps its other fields on a resume)
+#: the run's record on the host (specops_host/train/run.py writes it and keeps its other fields on a resume)
 RUN_RECORD = "run.json"
 #: its field for the checkpoint `inv evaluate --checkpoints ... --pick` chose by served acceptance
 PICK = "best_served"

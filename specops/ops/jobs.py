@@ -1,4 +1,4 @@
-"""Detached jobs on a host (remote/job.py does the work there): start, status, stop, follow."""
+"""Detached jobs on a host (specops_host/jobs/job.py does the work there): start, status, stop, follow."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
           nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
-    remote/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
+    specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
     slurm.nodes), or each task's of a job array (`array` tasks: script.BatchJob.array); `before`:
     (label, argv) steps of the batch shell before it (script.BatchJob.before)."""
@@ -62,7 +62,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     remote_env = put_env(t, run_id, env)
     if remote_env:
         args += ["--env-file", remote_env]
-    res = run_script(t, "job", [*args, "--", *argv], model=Started, what=f"the {kind} job {run_id}",
+    res = run_script(t, "jobs.job", [*args, "--", *argv], model=Started, what=f"the {kind} job {run_id}",
                      writes=[run_path(t, run_id)])
     if not res.ok:
         raise SpecopsError(f"cannot start {kind} on {t.host.name}: {res.error}")
@@ -106,7 +106,7 @@ def status(t: Transport, run_id: Optional[str] = None) -> list[Job]:
 
 
 def _status(t: Transport, run_id: Optional[str]) -> list[Job]:
-    res = run_script(t, "job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []),
+    res = run_script(t, "jobs.job", ["status"] + (["--run-id", validate_run_id(run_id)] if run_id else []),
                      changes=False, model=Jobs)
     if not res.ok:
         raise SpecopsError(f"{res.error} on {t.host.name}: `{t.hint('status')}` lists the runs")
@@ -177,7 +177,7 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
     """SIGTERM, grace, SIGKILL. A slurm host's batch job: through Slurm."""
     if t.host.is_slurm and cluster.record(t, validate_run_id(run_id)):
         return cluster.stop(t, run_id, grace)
-    res = run_script(t, "job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped,
+    res = run_script(t, "jobs.job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped,
                      what=f"the stop of {run_id}")
     if not res.ok:
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")
@@ -252,7 +252,7 @@ LOST_CHECK_S = 10.0
 def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[str]]:
     """(None, None) while the job runs; (its exit code, as exit_code holds it, None) if it ended
     meanwhile; (None, one line) when no exit code will ever come: lost, or its run folder gone."""
-    res = run_script(t, "job", ["status", "--run-id", validate_run_id(run_id)], changes=False, model=Jobs)
+    res = run_script(t, "jobs.job", ["status", "--run-id", validate_run_id(run_id)], changes=False, model=Jobs)
     if not res.ok:
         return None, (f"{run_id} on {t.host.name}: its run folder is gone (removed while followed): nothing more "
                       f"will come; `{t.hint('status')}` lists the runs")

@@ -1,6 +1,6 @@
 """pipeline: bootstrap, check, prepare, extract, inspect, train, fetch on one host; and the
 demo: the same on the built-in `local` host with a tiny verifier that learnt a synthetic
-language (remote/synthlang.py) on the host's CPU, ending with the draft served through vLLM:
+language (specops_host/fixtures/synthlang.py) on the host's CPU, ending with the draft served through vLLM:
 its acceptance beside an untrained draft's and a wrong-layers draft's, measured in the same run."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from specops.args import USAGE, Refused, refusing
 from specops.contract import concurrency_levels
 from specops.errors import SpecopsError
 from specops.host.transport import NotDone, Transport
+from specops_host.fixtures import synthlang
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = data.DEMO_VERIFIER
@@ -39,17 +40,11 @@ ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditio
                    "seconds")
 
 
-def synthlang():
-    """remote/synthlang.py loaded from this repo (stdlib only; the host imports the same file):
-    the demo's language."""
-    return paths.remote_module("synthlang")
-
-
 def demo_conversations(path: Path, n: int = 200, seed: int = 123) -> Path:
     """The demo's chat dataset (role/content turns), written in the learnable verifier's language
-    (remote/synthlang.py); also what the tests train on."""
+    (specops_host/fixtures/synthlang.py); also what the tests train on."""
     with open(path, "w") as f:
-        for conv in synthlang().conversations(n, seed):
+        for conv in synthlang.conversations(n, seed):
             f.write(json.dumps({"conversations": conv}) + "\n")
     return path
 
@@ -299,7 +294,7 @@ def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[floa
     the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
     another size. Its record. beside(): called
     just before a training starts (what may run beside it: the training uses one core)."""
-    want = synthlang().describe()["fingerprint"]
+    want = synthlang.describe()["fingerprint"]
     rec = verifier_record(t, path)
     if rec and rec.get("language", {}).get("fingerprint") == want and rec.get("size", "tiny") == size:
         t.note(f"learnable verifier at {path}: language {want}, greedy agreement {rec.get('greedy_agreement')}")
@@ -320,11 +315,11 @@ DEMO_ARCHS = ("LlamaForCausalLM", "ExtractHiddenStatesModel", "Eagle3LlamaForCau
 
 
 def start_vllm_warm(t: Transport, archs: tuple = DEMO_ARCHS) -> Optional[str]:
-    """remote/vllm_warm.py as a detached job: vLLM's model-info cache of the workdir filled for
+    """specops_host/serve/vllm_warm.py as a detached job: vLLM's model-info cache of the workdir filled for
     archs, which each server's start would otherwise do itself (a subprocess importing torch and
     vLLM per architecture, 13-14 s each at load 3 on 2 cores). Its run id."""
     rid = jobs.new_run_id("vllm-warm")
-    argv = [t.expand(t.host.python), "remote/vllm_warm.py", "--kind", t.host.profile, "--archs", ",".join(archs),
+    argv = [*paths.host_argv(t.expand(t.host.python), "serve.vllm_warm"), "--kind", t.host.profile, "--archs", ",".join(archs),
             "--result", jobs.run_path(t, rid, "result.json")]
     jobs.start(t, rid, argv, kind="vllm-warm")
     return rid

@@ -1,7 +1,7 @@
 """plan: know the bill before the GPUs run. The real stages, briefly, on the host, on a sample of
 the real rows, with the real verifier and draft configuration (the stage ops themselves: the data
-job of remote/datagen.py with prepare + extract, a few training steps offline and online through
-remote/train.py / remote/online.py), then the whole run extrapolated (specops/estimate.py) and
+job of specops_host/data/datagen.py with prepare + extract, a few training steps offline and online through
+specops_host/train/run.py / specops_host/train/online.py), then the whole run extrapolated (specops/estimate.py) and
 kept with the dataset as plan.json; `versus` reads it back beside a finished run's job times."""
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg
     args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
     from specops.payloads import DatagenPlan
 
-    res = run_script(t, "datagen", args.argv("--plan"), changes=False, model=DatagenPlan)
+    res = run_script(t, "data.datagen", args.argv("--plan"), changes=False, model=DatagenPlan)
     if not res.ok:
         raise SpecopsError(f"plan on {t.host.name}: {res.error}")
     return {"tokens": res.tokens or 0, "estimate_bytes": res.estimate_bytes or 0, "free_bytes": res.free_bytes}

@@ -1,4 +1,4 @@
-"""regenerate: the verifier's own responses for a dataset's prompts (remote/regenerate.py runs
+"""regenerate: the verifier's own responses for a dataset's prompts (specops_host/data/regenerate.py runs
 `speculators regenerate-responses` against a managed vLLM server of the verifier), as a
 detached job. The output, <workdir>/regenerated/NAME.jsonl on the host, holds pre-tokenised rows
 (input_ids, loss_mask over the response) that `inv prepare-data --data <that path>` takes."""
@@ -12,6 +12,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Optional
 
+from specops import paths
 from specops.args import Refused, refusing
 from specops.ops import jobs
 from specops.contract import check_name
@@ -77,14 +78,14 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
         args += ["--max-model-len", str(int(max_model_len))]
     args += h.vllm_flags(list(vllm_args or []))
     later = ["--data-later"] if t.pending(src) else []
-    plan = run_script(t, "regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
+    plan = run_script(t, "data.regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
     if not plan.ok:
         raise SpecopsError(f"regenerate on {h.name} refused: {plan.error} (nothing was started)")
     if plan.prompts is not None:
         t.note(f"regenerate: {plan.prompts} prompt(s) of {src} -> the verifier's responses in {dest}")
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("regenerate"))
     result = jobs.run_path(t, rid, "result.json")
-    argv = [t.expand(h.python), "remote/regenerate.py", *args, "--result", result]
+    argv = [*paths.host_argv(t.expand(h.python), "data.regenerate"), *args, "--result", result]
     lock = "regen-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
     for cmd in plan.commands:
         t.would("would start: " + shlex.join(map(str, cmd)))

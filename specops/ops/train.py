@@ -1,6 +1,6 @@
-"""train: `speculators train` as a detached job (remote/train.py), on hidden states read from the
+"""train: `speculators train` as a detached job (specops_host/train/run.py), on hidden states read from the
 dataset's files (offline) or generated for each step by the verifier's vLLM server that the job
-starts beside the trainer (online: remote/online.py); `auto` picks one from the disk budget."""
+starts beside the trainer (online: specops_host/train/online.py); `auto` picks one from the disk budget."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import shlex
 from typing import Optional, Union
 
+from specops import paths
 from specops.ops import jobs
 from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
 from specops.config import load_config, revision
@@ -33,7 +34,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
                        server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
                        nproc: Optional[int] = None, vllm_args: Optional[list] = None,
                        run_id: Optional[str] = None) -> HiddenStatesPlan:
-    """Ask the host (remote/online.py, read-only) which hidden states a run on `data` uses and why:
+    """Ask the host (specops_host/train/online.py, read-only) which hidden states a run on `data` uses and why:
     {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
     rows, files, missing, need_bytes, budget_bytes, layer_ids, server (online: its settings),
     nproc, notes, server_command}. Refuses (SpecopsError) what cannot start; changes nothing."""
@@ -59,7 +60,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
     if run_id:
         args += ["--run-id", run_id]
     args += h.vllm_flags(list(vllm_args or []))
-    res = run_script(t, "online", args, changes=False, model=HiddenStatesPlan)
+    res = run_script(t, "train.online", args, changes=False, model=HiddenStatesPlan)
     if not res.ok:
         raise SpecopsError(f"train on {h.name} refused: {res.error} (nothing was started)")
     return res
@@ -153,7 +154,8 @@ def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) ->
 
 
 def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> TrainSpec:
-    """The train spec of an online run: the trainer's flags, and the server's settings (remote/online.py)."""
+    """The train spec of an online run: the trainer's flags, and the server's settings
+    (specops_host/train/online.py)."""
     h = t.host
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
@@ -189,8 +191,9 @@ def put_spec(t: Transport, spec: Union[TrainSpec, dict], name: str = "train-spec
     return f"{run_dir}/{name}"
 
 
-def launch_argv(t: Transport, spec_path: str, script: str = "train") -> list[str]:
-    return [t.expand(t.host.python), f"remote/{script}.py", "--spec", spec_path]
+def launch_argv(t: Transport, spec_path: str, script: str = "train.run") -> list[str]:
+    """A job's command: host script `script` (specops_host.train.run, or check.dist) reading the spec."""
+    return [*paths.host_argv(t.expand(t.host.python), script), "--spec", spec_path]
 
 
 #: the c10d rendezvous port of a Slurm job's torchruns (on the allocation's first node)
@@ -199,7 +202,7 @@ RDZV_PORT = 29500
 
 def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> str:
     """A slurm host: online hidden states put the vLLM server and the trainer in one allocation of one
-    node (remote/train.py starts the server first, the trainer once it is healthy, and stops the
+    node (specops_host/train/run.py starts the server first, the trainer once it is healthy, and stops the
     server when the trainer ends or Slurm signals the job); several nodes train offline."""
     n = nodes or t.host.slurm.nodes
     if hidden_states == "online" and n > 1:
@@ -215,13 +218,13 @@ def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> st
 def serve_step(t: Transport, rid: str, spec_path: str, vllm_args: Optional[list]) -> tuple:
     """A Slurm job's draft-serves preflight: a step on the allocation's first node before the
     trainer (the login node has no GPU to serve on); a failure ends the job with vLLM's root cause
-    in one line of its log (remote/serve_check.py --job-step)."""
+    in one line of its log (specops_host/check/serve.py --job-step)."""
     t.note(f"draft-serves preflight: a step of the Slurm job before the trainer, on its node (vLLM serves the "
            f"verifier with an untrained draft: about 80 s on a 2-core CPU node, a minute or two on a GPU, at once "
            f"when the same setting passed before; {SERVE_SKIP})")
-    argv = [t.expand(t.host.python), "remote/serve_check.py", "--spec", spec_path,
+    argv = [*paths.host_argv(t.expand(t.host.python), "check.serve"), "--spec", spec_path,
             "--job-step", jobs.run_path(t, rid, "serve-check.json"), *t.host.vllm_flags(list(vllm_args or []))]
-    return ("draft-serves preflight (remote/serve_check.py) before the trainer", argv)
+    return ("draft-serves preflight (specops_host/check/serve.py) before the trainer", argv)
 
 
 def refuse_running(t: Transport, rid: str) -> list:
@@ -295,7 +298,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped).
     serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
-    with an untrained draft of the run's configuration for one short request (remote/serve_check.py;
+    with an untrained draft of the run's configuration for one short request (specops_host/check/serve.py;
     a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
     serve is refused with its root cause, nothing started.
     hidden_states: offline | online | auto (default); layers: the layer ids an online run's server

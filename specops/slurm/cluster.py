@@ -17,13 +17,13 @@ import shlex
 import time
 from typing import Callable, Optional
 
-from specops import paths
 from specops.contract import JobState
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
 from specops.payloads import Job, Started, Stopped
 from specops.slurm import queue
 from specops.slurm.script import BatchJob, Request, render, srun_prefix
+from specops_host.jobs import errlines, loglines
 
 RECORD, SCRIPT = "slurm.json", "slurm-job.sh"
 VERDICT = ".specops/slurm-shared.json"
@@ -223,10 +223,10 @@ def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[q
     tail = _tail(t, f"{run_dir(t, rec['run_id'])}/output.log", size)
     err = None
     if state in (JobState.FAILED, JobState.KILLED):
-        err = paths.remote_module("errlines").first_error(tail)
+        err = errlines.first_error(tail)
     return Job(run_id=rec["run_id"], kind=rec.get("kind", ""), state=state, detail=detail,
                age_s=round(time.time() - rec.get("submitted", time.time()), 1), log_bytes=size,
-               last_line=paths.remote_module("loglines").last_meaningful(tail), exit_code=exit_code, error=err,
+               last_line=loglines.last_meaningful(tail), exit_code=exit_code, error=err,
                slurm_job_id=jid, slurm_state=sj.state if sj else None, nodes=sj.nodes if sj else "",
                reason=sj.reason if sj else "", lock=rec.get("lock"))
 
@@ -253,11 +253,11 @@ def _array_job(t: Transport, rec: dict, known: dict[str, queue.SlurmJob]) -> Job
         sj = by_task.get(i)
         state, detail, exit_code = _state(f"{jid}_{i}", c, sj, rec.get("stopped"))
         tail = _tail(t, array_log(t, rid, jid, i), int(size))
-        err = paths.remote_module("errlines").first_error(tail) if state in (JobState.FAILED, JobState.KILLED) else None
+        err = errlines.first_error(tail) if state in (JobState.FAILED, JobState.KILLED) else None
         tasks.append(Job(run_id=f"task{i}", kind=rec.get("kind", ""), state=state,
                          detail=detail.replace(f"Slurm job {sj.job_id} ", f"Slurm job {jid}_{i} ") if sj else detail,
                          log_bytes=int(size), exit_code=exit_code, error=err, slurm_job_id=f"{jid}_{i}",
-                         last_line=paths.remote_module("loglines").last_meaningful(tail),
+                         last_line=loglines.last_meaningful(tail),
                          nodes=sj.nodes if sj else "", reason=sj.reason if sj else ""))
     states = [j.state for j in tasks]
     bad = next((j for j in tasks if j.state in (JobState.FAILED, JobState.KILLED, JobState.LOST)), None)

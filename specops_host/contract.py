@@ -1,0 +1,261 @@
+"""The laptop-host contract, in one module: stdlib only, imported by every host script and by
+the laptop (`from specops_host import contract`: specops/contract.py), so both sides share one
+set of rules.
+
+- the payload frame: a host script prints one framed JSON object on stdout (``emit``);
+- ``main(fn)``: every script's entry point; whatever goes wrong, the laptop gets a framed
+  ``{"ok": false, "error": "..."}`` (and a job script's ``--result`` file gets it too), never a
+  bare traceback;
+- ``Refused``: bad input, one line saying what, where and how to fix it;
+- ``JobState``: the states of a detached job, and which of them are terminal;
+- ``check_name``: the one rule for every name that becomes a path (run ids, dataset names,
+  host names);
+- ``concurrency_levels``: evaluate's `--speedup` list (concurrent requests per measurement);
+- ``progress`` / ``Every``: a long wait's progress line (`[specops] ...` on stdout, one every
+  PROGRESS_EVERY seconds: the laptop shows a job's log as it grows, and a synchronous script's
+  such lines as they come).
+"""
+
+import enum
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+BEGIN = "@@SPECOPS-PAYLOAD-BEGIN@@"
+END = "@@SPECOPS-PAYLOAD-END@@"
+
+
+def emit(obj) -> None:
+    """Print the payload, framed (stray output around it is allowed: the laptop takes the last frame)."""
+    sys.stdout.flush()
+    sys.stdout.write("\n" + BEGIN + json.dumps(obj, default=str) + END + "\n")
+    sys.stdout.flush()
+
+
+def decode(stdout):
+    """The last framed object in stdout, or None."""
+    i = stdout.rfind(BEGIN)
+    if i < 0:
+        return None
+    j = stdout.find(END, i)
+    if j < 0:
+        return None
+    return json.loads(stdout[i + len(BEGIN):j])
+
+
+class Refused(Exception):
+    """Bad input or state: str(e) is one line (what, where, how to fix); exit code 2."""
+
+
+class JobState(str, enum.Enum):
+    STARTING = "starting"
+    PENDING = "pending"  # (queued by a scheduler: Slurm, not started yet)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    def __str__(self) -> str:  # (f-strings and json show the value)
+        return self.value
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.STOPPED, JobState.LOST})
+
+#: letters, digits, '.', '_', '-'; 1-128 characters; not starting with '.' or '-'
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+NAME_MAX = 128
+
+
+def name_problem(value):
+    """Why value cannot be a name that becomes a path component, or None if it can."""
+    if not isinstance(value, str) or not value:
+        return "it is empty"
+    if len(value) > NAME_MAX:
+        return f"it is longer than {NAME_MAX} characters"
+    bad = sorted(set(value) - NAME_CHARS)
+    if bad:
+        return "it holds " + ", ".join(repr(c) for c in bad[:5])
+    if value[0] in ".-":
+        return f"it starts with {value[0]!r}"
+    return None
+
+
+def check_name(kind, value):
+    """value, if it is a valid `kind` name (run id, dataset name, host name); else Refused."""
+    why = name_problem(value)
+    if why:
+        raise Refused(f"invalid {kind} {value!r}: {why}; use 1-{NAME_MAX} letters, digits, '.', '_' or '-' "
+                      f"(not starting with '.' or '-')")
+    return value
+
+
+SPEEDUP_OFF = ("none", "off", "no", "0")
+#: vLLM options specops sets itself on every server it starts (address, served model, the
+#: extraction / evaluation configs): hosts.yaml `vllm_args` and a run's `--vllm-arg` may not set them
+VLLM_RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
+                 "--kv-transfer-config")
+CONCURRENCY_MAX = 1024
+
+
+def concurrency_levels(text):
+    """evaluate's `--speedup`: "1,16" -> [1, 16] (in the order given, once each); "none" (or
+    off/no/0) -> [] (no speedup measured); anything else Refused, in one line."""
+    text = str(text).strip().lower()
+    if text in SPEEDUP_OFF:
+        return []
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= CONCURRENCY_MAX:
+            raise Refused(f"--speedup {text!r}: give concurrent request counts (1-{CONCURRENCY_MAX}) such as 1,16, "
+                          f"or none")
+        if int(part) not in out:
+            out.append(int(part))
+    return out
+
+
+#: seconds between two progress lines of a long wait (a script's --progress-every; the laptop's
+#: SPECOPS_PROGRESS_EVERY sets it for the scripts it starts)
+PROGRESS_EVERY = 15.0
+
+
+def progress(text):
+    """One progress line on stdout, at once (what the laptop shows as it comes)."""
+    print(f"[specops] {text}", flush=True)
+
+
+def progress_option(ap):
+    """A script's --progress-every SECONDS (default PROGRESS_EVERY)."""
+    ap.add_argument("--progress-every", type=float, default=PROGRESS_EVERY,
+                    help=f"seconds between two progress lines (default {PROGRESS_EVERY:g})")
+
+
+def use_progress_every(seconds):
+    """The parsed --progress-every, for every progress clock of this process (Refused unless > 0)."""
+    global PROGRESS_EVERY
+    if not seconds > 0:
+        raise Refused(f"--progress-every {seconds:g}: give a number of seconds above 0 (SPECOPS_PROGRESS_EVERY)")
+    PROGRESS_EVERY = float(seconds)
+
+
+class Every:
+    """A progress line's clock: due() is true once every `seconds` (default PROGRESS_EVERY)."""
+
+    def __init__(self, seconds=None):
+        self.seconds = seconds or PROGRESS_EVERY
+        self.t0 = self.last = time.time()
+
+    def due(self):
+        now = time.time()
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
+
+    def restart(self):
+        """The next line `seconds` from now (after a line that took long to make)."""
+        self.last = time.time()
+
+    @property
+    def elapsed(self):
+        return time.time() - self.t0
+
+
+def child_path(parent, name, kind="name"):
+    """parent/name for a valid name: such a path never leaves parent."""
+    return os.path.join(parent, check_name(kind, name))
+
+
+def _result_path(argv):
+    for i, a in enumerate(argv):
+        if a == "--result" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--result="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def failure(e):
+    """The failure payload of an exception: one line, with where it happened if it is a bug."""
+    if isinstance(e, Refused):
+        return {"ok": False, "error": str(e), "refused": True}
+    if isinstance(e, SystemExit) and isinstance(e.code, str):
+        return {"ok": False, "error": e.code}
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    msg = str(e).strip().splitlines()
+    return {"ok": False, "error": f"{type(e).__name__}: {msg[0] if msg else ''}{where}".rstrip(": "),
+            "bug": True}
+
+
+def main(fn):
+    """Run a script's main(): its return value is the exit code. A Refused, a SystemExit with a
+    message or any other exception becomes a framed {"ok": false, "error": ...} (also written to
+    --result PATH when the script was given one), exit 2 for refusals, 1 otherwise."""
+    import argparse
+
+    def _bad_arguments(parser, message):  # argparse would print usage and exit 2: one line instead
+        raise Refused(f"{parser.prog}: {message}")
+
+    argparse.ArgumentParser.error = _bad_arguments
+    try:
+        code = fn()
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            raise
+        code, payload = 1, failure(e)
+        _report(payload)
+    except Exception as e:  # noqa: BLE001 - the laptop gets one line, never a bare traceback
+        if not isinstance(e, Refused):
+            traceback.print_exc(file=sys.stderr)
+        code, payload = (2 if isinstance(e, Refused) else 1), failure(e)
+        _report(payload)
+    sys.exit(code or 0)
+
+
+def human_bytes(b, top="GiB"):
+    """Bytes in a unit that fits, up to `top`: 512 B, 5.0 MiB, 2.70 GiB (never "0.00 GiB")."""
+    b = float(b)
+    units = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+    for unit, scale in units[[u for u, _ in units].index(top):]:
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}" if unit in ("TiB", "GiB") else f"{b / scale:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def read_json(path, default=None):
+    """The JSON in a file, or default when it is missing or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, obj, indent=1):
+    """obj as JSON at path, whole or not at all: a hidden temporary file of this writer's (several
+    may write at once) beside it, renamed over it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=indent, default=str))
+    os.replace(tmp, path)
+
+
+def _report(payload):
+    emit(payload)
+    res = _result_path(sys.argv)
+    if res:
+        try:
+            write_json(res, payload, indent=None)
+        except OSError:
+            pass

