@@ -1,4 +1,4 @@
-"""torchrun's own arguments for a job spec (stdlib; shared by specops_host/train/run.py and specops_host/check/dist.py).
+"""torchrun's own arguments for a job spec (stdlib; shared by train/run.py and check/dist.py).
 
 The spec fields read: nnodes, node_rank, rdzv_endpoint, local_addr, nproc, run_dir.
 - one node:     <python> -m torch.distributed.run --nproc-per-node N --standalone

@@ -1,4 +1,4 @@
-"""The last line of a job's log worth showing in `inv status` (stdlib; used by job.py).
+"""The last line of a job's log worth showing in `inv status` (stdlib; used by jobs/records.py, serve/vllm_server.py).
 
 A trainer's log is a terminal transcript: rich pads lines with spaces to the console width,
 progress bars redraw themselves with carriage returns (one physical line holds every

@@ -1,4 +1,4 @@
-"""The host's processes, read from /proc (stdlib; used by job.py): which one is whose.
+"""The host's processes, read from /proc (stdlib; used by jobs/): which one is whose.
 
 A pid names a process only until it exits: pids are reused (pid_max is often 32768, and a busy
 host goes round it), and so is a process group id once its last member is gone. A job's process

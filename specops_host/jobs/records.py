@@ -183,7 +183,7 @@ def log_end(log, size, n=1 << 16):
 
 
 def last_line(log, size):
-    """What `inv status` shows: the log's last meaningful line (specops_host/jobs/loglines.py), <= 200 chars."""
+    """What `inv status` shows: the log's last meaningful line (loglines.py), <= 200 chars."""
     return last_meaningful(log_end(log, size, 16384))
 
 

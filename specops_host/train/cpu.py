@@ -1,4 +1,4 @@
-"""Run `speculators train` on a CPU-only torch build (what specops_host/train/run.py runs on cpu hosts).
+"""Run `speculators train` on a CPU-only torch build (what train/run.py runs on cpu hosts).
 
 Launch:
     <venv>/bin/python3 -m specops_host.train.cpu --verifier-name-or-path V --data-path D \
