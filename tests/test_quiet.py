@@ -33,7 +33,7 @@ def trainer_log(color: bool) -> bytes:
     log.handlers[:] = [RichHandler(console=Console(file=buf, width=120, force_terminal=color))]
     log.setLevel(logging.INFO)
     log.propagate = False
-    buf.write("[specops] 2026-12-02 10:00:00 start: /venv/bin/python3 remote/train.py --spec s.json\n"
+    buf.write("[specops] 2026-12-02 10:00:00 start: /venv/bin/python3 -m specops_host.train.run --spec s.json\n"
               "[specops] train r1: new run\n[specops] $ /venv/bin/python3 -m speculators train \\\n"
               "    --epochs 2 --lr 0.005\n")
     log.info("Training epoch 1/2 started")

@@ -181,12 +181,12 @@ def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, w
             else:  # (the preflight script itself: the supervisor's --tied-to names it)
                 sup = t.run(f"ps -o args= -p {int(rec['pid'])}", changes=False).stdout.split()
                 script = int(sup[sup.index("--tied-to") + 1])
-                assert "serve_check.py" in t.run(f"ps -o args= -p {script}", changes=False).stdout
+                assert "-m specops_host.check.serve " in t.run(f"ps -o args= -p {script}", changes=False).stdout
                 t.check(f"kill -KILL {script}", "SIGKILL the preflight")
             t0 = time.time()
             wait_for(lambda: not left_of(t, rec["tag"], rec["pgid"]), 60, f"the server's processes to end ({kill})")
             print(f"{kill}: the preflight's vLLM server gone {time.time() - t0:.1f} s after")
-            mine = f"pgrep -u \"$(id -u)\" -f {shlex.quote(f'serve_check[.]py.*--seed={seed}')}"
+            mine = f"pgrep -u \"$(id -u)\" -f {shlex.quote(f'specops_host[.]check[.]serve .*--seed={seed}')}"
             wait_for(lambda: not t.run(mine, changes=False).stdout.strip(), 30, "the preflight script to end")
         _, err = p.communicate(timeout=120)  # (the laptop returns at once: it never waits for the host's output)
         assert p.returncode != 0 and "Traceback" not in err, err[-3000:]
