@@ -84,6 +84,7 @@ FLAGS: dict[str, Number] = {
     "steps": _i("how many training steps", 2),
     "nproc": _i("processes (GPUs) per host", 8, le=1024),
     "rdzv_port": _i("a TCP port", 29500, le=65535),
+    "nodes": _i("how many nodes of the batch job", 2, le=100000),
     "concurrency": _i("how many requests in flight", 32, le=65536),
     "num_spec_tokens": _i("how many draft tokens per step", 3, le=64),
     "max_prompts": _i("how many prompts", 32),

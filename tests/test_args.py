@@ -26,6 +26,7 @@ BAD_FLAGS = [
     ("check", ["--min-free-gb", "x"]), ("check", ["--steps", "0"]), ("check", ["--timeout", "-1"]),
     ("make-verifier", ["--seconds", "0"]), ("make-verifier", ["--hidden", "abc"]), ("make-verifier", ["--layers", "0"]),
     ("demo", ["--steps", "0"]), ("dist-check", ["--nproc", "0"]), ("logs", ["--rank", "-1"]),
+    ("train", ["--nodes", "abc"]), ("dist-check", ["--nodes", "0"]),
 ]
 
 
