@@ -13,8 +13,8 @@ if "train" in argv:  # cuda: [torchrun ...] -m speculators train FLAGS
     tr = [venv + "/bin/torchrun"] if os.path.exists(venv + "/bin/torchrun") else [venv + "/bin/python3", "-m", "torch.distributed.run"]
     head = ([*tr, "--standalone", "--nproc-per-node", str(nproc), "-m", "speculators", "train"]
             if nproc > 1 else [venv + "/bin/speculators", "train"])
-else:  # cpu: python remote/train_cpu.py FLAGS (speculators has no CPU placement of its own)
-    i = next(i for i, a in enumerate(argv) if a.endswith(".py"))
+else:  # cpu: python -m specops_host.train.cpu FLAGS (speculators has no CPU placement of its own)
+    i = next(i for i, a in enumerate(argv) if a.endswith(".py") or a.startswith("specops_host."))
     head, flags = argv[:i + 1], argv[i + 1:]
 out = sys.argv[2]
 for k, v in (("--save-path", out + "/checkpoints"), ("--log-dir", out + "/logs"), ("--run-name", "by-hand")):
