@@ -52,10 +52,13 @@ def test_a_forged_record_pointing_at_a_stranger_is_lost_and_stop_signals_nothing
     with connect(light_host) as t:
         victim = stranger(t)
         now = time.time()
+        # fresh run ids: the light host's workdir outlives a test session (an older run's
+        # forged-start folder, ended with its exit_code, read as killed here)
+        start_id, legacy_id = jobs.new_run_id("forged-start"), jobs.new_run_id("forged-legacy")
         forged = {  # a pid and group of another process, a start time that is not its own
-            "forged-start": {"pid_start": 1, "tag": "forged-start.1.x"},
+            start_id: {"pid_start": 1, "tag": f"{start_id}.1.x"},
             # a record from before start times were kept: only the job's tag would do
-            "forged-legacy": {"tag": "forged-legacy.1"},
+            legacy_id: {"tag": f"{legacy_id}.1"},
         }
         for rid, extra in forged.items():
             write_record(t, rid, json.dumps({"run_id": rid, "kind": "train", "lock": "train", "argv": ["x"],
