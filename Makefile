@@ -26,12 +26,16 @@ demo: setup
 
 # --durations: the 25 slowest tests and setups, printed at the end (CI allows 90 minutes)
 # (the test rig's system packages too: sshd, Slurm, munge; `make demo` needs none of them)
+# -n 2: two workers, whole files each, the longest first (tests/conftest.py LONGEST_FIRST), each
+# worker its own rig user; `make test JOBS=0` runs them in this process, one after another
+JOBS ?= 2
+XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	bash .ci/system-deps test
-	$(VENV)/bin/python -m pytest -q -ra --durations=25
+	$(VENV)/bin/python -m pytest -q -ra --durations=25 $(XDIST)
 
 # the fast layer alone (about a minute, no system packages, no rig): the recording connection
 # (tests/fakes.py) and pure logic; tests/conftest.py marks every test by the fixtures it uses
 # (rig, slurm, cpu_box), and whatever needs none of them is `fast`
 test-fast: setup
-	$(VENV)/bin/python -m pytest -q -ra -m fast --durations=10
+	$(VENV)/bin/python -m pytest -q -ra -m fast --durations=10 $(XDIST)

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from rig import Rig
+# -- two workers (`make test` runs pytest -n 2, whole files per worker): each worker its own rig
+# user, so its home (the cpu venv ~/ml-env, ~/specops-light, ...) is its own; gw0 keeps the base user
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if WORKER.startswith("gw") and WORKER != "gw0":
+    os.environ["SPECOPS_TEST_USER"] = os.environ.get("SPECOPS_TEST_USER", "specops-ci") + WORKER[2:]
+
+from rig import Rig  # noqa: E402  (reads SPECOPS_TEST_USER)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,8 +50,19 @@ BY_HAND = {"slow"}
 LAYERS_OUT = set(NEEDS.values()) | BY_HAND
 
 
+#: the files that take longest, first (CI's --durations): with `-n 2 --dist loadfile
+#: --no-loadscope-reorder` each worker takes the next whole file as it frees, so the long ones
+#: start at once and the short ones fill the gaps at the end
+LONGEST_FIRST = ("test_learnable", "test_demo", "test_slurm", "test_plan", "test_evaluate", "test_online",
+                 "test_kimi", "test_bootstrap", "test_scaleout", "test_wheelhouse", "test_train", "test_inuse",
+                 "test_deep_check", "test_identity", "test_jobs", "test_serve_check", "test_trust")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`)."""
+    """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`). The longest
+    files first (LONGEST_FIRST), the rest in their own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda it: rank.get(Path(str(it.fspath)).stem, len(rank)))  # (stable: a file stays whole)
     wrong = []
     for item in items:
         needs = {m for f, m in NEEDS.items() if f in getattr(item, "fixturenames", ())}
