@@ -213,8 +213,9 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
              "text_config, custom code)",
     "learnable": "a tiny Llama that learnt the demo's synthetic language on the host's CPU (its drafts can be "
                  "accepted; a random verifier's never are)",
-    "seconds": "--learnable: training time cap (default 90; --size 1b: 300, 3b: 600)",
-    "size": "--learnable: tiny (default, CPU), 1b or 3b (about 1 / 2.8 billion parameters, trained on the "
+    "seconds": "--learnable: training time cap (default 90; --size 1b: 300, 3b: 600, 8b: 900)",
+    "size": "--learnable: tiny (default, CPU), 1b, 3b or 8b (about 1 / 2.8 / 7 billion parameters, 8b in "
+            "Llama-3.1-8B's shape; trained on the "
             "host's GPU: verifiers whose drafts show a speedup)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
                   learnable=False, seconds=None, size="tiny"):

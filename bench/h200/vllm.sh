@@ -271,6 +271,34 @@ s_big() {
   show_eval big-draft
 }
 
+VER8B=$WD/models/learnable-llama-8b
+# the 8B verifier's training, started before the wheelhouse arrives (it needs only the torch venv):
+#   bash bench/h200/vllm.sh v8b   (setsid; its log /tmp/v8b.log; stage 8b waits for it)
+s_8b() {
+  echo "gpu memory before: $(gpu_mem) MiB"
+  local t0=$SECONDS
+  while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
+  tail -4 /tmp/v8b.log
+  [ -f "$VER8B/specops-verifier.json" ] || { echo "no 8B verifier at $VER8B"; return 1; }
+  cat "$VER8B/specops-verifier.json" | head -30
+  PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
+  rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
+  $INV prepare-data --data "$B/convs.jsonl" --dataset v8b --verifier "$VER8B" --seq-length 512 --vllm-arg=--enforce-eager || return 1
+  $INV extract --dataset v8b --verifier "$VER8B" --vllm-arg=--enforce-eager || return 1
+  $INV train --config configs/demo.yaml --dataset v8b --verifier "$VER8B" --run-id v8b-draft --no-serve-check --follow || return 1
+  local ck; ck=$(ls -d "$WD"/runs/v8b-draft/checkpoints/[0-9]*/ | sort -V | tail -1)
+  echo "draft: $ck"
+  source "$(dirname "$0")/serve_bench.sh"
+  serve_bench "$VER8B" "${ck%/}" "$B/sb8b"
+}
+
+if [ "$MODE" = v8b ]; then
+  mkdir -p "$WD/models"; cd "$WD" || exit 1
+  setsid nohup env PYTHONPATH="$OLDPWD" "$VPY" -m specops_host.fixtures.learnable_verifier "$VER8B" --size 8b --overwrite \
+    > /tmp/v8b.log 2>&1 < /dev/null &
+  sleep 20; cat /tmp/v8b.log; exit 0
+fi
+
 say "H200 vLLM bench: stages $STAGES; $(nvidia-smi --query-gpu=name --format=csv,noheader); $(date -u +%FT%TZ)"
 for s in $STAGES; do
   if ! stage "$s" "s_$s"; then

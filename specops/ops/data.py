@@ -216,7 +216,7 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
 #: where the learnable verifier lives on a host (the demo's; make-verifier --learnable's default)
 DEMO_VERIFIER = "models/learnable-llama"
 #: specops_host/fixtures/learnable_verifier.py's --size presets -> their default training budget (seconds)
-LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0}
+LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0, "8b": 900.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
@@ -225,8 +225,8 @@ def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float]
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
     greedy_agreement, language{fingerprint, ...}). An existing model is
-    replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" / "3b" (about
-    one / 2.8 billion parameters, trained on the host's GPU: verifiers whose decoding is bound by memory)."""
+    replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" / "3b" / "8b" (about
+    one / 2.8 / 7 billion parameters, the last Llama-3.1-8B's shape, trained on the host's GPU: verifiers whose decoding is bound by memory)."""
     if size not in LEARNABLE_SIZES:
         raise SpecopsError(f"make-verifier --size {size!r}: choose {', '.join(LEARNABLE_SIZES)}")
     seconds = float(seconds if seconds is not None else LEARNABLE_SIZES[size])
