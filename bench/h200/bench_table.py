@@ -22,13 +22,14 @@ def main(out: Path) -> None:
     print("| side | concurrency | output tok/s (median, min-max) | TPOT ms | TTFT ms | acceptance length | "
           "speedup vs plain (median of per-repeat ratios, min-max) | repeats |")
     print("|---|---|---|---|---|---|---|---|")
-    for (side, c), reps in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0] != "plain", kv[0][0])):
+    for (side, c), reps in sorted(runs.items(), key=lambda kv: (kv[0][1], not kv[0][0].startswith("plain"), kv[0][0])):
         tps = [r["output_throughput"] for r in reps.values()]
         tpot = [r.get("mean_tpot_ms", 0) for r in reps.values()]
         ttft = [r.get("mean_ttft_ms", 0) for r in reps.values()]
         acc = [1 + r["spec_decode_accepted_tokens"] / r["spec_decode_num_drafts"] for r in reps.values()
                if r.get("spec_decode_num_drafts")]  # (the benchmark's counters, read from /metrics around its run)
-        base = runs.get(("plain", c), {})
+        peer = "plain" if any(k[0] == "plain" for k in runs) else "plain-sync"  # (ngram_after.sh's peer)
+        base = runs.get((peer, c), {})
         ratios = [reps[k]["output_throughput"] / base[k]["output_throughput"] for k in reps if k in base]
 
         def fig(xs, f="{:.1f}"):
@@ -39,7 +40,7 @@ def main(out: Path) -> None:
             return f"{mark}{f.format(med)} ({f.format(min(xs))}-{f.format(max(xs))})"
 
         print(f"| {side} | {c} | {fig(tps)} | {fig(tpot, '{:.2f}')} | {fig(ttft)} | "
-              f"{fig(acc, '{:.2f}')} | {fig(ratios, '{:.2f}x') if side != 'plain' else '1'} | {len(reps)} |")
+              f"{fig(acc, '{:.2f}')} | {fig(ratios, '{:.2f}x') if side != peer else '1'} | {len(reps)} |")
     print("\n`~`: spread (max-min) above 5% of the median.")
 
 

@@ -4,7 +4,7 @@
 # all up at once (each its own KV cache size, so their memory profiling cannot race), then
 # `vllm bench serve` against each in turn, interleaved, REPEATS times at each concurrency.
 # Sourced by bench/h200/vllm.sh (stage 8b): serve_bench VERIFIER DRAFT OUTDIR
-#   env: LEVELS ("1 16"), REPEATS (3), KS ("3 5"), NPROMPTS_1 (24), NPROMPTS_N (256), MAXTOK (256), ASYNC (1)
+#   env: LEVELS ("1 16"), REPEATS (3), KS ("3 5"), NPROMPTS_1 (24), NPROMPTS_N (256), NGRAM (0), STAGGER (2), MAXTOK (256), ASYNC (1)
 serve_bench() {
   local ver=$1 draft=$2 out=$3 port=8100 name
   mkdir -p "$out"
@@ -19,21 +19,22 @@ with open(sys.argv[1], "w") as f:
 PY
   declare -gA SIDE_ARGS=()
   SIDE_ARGS[plain]=""
+  # (ngram: vLLM 0.26 refuses --async-scheduling with it; NGRAM=1 adds it: its own server, without async)
   SIDE_ARGS[ngram]='{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
   for k in ${KS:-3 5}; do SIDE_ARGS[eagle3-k$k]="{\"method\":\"eagle3\",\"model\":\"$draft\",\"num_speculative_tokens\":$k}"; done
   declare -gA SIDE_PORT=()
-  local sides="plain ngram"; for k in ${KS:-3 5}; do sides="$sides eagle3-k$k"; done
+  local sides="plain"; [ "${NGRAM:-0}" = 1 ] && sides="plain ngram"; for k in ${KS:-3 5}; do sides="$sides eagle3-k$k"; done
   for name in $sides; do
     SIDE_PORT[$name]=$port
     local spec=()
     [ -n "${SIDE_ARGS[$name]}" ] && spec=(--speculative-config "${SIDE_ARGS[$name]}")
-    local asy=(); [ "${ASYNC:-1}" = 1 ] && asy=(--async-scheduling)
+    local asy=(); [ "${ASYNC:-1}" = 1 ] && [ "$name" != ngram ] && asy=(--async-scheduling)
     echo "$vllm_bin serve $ver --port $port --max-model-len 2048 --kv-cache-memory-bytes ${KVBYTES:-6442450944} --gpu-memory-utilization 0.95 --seed 0 ${asy[*]} ${spec[*]}" > "$out/serve-$name.cmd"
     setsid nohup "$vllm_bin" serve "$ver" --port "$port" --max-model-len 2048 --kv-cache-memory-bytes "${KVBYTES:-6442450944}" \
       --gpu-memory-utilization 0.95 --seed 0 "${asy[@]}" "${spec[@]}" > "$out/serve-$name.log" 2>&1 < /dev/null &
     echo $! > "$out/serve-$name.pid"
     port=$((port + 1))
-    sleep "${STAGGER:-20}"  # (their weights and memory profiles one after another; compiles overlap)
+    sleep "${STAGGER:-2}"  # (--kv-cache-memory-bytes: no memory profiling, so no race between them)
   done
   local up="" t0=$SECONDS
   for name in $sides; do

@@ -130,6 +130,10 @@ s_bootstrap() {
   true
 }
 
+s_boot1() {  # bootstrap once (no second, verifying pass): the 8B run's short path
+  $INV bootstrap --wheelhouse "$W"
+}
+
 s_check() {
   $INV check
 }
@@ -285,7 +289,7 @@ s_8b() {
   rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
   $INV prepare-data --data "$B/convs.jsonl" --dataset v8b --verifier "$VER8B" --seq-length 512 --vllm-arg=--enforce-eager || return 1
   $INV extract --dataset v8b --verifier "$VER8B" --vllm-arg=--enforce-eager || return 1
-  $INV train --config configs/demo.yaml --dataset v8b --verifier "$VER8B" --run-id v8b-draft --no-serve-check --follow || return 1
+  $INV train --config configs/demo.yaml --dataset v8b --verifier "$VER8B" --run-id v8b-draft --no-serve-check --follow ${V8B_TRAIN:-} || return 1
   local ck; ck=$(ls -d "$WD"/runs/v8b-draft/checkpoints/[0-9]*/ | sort -V | tail -1)
   echo "draft: $ck"
   source "$(dirname "$0")/serve_bench.sh"
