@@ -4,8 +4,8 @@
 VER=$1; OUT=$2; VB=/opt/torch/.venv/bin/vllm; mkdir -p "$OUT"
 start() {  # start NAME PORT [args]
   local n=$1 p=$2; shift 2
-  echo "$VB serve $VER --port $p --max-model-len 2048 --kv-cache-memory-bytes 6442450944 --seed 0 $*" > "$OUT/serve-$n.cmd"
-  setsid nohup "$VB" serve "$VER" --port "$p" --max-model-len 2048 --kv-cache-memory-bytes 6442450944 --seed 0 "$@" \
+  echo "$VB serve $VER --port $p --max-model-len 2048 --kv-cache-memory-bytes 6442450944 --gpu-memory-utilization 0.15 --seed 0 $*" > "$OUT/serve-$n.cmd"
+  setsid nohup "$VB" serve "$VER" --port "$p" --max-model-len 2048 --kv-cache-memory-bytes 6442450944 --gpu-memory-utilization 0.15 --seed 0 "$@" \
     > "$OUT/serve-$n.log" 2>&1 < /dev/null & echo $! > "$OUT/serve-$n.pid"; }
 while [ ! -f /tmp/h200-vllm/sb8b/table.md ]; do sleep 3; done  # (started after: no server start beside a timed run)
 start ngram 8104 --speculative-config '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'

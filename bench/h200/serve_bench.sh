@@ -29,9 +29,9 @@ PY
     local spec=()
     [ -n "${SIDE_ARGS[$name]}" ] && spec=(--speculative-config "${SIDE_ARGS[$name]}")
     local asy=(); [ "${ASYNC:-1}" = 1 ] && [ "$name" != ngram ] && asy=(--async-scheduling)
-    echo "$vllm_bin serve $ver --port $port --max-model-len 2048 --kv-cache-memory-bytes ${KVBYTES:-6442450944} --gpu-memory-utilization 0.95 --seed 0 ${asy[*]} ${spec[*]}" > "$out/serve-$name.cmd"
+    echo "$vllm_bin serve $ver --port $port --max-model-len 2048 --kv-cache-memory-bytes ${KVBYTES:-6442450944} --gpu-memory-utilization ${UTIL:-0.15} --seed 0 ${asy[*]} ${spec[*]}" > "$out/serve-$name.cmd"
     setsid nohup "$vllm_bin" serve "$ver" --port "$port" --max-model-len 2048 --kv-cache-memory-bytes "${KVBYTES:-6442450944}" \
-      --gpu-memory-utilization 0.95 --seed 0 "${asy[@]}" "${spec[@]}" > "$out/serve-$name.log" 2>&1 < /dev/null &
+      --gpu-memory-utilization ${UTIL:-0.15} --seed 0 "${asy[@]}" "${spec[@]}" > "$out/serve-$name.log" 2>&1 < /dev/null &
     echo $! > "$out/serve-$name.pid"
     port=$((port + 1))
     sleep "${STAGGER:-2}"  # (--kv-cache-memory-bytes: no memory profiling, so no race between them)
