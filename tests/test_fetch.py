@@ -246,7 +246,7 @@ def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, s
         make_run(t, rid, big_mib=48)
     hosts = str(Path(light_host.key).parent / "hosts-light.yaml")
     p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "light", "--hosts", hosts,
-                          "--run-id", rid, "--dest", str(tmp_path), "--bwlimit", "4000"],
+                          "--run-id", rid, "--dest", str(tmp_path), "--bwlimit", "1000"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_transfer(rid)
     p.send_signal(sig)  # (the laptop process alone, not its process group)
