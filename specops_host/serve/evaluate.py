@@ -122,7 +122,7 @@ def speedup_settings(kind, argv, max_tokens):
     eager = is_eager(argv)
     mode = ("eager (--enforce-eager)" if eager else
             "CUDA graphs" if kind == "cuda" else "compiled (torch.compile; a CPU has no CUDA graphs)")
-    return {"settings": f"{kind}: {mode}; vllm bench serve, temperature 0, ignore_eos, {max_tokens} tokens per request",
+    return {"settings": f"{kind}: {mode}; temperature 0, ignore_eos, {max_tokens} tokens per request",
             "cuda_graphs": kind == "cuda" and not eager}
 
 

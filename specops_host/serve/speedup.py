@@ -216,7 +216,8 @@ def record(all_sides, runs, results, levels, *, paired):
 
 
 def best(sides_rec, levels, deploy_for):
-    """Per level the fastest side among the draft's settings (draft, tune): {level: {"side",
+    """Per level the fastest side among the draft's settings (draft, tune), by its ratio to the
+    baseline (paired: what drift of the machine moves least), then tokens/s: {level: {"side",
     "ratio", "output_tokens_per_s", "deploy"}}; and the one best over all levels (the highest
     geometric mean of its ratios) as "overall"."""
     mine = {n: s for n, s in sides_rec.items() if s["role"] in ("draft", "tune")}
@@ -225,7 +226,8 @@ def best(sides_rec, levels, deploy_for):
         have = {n: s["by_concurrency"][c] for n, s in mine.items() if c in s["by_concurrency"]}
         if not have:
             continue
-        n = max(have, key=lambda k: have[k]["output_tokens_per_s"]["median"] or 0)
+        n = max(have, key=lambda k: ((have[k].get("ratio") or {}).get("median") or 0,
+                                     have[k]["output_tokens_per_s"]["median"] or 0))
         out[c] = {"side": n, "ratio": (have[n].get("ratio") or {}).get("median"),
                   "output_tokens_per_s": have[n]["output_tokens_per_s"]["median"], "deploy": deploy_for(mine[n])}
 
