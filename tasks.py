@@ -376,11 +376,12 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
                  "where the host's vLLM serves it) or none",
     "speedup_requests": "requests per level and side (default: cuda max(32, 8 x level), cpu max(8, 2 x level))",
     "speedup_tokens": "output tokens per timed request (default: cuda 256, cpu --max-tokens)",
-    "side_by_side": "cuda: every server of the timing up at once, the GPU memory split (interleaved, paired ratios)"})
+    "side_by_side": "servers up at once: the verifier alone beside N - 1 other sides, the GPU memory split "
+                    "between them (default: cpu 2, cuda 1; 2 or more: interleaved, paired ratios)"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, vllm_arg=None,
              repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,
-             side_by_side=False):
+             side_by_side=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
 
     Example: inv evaluate --host gpu1 --run-id R"""

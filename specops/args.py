@@ -92,6 +92,7 @@ FLAGS: dict[str, Number] = {
     "repeats": _i("how many times each side of the speedup is timed", 3),
     "speedup_requests": _i("how many requests per level and side", 32),
     "speedup_tokens": _i("how many output tokens per timed request", 256),
+    "side_by_side": _i("how many vLLM servers up at once", 2, le=64),
     "max_model_len": _i("vLLM's max model length in tokens", 4096),
     "limit": _i("how many prompts", 100),
     "seq_length": _i("the longest row in tokens", 2048),

@@ -57,10 +57,12 @@ def test_which_servers_are_up_together_and_the_order_of_runs():
     b, d, t, n = (sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {}), sp.Side("eagle3 k=1", "tune", {}),
                   sp.Side("ngram", "free", {}))
     names = lambda bs: [[s.name for s in x] for x in bs]  # noqa: E731
-    assert names(sp.batches("cpu", [b, d, t, n])) == [["draft", "baseline"], ["eagle3 k=1", "baseline"],
-                                                     ["ngram", "baseline"]]
-    assert names(sp.batches("cuda", [b, d, t, n])) == [["draft"], ["baseline"], ["eagle3 k=1"], ["ngram"]]
-    assert names(sp.batches("cuda", [b, d, t, n], side_by_side=True)) == [["draft", "baseline", "eagle3 k=1", "ngram"]]
+    assert sp.together_default("cpu") == 2 and sp.together_default("cuda") == 1 and sp.together_default("cuda", 3) == 3
+    assert names(sp.batches([b, d, t, n], 2)) == [["draft", "baseline"], ["eagle3 k=1", "baseline"],
+                                                 ["ngram", "baseline"]]
+    assert names(sp.batches([b, d, t, n], 1)) == [["draft"], ["baseline"], ["eagle3 k=1"], ["ngram"]]
+    assert names(sp.batches([b, d, t, n], 3)) == [["draft", "eagle3 k=1", "baseline"], ["ngram", "baseline"]]
+    assert names(sp.batches([b, d, t, n], 8)) == [["draft", "eagle3 k=1", "ngram", "baseline"]]
     urls = {"draft": "D", "baseline": "B"}
     runs = sp.plan([d, b], [1, 16], 2, urls=urls, file_for=lambda s, c, r: f"{s.name}@{c}-r{r + 1}.json",
                    args_for=lambda s, c, u, f: [u, str(c), f])
@@ -132,9 +134,9 @@ def test_laptop_timing_options_and_refusals(tmp_path):
 
     assert ev.timing_args([1, 16]) == ["--repeats", "3"]
     assert ev.timing_args([1], repeats=1, tune=True, baselines="ngram", speedup_requests=4, speedup_tokens="16",
-                          side_by_side=True) == [
+                          side_by_side="4") == [
         "--repeats", "1", "--tune-k", "1,2,3,4,5", "--tune-async", "--baselines", "ngram", "--speedup-requests", "4",
-        "--speedup-tokens", "16", "--side-by-side"]
+        "--speedup-tokens", "16", "--side-by-side", "4"]
     assert ev.timing_args([1], tune_k="2,3") == ["--repeats", "3", "--tune-k", "2,3"]  # (k only: no async sweep)
     assert ev.timing_args([1], tune=True, tune_k="2")[2:] == ["--tune-k", "2", "--tune-async"]
     check = ev.evaluate_run.refuse

@@ -101,7 +101,7 @@ TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens"
 
 def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
                 baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
-                speedup_tokens: Optional[int] = None, side_by_side: bool = False) -> list[str]:
+                speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None) -> list[str]:
     """The host's options of the speedup's timing (specops_host/serve/evaluate.py); bad values
     one line, before any server starts."""
     if int(repeats) < 1:
@@ -125,8 +125,10 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
         out += ["--speedup-requests", str(int(speedup_requests))]
     if speedup_tokens:
         out += ["--speedup-tokens", str(int(speedup_tokens))]
+    if side_by_side is not None and int(side_by_side) < 1:
+        raise SpecopsError(f"--side-by-side {side_by_side}: give how many servers are up at once (1 or more)")
     if side_by_side:
-        out.append("--side-by-side")
+        out += ["--side-by-side", str(int(side_by_side))]
     return out
 
 

