@@ -180,3 +180,15 @@ def test_host_refuses_bad_timing_options_in_one_line():
     ]:
         with pytest.raises(Refused, match="^" + want.replace("(", r"\(").replace(")", r"\)")):
             host.check_speedup_options(ap.parse_args(argv), levels)
+
+
+def test_host_prompts_file_without_a_prompt(tmp_path):
+    from specops_host.contract import Refused
+    from specops_host.serve import evaluate as host
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": ""}\n\n{"text": "hi"}\n{"input_ids": [1, 2]}\n')
+    assert host.file_prompts(f, 8)[0] == [{"prompt": "hi"}, {"prompt": [1, 2]}]
+    f.write_text("not json\n")
+    with pytest.raises(Refused, match="a line is not JSON"):
+        host.file_prompts(f, 8)

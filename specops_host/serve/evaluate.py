@@ -170,8 +170,13 @@ def file_prompts(path, limit):
     out = []
     for line in Path(path).read_text().splitlines():
         if line.strip():
-            row = json.loads(line)
-            out.append({"prompt": row.get("prompt") or row.get("input_ids") or row.get("text")})
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise Refused(f"--prompts {path}: a line is not JSON (one {{\"prompt\": ...}} per line)") from None
+            prompt = (row.get("prompt") or row.get("input_ids") or row.get("text")) if isinstance(row, dict) else None
+            if prompt:
+                out.append({"prompt": prompt})
     return out[:limit], {"source": str(path)}
 
 
@@ -318,7 +323,8 @@ def main():
     prompts, source = (file_prompts(a.prompts, a.max_prompts) if a.prompts
                        else held_out_prompts(spec, a.max_prompts))
     if not prompts:
-        raise Refused("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+        raise Refused(f"--prompts {a.prompts}: no prompt in it (one {{\"prompt\": text or token ids}} per line)"
+                      if a.prompts else "no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
     tune_k, methods = check_speedup_options(a, levels)
     sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
     vdir = speedup.vllm_dir()
@@ -329,7 +335,7 @@ def main():
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
     together = speedup.together_default(a.kind, a.side_by_side)
     shared = together if a.kind == "cuda" else 1
-    mem = ([f"--gpu-memory-utilization={0.9 / shared:.2f}"] if shared > 1 and not any(
+    mem = ([f"--gpu-memory-utilization={0.9 / shared:.2f}"] if levels and shared > 1 and not any(
         x.split("=")[0].replace("_", "-") == "--gpu-memory-utilization" for x in a.vllm_arg) else [])
 
     def argv_for(port, side=None):  # (every side: the same server; the draft's by default)
