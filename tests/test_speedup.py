@@ -152,6 +152,7 @@ def test_laptop_timing_options_and_refusals(tmp_path):
         ({"speedup": "0,16"}, "--speedup '0,16': give concurrent request counts (1-1024) such as 1,16, or none"),
         ({"baselines": "ngram", "speedup": "none"}, "--baselines ngram are timed: give --speedup levels (not none)"),
         ({"speedup_requests": "0"}, "--speedup-requests 0: give 1 or more"),
+        ({"baselines": "ngram,eagle"}, "--baselines ngram,eagle: the training-free methods are ngram, suffix (or none)"),
         ({"tune": True, "checkpoints": "all"}, "--tune measures one checkpoint's serving settings"),
         ({"prompts": str(empty)}, f"--prompts {empty}: no prompt in it"),
         ({"prompts": str(notjson)}, f"--prompts {notjson}: line 2 is not JSON"),

@@ -26,6 +26,7 @@ from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
+from specops_host.serve.speedup import METHODS
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "
@@ -109,6 +110,9 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
     if (tune or tune_k) and not levels:
         raise SpecopsError("--tune times the draft's settings against the verifier alone: give --speedup levels "
                            "(not none)")
+    bad = [m for m in str(baselines or "").split(",") if m.strip() not in ("", "none", *METHODS)]
+    if bad:
+        raise SpecopsError(f"--baselines {baselines}: the training-free methods are {', '.join(METHODS)} (or none)")
     if baselines not in (None, "", "none") and not levels:
         raise SpecopsError(f"--baselines {baselines} are timed: give --speedup levels (not none)")
     for name, v in (("--speedup-requests", speedup_requests), ("--speedup-tokens", speedup_tokens)):
