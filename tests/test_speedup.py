@@ -193,3 +193,11 @@ def test_host_prompts_file_without_a_prompt(tmp_path):
     f.write_text("not json\n")
     with pytest.raises(Refused, match="a line is not JSON"):
         host.file_prompts(f, 8)
+
+
+def test_the_benchmarks_error_line_is_found(tmp_path):
+    log = tmp_path / "bench.log"
+    log.write_text("Starting...\nTraceback (most recent call last):\n  x\nValueError: JSONL file must contain a "
+                   "'prompt' column.\nleaked type\n")
+    assert sp.last_error(log) == "ValueError: JSONL file must contain a 'prompt' column."
+    assert sp.last_error(tmp_path / "none") == ""

@@ -261,6 +261,18 @@ def deploy_line(verifier, side, *, tensor_parallel=1, trust_remote_code=False, u
     return shlex.join(argv + list(side.get("vllm_args") or []) + list(user_args))
 
 
+def last_error(log):
+    """The benchmark's own error line, the last of its log ('...Error: ...' or argparse's '... error: ...')."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for ln in reversed(lines[-200:]):
+        if "Error: " in ln or ": error: " in ln or '"error":' in ln:
+            return ln.strip()[:300]
+    return ""
+
+
 class SideFailed(RuntimeError):
     """A side's server did not start (its root error): that side is skipped, the rest measured."""
 
@@ -314,8 +326,9 @@ def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out
                 p = subprocess.run([python, "-m", "specops_host.serve.vllm_bench", "--runs", str(plan_file)],
                                    stderr=err)
             if p.returncode != 0:
-                raise SystemExit(f"speedup: vllm bench serve failed (exit {p.returncode}): its log "
-                                 f"{out_dir / 'bench.log'}")
+                raise SystemExit(f"speedup: vllm bench serve failed (exit {p.returncode})"
+                                 f"{': ' + last_error(out_dir / 'bench.log') if last_error(out_dir / 'bench.log') else ''}"
+                                 f" (its log: {out_dir / 'bench.log'})")
             for r in runs:
                 results[r["file"]] = figures(json.loads((out_dir / r["file"]).read_text()))
             all_runs += runs
