@@ -384,7 +384,7 @@ def main():
     try:
         try:
             up["draft"] = Server(vllm_server.launch(eval_dir, argv, env, port), port, f"http://127.0.0.1:{port}")
-            if levels and a.kind == "cpu":  # (the baseline starts beside it: see the module docstring)
+            if levels and together > 1:  # (the baseline starts beside it: see the module docstring)
                 up["baseline"] = launch(all_sides[0])
             vllm_server.wait_started(up["draft"].dir, port, a.server_timeout)
         except vllm_server.ServerDied as e:
