@@ -332,8 +332,10 @@ def demo_acceptance(res: dict) -> None:
         line(f"control: {v}")
     if levels:
         by = sp["by_concurrency"]
-        line(f"speedup of the trained draft (output tokens/s with it / without it, the same {sp.get('requests')} "
-             f"requests; {sp.get('settings')}): "
+        req = sp.get("requests")
+        req = ", ".join(f"{n} at {c}" for c, n in req.items()) if isinstance(req, dict) else req
+        line(f"speedup of the trained draft (output tokens/s with it / without it, the same requests: {req}; "
+             f"{sp.get('settings')}): "
              + ", ".join(f"{f(by[c].get('ratio'))}x{' (' + _span(by[c]) + ')' if _span(by[c]) else ''} at {c} "
                          f"concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
                          f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels)
