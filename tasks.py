@@ -341,8 +341,9 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     "and serves the drafts with CUDA graphs)", "dest": DEST, "steps": "stop training after N steps",
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
     "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the verifier "
-               "served without it (default 1,16; none skips it; on a CPU near 1, can be below)"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16"):
+               "served without it (default 1,16; none skips it; on a CPU near 1, can be below)",
+    "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2)"})
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=2):
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 
     On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of about
@@ -351,7 +352,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 
     Example: inv demo"""
     on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect_brief, dest=dest, steps=steps,
-             evaluate_drafts=evaluate, speedup=speedup)
+             evaluate_drafts=evaluate, speedup=speedup, repeats=repeats)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -365,15 +366,31 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     "max_tokens": "tokens generated per prompt (default 64)", "dest": DEST,
     "speedup": "concurrency levels at which output tokens/s is timed with the draft and on the same verifier "
                "served without it (same prompts and settings; CUDA graphs unless --enforce-eager): default "
-               "1,16 for one checkpoint, none with --checkpoints (give levels to time each checkpoint); none skips it"})
+               "1,16 for one checkpoint, none with --checkpoints (give levels to time each checkpoint); none skips it; "
+               "timed by vLLM's own `vllm bench serve`",
+    "repeats": "each side timed this many times, sides interleaved: median and spread kept (default 3)",
+    "tune": "also time the draft at num_speculative_tokens 1-5 (--tune-k) with async scheduling off and on: the "
+            "best per level and its `vllm serve` line",
+    "tune_k": "the num_speculative_tokens --tune sweeps (default 1,2,3,4,5); without --tune: these only, async "
+              "scheduling left at vLLM's default",
+    "baselines": "vLLM's training-free methods timed beside the draft: ngram,suffix (default, one checkpoint; suffix "
+                 "where the host's vLLM serves it) or none",
+    "speedup_requests": "requests per level and side (default: cuda max(32, 8 x level), cpu max(8, 2 x level))",
+    "speedup_tokens": "output tokens per timed request (default: cuda 256, cpu --max-tokens)",
+    "side_by_side": "servers up at once: the verifier alone beside N - 1 other sides, the GPU memory split "
+                    "between them (default: cpu 2, cuda 1; 2 or more: interleaved, paired ratios)"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
-             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, vllm_arg=None):
+             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, vllm_arg=None,
+             repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,
+             side_by_side=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
 
     Example: inv evaluate --host gpu1 --run-id R"""
     on_hosts(c, host, hosts, _evaluate.evaluate_run, group=False, as_json=json, run_id=run_id, checkpoint=checkpoint,
              checkpoints=checkpoints, pick=pick, prompts=prompts, num_spec_tokens=num_spec_tokens,
-             max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_args=vllm_arg)
+             max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_args=vllm_arg,
+             repeats=repeats, tune=tune, tune_k=tune_k, baselines=baselines, speedup_requests=speedup_requests,
+             speedup_tokens=speedup_tokens, side_by_side=side_by_side)
 
 
 @task(name="dist-check", help={

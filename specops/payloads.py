@@ -267,6 +267,8 @@ class ServePlan(Payload):
     """specops_host/serve/evaluate.py / data/regenerate.py --plan: the servers the job would start."""
     commands: list[list[Any]] = []
     prompts: Any = None
+    sides: list[str] = []  # (evaluate: what each command serves, after the first)
+    skipped: list[dict[str, Any]] = []  # (evaluate: the baselines the host's vLLM cannot serve, and why)
 
 
 class Inspection(Payload):

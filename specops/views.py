@@ -165,17 +165,44 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
         speedup(ev["speedup"])
 
 
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
+
+
+def ratio_range(v: dict) -> str:
+    """A speedup with its spread across repeats: 1.23x (1.20-1.26)."""
+    r = v.get("ratio") or {}
+    if r.get("median") is None:
+        return ""
+    return f"{r['median']:.2f}x" + (f" ({r['min']:.2f}-{r['max']:.2f})" if r.get("n", 1) > 1 else "")
+
+
 def speedup(sp: dict) -> None:
-    """evaluation.json's `speedup`: output tokens/s with the draft and without it, per concurrency."""
-    def f(x, d=2):
+    """evaluation.json's `speedup`: every side's output tokens/s per concurrency (median of the
+    repeats, its spread), TPOT, TTFT, acceptance, and its ratio to the verifier alone."""
+    def f(x, d=1):
         return "" if x is None else f"{x:.{d}f}"
 
-    by = sp.get("by_concurrency") or {}
-    table(f"speedup: output tokens/s of the verifier with the draft over without it ({sp.get('requests')} requests "
-          f"per level; {sp.get('settings')})",
-          ("concurrent requests", "with draft tokens/s", "without draft tokens/s", "speedup"),
-          [[c, f(v.get("draft_tokens_per_s"), 1), f(v.get("baseline_tokens_per_s"), 1),
-            f(v.get("ratio")) + ("x" if v.get("ratio") is not None else "")] for c, v in by.items()])
+    rows = []
+    for name, s in (sp.get("sides") or {}).items():
+        for c, v in s["by_concurrency"].items():
+            tps = v.get("output_tokens_per_s") or {}
+            rows.append([name, c, f(tps.get("median")), _pct(tps.get("spread")), f((v.get("tpot_ms") or {}).get("median"), 2),
+                         f((v.get("ttft_ms") or {}).get("median")), f(v.get("acceptance_length"), 2), ratio_range(v),
+                         "noisy" if v.get("noisy") else ""])
+    req = sp.get("requests") or {}
+    table(f"speedup: output tokens/s of the verifier with the draft over without it (vllm bench serve: "
+          f"{', '.join(f'{n} requests at {c}' for c, n in req.items())}; {sp.get('repeats')} repeat(s), "
+          f"{'paired' if sp.get('paired') else 'ratio of medians'}; {sp.get('settings')})",
+          ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
+           "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
+    for sk in sp.get("skipped") or []:
+        line(f"not measured: {sk.get('method') or sk.get('side')}: {sk.get('why')}", "yellow")
+    for c, b in (sp.get("best") or {}).items():
+        if c != "overall":
+            line(f"best at {c} concurrent: {b['side']}, {f(b.get('ratio'), 2)}x")
+    if sp.get("deploy"):
+        line(f"deploy (best over all levels): {sp['deploy']}", "green")
     if sp.get("note"):
         line(f"note: {sp['note']}", "yellow")
     elif not sp.get("cuda_graphs"):
@@ -268,6 +295,14 @@ def learnable_verifier(res: dict) -> str:
             f"with the language {res['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
 
 
+def _span(v: Optional[dict]) -> str:
+    """A level's speedup spread across repeats: 1.20-1.26 (one repeat: none)."""
+    v = v or {}
+    if v.get("ratio_min") is None or v.get("ratio_min") == v.get("ratio_max"):
+        return ""
+    return f"{v['ratio_min']:.2f}-{v['ratio_max']:.2f}" + (" noisy" if v.get("noisy") else "")
+
+
 def demo_acceptance(res: dict) -> None:
     """The demo's last word: the trained draft served by vLLM beside its controls, same prompts."""
     acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
@@ -283,13 +318,13 @@ def demo_acceptance(res: dict) -> None:
     for key, a in ((key, acc.get(key)) for key in ("trained", "untrained", "wrong_layers") if acc.get(key)):
         pos, by = a.get("acceptance_by_position") or [], (a.get("speedup") or {}).get("by_concurrency") or {}
         rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else "" for i in range(k)],
-                     *[f(by.get(c, {}).get("ratio")) for c in levels], a["run_id"]])
+                     *[x for c in levels for x in (f(by.get(c, {}).get("ratio")), _span(by.get(c)))], a["run_id"]])
     n = acc["trained"].get("prompts")  # (the controls: on the first few of the same prompts)
     few = ", ".join(map(str, sorted({a.get("prompts") for a in acc.values() if a} - {n})))
     table(f"drafts served by vLLM with the verifier ({n} held-out prompts"
           f"{'; the controls on the first ' + few + ' of them' if few else ''}, {k} draft tokens)",
           ("draft", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
-           *[f"speedup @{c} concurrent" for c in levels], "run"), rows)
+           *[x for c in levels for x in (f"speedup @{c} concurrent", f"min-max @{c}")], "run"), rows)
     m = acc["trained"].get("mean_acceptance_length") or 0.0
     line(f"mean acceptance length {m:.2f}: each verifier step emits {m:.2f} tokens on average (1.00: no draft token "
          f"accepted; at most {k + 1}).")
@@ -297,10 +332,14 @@ def demo_acceptance(res: dict) -> None:
         line(f"control: {v}")
     if levels:
         by = sp["by_concurrency"]
-        line(f"speedup of the trained draft (output tokens/s with it / without it, the same {sp.get('requests')} "
-             f"requests; {sp.get('settings')}): "
-             + ", ".join(f"{f(by[c].get('ratio'))}x at {c} concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
-                         f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels))
+        req = sp.get("requests")
+        req = ", ".join(f"{n} at {c}" for c, n in req.items()) if isinstance(req, dict) else req
+        line(f"speedup of the trained draft (output tokens/s with it / without it, the same requests: {req}; "
+             f"{sp.get('settings')}): "
+             + ", ".join(f"{f(by[c].get('ratio'))}x{' (' + _span(by[c]) + ')' if _span(by[c]) else ''} at {c} "
+                         f"concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
+                         f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels)
+             + f"; {sp.get('repeats', 1)} repeat(s) by vllm bench serve")
         if sp.get("note"):
             line(f"note: {sp['note']}", "yellow")
 

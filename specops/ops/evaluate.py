@@ -26,6 +26,7 @@ from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
+from specops_host.serve.speedup import METHODS
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "
@@ -54,19 +55,21 @@ def _spec(t: Transport, run_id: str) -> dict:
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
              vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
-             write: bool = True, speedup: str = "1,16", beside: bool = False):
+             write: bool = True, speedup: str = "1,16", beside: bool = False, **timing):
     """One checkpoint served; its evaluation. The host keeps it as
     runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
     speedup: concurrency levels ("1,16"; "none": not measured) at which the same prompts are
     timed on that server and on the verifier served without the draft (`speedup`, `speedup_at_1`).
     beside: started as a job without the evaluations' lock, not followed (what runs meanwhile
-    must not be timed: acceptance only); returns a Pending for finish()."""
+    must not be timed: acceptance only); returns a Pending for finish(). timing: timing_args()'s
+    (repeats, tune, tune_k, baselines, speedup_requests, speedup_tokens, side_by_side)."""
     levels = concurrency_levels(speedup)
+    extra = timing_args(levels, **timing)
     spec = _spec(t, run_id)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
             "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens),
-            "--speedup", ",".join(map(str, levels)) or "none", *progress_args()]
+            "--speedup", ",".join(map(str, levels)) or "none", *extra, *progress_args()]
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_args or []))
@@ -76,8 +79,11 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
         if not plan.ok:
             raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.error}")
         for i, cmd in enumerate(plan.commands):  # (said under --dry-run: review -tp before GPU hours)
-            t.would(("would start: " if i == 0 else "then, for the speedup, the verifier without the draft: "
-                     "would start: ") + shlex.join(map(str, cmd)))
+            what = plan.sides[i] if i < len(plan.sides) else "the verifier without the draft"
+            t.would(("would start: " if i == 0 else f"then, for the speedup, {what}: would start: ")
+                    + shlex.join(map(str, cmd)))
+        for s in plan.skipped:
+            t.note(f"evaluate: {s['method']} not measured: {s['why']}", "warn")
     eid = f"{run_id}.eval-{time.strftime('%H%M%S')}"
     result = jobs.run_path(t, run_id, *result_name.split("/"))
     argv = [*paths.host_argv(t.expand(t.host.python), "serve.evaluate"), *args, "--result", result]
@@ -87,6 +93,47 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
         return pending
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
     return finish(t, pending, code)
+
+
+TUNE_K = "1,2,3,4,5"
+DEFAULT_BASELINES = "ngram,suffix"  # (suffix: skipped, with its reason, where the host's vLLM cannot serve it)
+TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens", "side_by_side")
+
+
+def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
+                baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
+                speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None) -> list[str]:
+    """The host's options of the speedup's timing (specops_host/serve/evaluate.py); bad values
+    one line, before any server starts."""
+    if int(repeats) < 1:
+        raise SpecopsError(f"--repeats {repeats}: give 1 or more (each side timed that many times)")
+    if (tune or tune_k) and not levels:
+        raise SpecopsError("--tune times the draft's settings against the verifier alone: give --speedup levels "
+                           "(not none)")
+    bad = [m for m in str(baselines or "").split(",") if m.strip() not in ("", "none", *METHODS)]
+    if bad:
+        raise SpecopsError(f"--baselines {baselines}: the training-free methods are {', '.join(METHODS)} (or none)")
+    if baselines not in (None, "", "none") and not levels:
+        raise SpecopsError(f"--baselines {baselines} are timed: give --speedup levels (not none)")
+    for name, v in (("--speedup-requests", speedup_requests), ("--speedup-tokens", speedup_tokens)):
+        if v is not None and int(v) < 1:
+            raise SpecopsError(f"{name} {v}: give 1 or more")
+    out = ["--repeats", str(int(repeats))]
+    if tune:  # (--tune: k and async scheduling; --tune-k alone: k only)
+        out += ["--tune-k", str(tune_k or TUNE_K), "--tune-async"]
+    elif tune_k:
+        out += ["--tune-k", str(tune_k)]
+    if baselines not in (None, "", "none"):
+        out += ["--baselines", str(baselines)]
+    if speedup_requests:
+        out += ["--speedup-requests", str(int(speedup_requests))]
+    if speedup_tokens:
+        out += ["--speedup-tokens", str(int(speedup_tokens))]
+    if side_by_side is not None and int(side_by_side) < 1:
+        raise SpecopsError(f"--side-by-side {side_by_side}: give how many servers are up at once (1 or more)")
+    if side_by_side:
+        out += ["--side-by-side", str(int(side_by_side))]
+    return out
 
 
 @dataclasses.dataclass
@@ -113,6 +160,10 @@ def finish(t: Transport, p: Pending, code: Optional[int] = None) -> dict:
     local = Path(dest) / run_id
     local.mkdir(parents=True, exist_ok=True)
     t.sync_down(jobs.run_path(t, run_id, "logs"), str(local / "logs"))  # the run's TensorBoard events
+    if ev.get("speedup", {}).get("files"):  # (vllm bench serve's own result files, and its prompts)
+        bench = Path(ev["speedup"]["files"][0]).parent
+        t.sync_down(jobs.run_path(t, run_id, *bench.parts), str(local / bench))
+        ev["speedup"]["local_dir"] = str(local / bench)
     ev["training_accuracy"] = metrics.training_accuracy(local)
     ev["flags"] = gap_flags(ev, ev["training_accuracy"])
     if ev["flags"]:
@@ -192,7 +243,7 @@ ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_a
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
                          prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
                          max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None,
-                         speedup: str = "none") -> dict:
+                         speedup: str = "none", **timing) -> dict:
     """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts
     (speedup: as evaluate's, for each checkpoint; default none: a baseline server per checkpoint
     would double the cost, and the baseline is the same every time). The
@@ -211,7 +262,8 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
         try:
             ev = evaluate(t, run_id, checkpoint=name, prompts=prompts, num_spec_tokens=num_spec_tokens,
                           max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_args=vllm_args,
-                          result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup)
+                          result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup,
+                          **timing)
         except NotDone as e:  # (a dry run: this checkpoint's plan is said; the next one's too)
             stopped = e
             continue
@@ -315,23 +367,55 @@ class Evaluation:
     several: bool = False
 
 
+def check_prompts_file(path: Optional[str]) -> None:
+    """A prompts file on the laptop: at least one prompt in it, every line JSON (else one line)."""
+    p = Path(path).expanduser() if path else None
+    if p is None or not p.is_file():
+        return  # (a host path: the host's --plan checks it, before any server)
+    n = 0
+    for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise Refused(f"--prompts {path}: line {i} is not JSON (one {{\"prompt\": ...}} per line)") from None
+        n += bool(isinstance(row, dict) and (row.get("prompt") or row.get("input_ids") or row.get("text")))
+    if not n:
+        raise Refused(f"--prompts {path}: no prompt in it (one {{\"prompt\": text or token ids}} per line)")
+
+
 def _evaluate_flags(run_id: Optional[str] = None, checkpoint: str = "best", checkpoints: Optional[str] = None,
-                    pick: bool = False, **_) -> None:
+                    pick: bool = False, speedup: Optional[str] = None, prompts: Optional[str] = None,
+                    tune: bool = False, **kw) -> None:
     jobs.needs_run_id("evaluate")(run_id=run_id)
     if checkpoints is not None and checkpoint != "best":
         raise Refused(f"evaluate takes --checkpoint {checkpoint} (one) or --checkpoints {checkpoints} (several), "
                       f"not both")
     if pick and checkpoints is None:
         raise Refused("--pick chooses among checkpoints: add --checkpoints all (or names such as 0,2)")
+    if (tune or kw.get("tune_k")) and checkpoints is not None:
+        raise Refused("--tune measures one checkpoint's serving settings: drop --checkpoints (or --tune)")
+    try:
+        levels = concurrency_levels(speedup or ("none" if checkpoints is not None else "1,16"))
+        timing_args(levels, tune=tune, **{k: kw[k] for k in TIMING if kw.get(k) is not None})
+    except SpecopsError as e:
+        raise Refused(str(e)) from None
+    check_prompts_file(prompts)
 
 
 @refusing(_evaluate_flags)
 def evaluate_run(t: Transport, run_id: str, *, checkpoint: str = "best", checkpoints: Optional[str] = None,
                  pick: bool = False, speedup: Optional[str] = None, **kw) -> Evaluation:
-    """`inv evaluate`: evaluate() of one checkpoint (speedup default 1,16), or evaluate_checkpoints()
-    of several (speedup default none); kw: evaluate()'s (prompts, num_spec_tokens, ..., dest)."""
+    """`inv evaluate`: evaluate() of one checkpoint (speedup default 1,16; baselines default
+    DEFAULT_BASELINES), or evaluate_checkpoints() of several (speedup and baselines default none);
+    kw: evaluate()'s (prompts, num_spec_tokens, ..., dest, and timing_args()'s)."""
+    speedup = speedup or ("none" if checkpoints is not None else "1,16")
+    if kw.get("baselines") is None:  # (default: beside one checkpoint's timing; not per checkpoint)
+        kw["baselines"] = DEFAULT_BASELINES if checkpoints is None and concurrency_levels(speedup) else "none"
+    kw = {k: v for k, v in kw.items() if v is not None}
     if checkpoints is not None:
-        ev = evaluate_checkpoints(t, run_id, checkpoints, pick=pick, speedup=speedup or "none", **kw)
+        ev = evaluate_checkpoints(t, run_id, checkpoints, pick=pick, speedup=speedup, **kw)
     else:
-        ev = evaluate(t, run_id, checkpoint=checkpoint, speedup=speedup or "1,16", **kw)
+        ev = evaluate(t, run_id, checkpoint=checkpoint, speedup=speedup, **kw)
     return Evaluation(run_id, kw.get("dest", "runs"), ev, checkpoints is not None)

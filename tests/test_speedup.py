@@ -1,0 +1,203 @@
+"""The speedup's timing (specops_host/serve/speedup.py): the exact `vllm bench serve` command lines
+built, the sides of a sweep, which servers are up together, the order of the runs, the median /
+spread / ratio kept, the best setting and its deployment line; the laptop's refusals, one line
+before any server."""
+
+import json
+
+import pytest
+
+from specops_host.serve import speedup as sp
+
+
+def test_bench_command_line_is_vllm_bench_serve():
+    args = sp.bench_args(url="http://127.0.0.1:8001", tokenizer="/m/v", dataset="/r/p.jsonl", level=4, requests=16,
+                         tokens=64, result_dir="/r/bench", result_file="draft@4-r1.json", side="draft")
+    assert sp.command(args) == (
+        "vllm bench serve --backend vllm --base-url http://127.0.0.1:8001 --endpoint /v1/completions --model verifier "
+        "--tokenizer /m/v --dataset-name custom --dataset-path /r/p.jsonl --skip-chat-template --custom-output-len 64 "
+        "--ignore-eos --temperature 0 --num-prompts 16 --max-concurrency 4 --request-rate inf --num-warmups 4 "
+        "--seed 0 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50 --disable-tqdm --save-result "
+        "--result-dir /r/bench --result-filename draft@4-r1.json --metadata side=draft")
+    assert "--trust-remote-code" in sp.bench_args(url="u", tokenizer="t", dataset="d", level=1, requests=1, tokens=1,
+                                                  result_dir="r", result_file="f", trust_remote_code=True)
+    assert sp.default_requests("cuda", 1) == 32 and sp.default_requests("cuda", 16) == 128
+    assert sp.default_requests("cpu", 1) == 8 and sp.default_requests("cpu", 16) == 32
+    assert sp.default_tokens("cuda", 64) == 256 and sp.default_tokens("cpu", 64) == 64
+
+
+def vllm_tree(tmp_path, suffix=True):
+    (tmp_path / "config").mkdir(parents=True)
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "config" / "speculative.py").write_text('M = ("ngram", "suffix")' if suffix else 'M = ("ngram",)')
+    (tmp_path / "engine" / "arg_utils.py").write_text("async_scheduling: bool = False")
+    return tmp_path
+
+
+def test_sides_of_a_sweep_and_what_is_skipped(tmp_path):
+    draft = {"method": "eagle3", "model": "/c", "num_speculative_tokens": 3}
+    sides, skipped = sp.sides(draft, baselines=["ngram", "suffix"], tune_k=[1, 2], tune_async=True,
+                              vdir=vllm_tree(tmp_path))
+    assert [s.name for s in sides] == ["baseline", "draft", "eagle3 k=1, async off", "eagle3 k=1, async on",
+                                       "eagle3 k=2, async off", "eagle3 k=2, async on", "ngram"]
+    assert sides[0].serve_args() == [] and sides[1].serve_args() == ["--speculative_config", json.dumps(draft)]
+    assert sides[3].serve_args() == ["--speculative_config", json.dumps({**draft, "num_speculative_tokens": 1}),
+                                     "--async-scheduling"]
+    assert sides[2].args == ("--no-async-scheduling",)
+    assert sides[-1].spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                              "prompt_lookup_min": 2}
+    # (no arctic-inference in the test venv: suffix skipped, saying why; a vLLM without it: that)
+    assert skipped == [{"method": "suffix", "why": sp.suffix_unavailable(tmp_path)}] and "arctic-inference" in \
+        skipped[0]["why"]
+    assert "no suffix method" in sp.suffix_unavailable(vllm_tree(tmp_path / "old", suffix=False))
+    assert sp.has_async(tmp_path) and not sp.has_async(tmp_path / "nowhere")
+
+
+def test_which_servers_are_up_together_and_the_order_of_runs():
+    b, d, t, n = (sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {}), sp.Side("eagle3 k=1", "tune", {}),
+                  sp.Side("ngram", "free", {}))
+    names = lambda bs: [[s.name for s in x] for x in bs]  # noqa: E731
+    assert sp.together_default("cpu") == 2 and sp.together_default("cuda") == 1 and sp.together_default("cuda", 3) == 3
+    assert names(sp.batches([b, d, t, n], 2)) == [["draft", "baseline"], ["eagle3 k=1", "baseline"],
+                                                 ["ngram", "baseline"]]
+    assert names(sp.batches([b, d, t, n], 1)) == [["draft"], ["baseline"], ["eagle3 k=1"], ["ngram"]]
+    assert names(sp.batches([b, d, t, n], 3)) == [["draft", "eagle3 k=1", "baseline"], ["ngram", "baseline"]]
+    assert names(sp.batches([b, d, t, n], 8)) == [["draft", "eagle3 k=1", "ngram", "baseline"]]
+    urls = {"draft": "D", "baseline": "B"}
+    runs = sp.plan([d, b], [1, 16], 2, urls=urls, file_for=lambda s, c, r: f"{s.name}@{c}-r{r + 1}.json",
+                   args_for=lambda s, c, u, f: [u, str(c), f])
+    assert [(r["side"], r["level"], r["repeat"]) for r in runs] == [
+        ("draft", 1, 0), ("baseline", 1, 0), ("draft", 16, 0), ("baseline", 16, 0),  # repeat 1: draft first,
+        ("baseline", 1, 1), ("draft", 1, 1), ("baseline", 16, 1), ("draft", 16, 1)]  # repeat 2: the other way
+    assert runs[0]["args"] == ["D", "1", "draft@1-r1.json"] and runs[0]["name"] == "draft @1, repeat 1 of 2"
+
+
+def fig(tps, tpot=5.0, acc=None):
+    return {"output_tokens_per_s": tps, "tpot_ms": tpot, "itl_ms": tpot, "ttft_ms": 20.0, "completed": 8,
+            "output_tokens": 512, "seconds": 1.0, "acceptance_length": acc, "acceptance_by_position": None}
+
+
+def test_median_spread_and_paired_ratio():
+    b, d = sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {"method": "eagle3"})
+    runs, results = [], {}
+    for r, (dt, bt) in enumerate([(120.0, 100.0), (150.0, 100.0), (130.0, 110.0)]):
+        for side, v in (("draft", dt), ("baseline", bt)):
+            f = f"{side}-{r}"
+            runs.append({"side": side, "level": 1, "repeat": r, "batch": 0, "file": f})
+            results[f] = fig(v, acc=2.5 if side == "draft" else None)
+    rec = sp.record([b, d], runs, results, [1], paired=True)
+    v = rec["draft"]["by_concurrency"]["1"]
+    assert v["output_tokens_per_s"] == {"median": 130.0, "min": 120.0, "max": 150.0, "spread": 0.2308, "n": 3}
+    # the median of the per-repeat ratios (1.2, 1.5, 1.182), not the ratio of the medians (1.3)
+    assert v["ratio"]["median"] == 1.2 and v["ratio"]["min"] == 1.182 and v["ratio"]["max"] == 1.5
+    assert v["noisy"] is True and v["acceptance_length"] == 2.5 and v["completed"] == 24
+    assert v["files"] == ["draft-0", "draft-1", "draft-2"]
+    base = rec["baseline"]["by_concurrency"]["1"]
+    assert "ratio" not in base and base["output_tokens_per_s"]["median"] == 100.0 and base["noisy"] is True
+    assert rec["draft"]["speculative_config"] == {"method": "eagle3"} and rec["baseline"]["role"] == "baseline"
+    unpaired = sp.record([b, d], runs, results, [1], paired=False)["draft"]["by_concurrency"]["1"]["ratio"]
+    assert unpaired == {"median": 1.3, "min": 1.3, "max": 1.3, "spread": 0.0, "n": 1}
+    quiet = sp.record([b, d], runs[:2], results, [1], paired=True)["draft"]["by_concurrency"]["1"]
+    assert quiet["noisy"] is False and quiet["output_tokens_per_s"]["spread"] == 0.0
+
+
+def test_best_setting_per_level_and_its_deployment_line():
+    rec = {"baseline": {"role": "baseline", "speculative_config": None, "vllm_args": [], "by_concurrency": {}},
+           "draft": {"role": "draft", "speculative_config": {"method": "eagle3", "model": "/c", "num_speculative_tokens": 3},
+                     "vllm_args": [], "by_concurrency": {
+                         "1": {"output_tokens_per_s": {"median": 150.0}, "ratio": {"median": 1.5}},
+                         "16": {"output_tokens_per_s": {"median": 900.0}, "ratio": {"median": 0.9}}}},
+           "eagle3 k=1, async on": {"role": "tune", "speculative_config": {"method": "eagle3", "model": "/c",
+                                                                           "num_speculative_tokens": 1},
+                                    "vllm_args": ["--async-scheduling"], "by_concurrency": {
+                                        "1": {"output_tokens_per_s": {"median": 130.0}, "ratio": {"median": 1.3}},
+                                        "16": {"output_tokens_per_s": {"median": 1100.0}, "ratio": {"median": 1.1}}}},
+           "ngram": {"role": "free", "speculative_config": {"method": "ngram"}, "vllm_args": [], "by_concurrency": {
+               "1": {"output_tokens_per_s": {"median": 500.0}, "ratio": {"median": 5.0}}}}}
+
+    def deploy(s):
+        return sp.deploy_line("/m/v", s, tensor_parallel=2, user_args=["--max-num-seqs", "64"])
+
+    best = sp.best(rec, [1, 16], deploy)
+    assert best["1"]["side"] == "draft" and best["1"]["ratio"] == 1.5  # (a free method is no setting of the draft)
+    assert best["16"]["side"] == "eagle3 k=1, async on" and best["16"]["output_tokens_per_s"] == 1100.0
+    assert best["overall"]["side"] == "eagle3 k=1, async on"  # geometric mean 1.196 over 1.162
+    assert best["overall"]["deploy"] == (
+        "vllm serve /m/v --tensor-parallel-size 2 --speculative-config "
+        "'{\"method\": \"eagle3\", \"model\": \"/c\", \"num_speculative_tokens\": 1}' --async-scheduling "
+        "--max-num-seqs 64")
+
+
+def test_laptop_timing_options_and_refusals(tmp_path):
+    from specops.args import Refused
+    from specops.ops import evaluate as ev
+
+    assert ev.timing_args([1, 16]) == ["--repeats", "3"]
+    assert ev.timing_args([1], repeats=1, tune=True, baselines="ngram", speedup_requests=4, speedup_tokens="16",
+                          side_by_side="4") == [
+        "--repeats", "1", "--tune-k", "1,2,3,4,5", "--tune-async", "--baselines", "ngram", "--speedup-requests", "4",
+        "--speedup-tokens", "16", "--side-by-side", "4"]
+    assert ev.timing_args([1], tune_k="2,3") == ["--repeats", "3", "--tune-k", "2,3"]  # (k only: no async sweep)
+    assert ev.timing_args([1], tune=True, tune_k="2")[2:] == ["--tune-k", "2", "--tune-async"]
+    check = ev.evaluate_run.refuse
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n{\"prompt\": \"\"}\n")
+    notjson = tmp_path / "bad.jsonl"
+    notjson.write_text("{\"prompt\": \"a\"}\nnot json\n")
+    for kw, want in [
+        ({"tune": True, "speedup": "none"}, "--tune times the draft's settings against the verifier alone: give "
+                                            "--speedup levels (not none)"),
+        ({"repeats": 0}, "--repeats 0: give 1 or more (each side timed that many times)"),
+        ({"repeats": "-2"}, "--repeats -2: give 1 or more"),
+        ({"speedup": "0,16"}, "--speedup '0,16': give concurrent request counts (1-1024) such as 1,16, or none"),
+        ({"baselines": "ngram", "speedup": "none"}, "--baselines ngram are timed: give --speedup levels (not none)"),
+        ({"speedup_requests": "0"}, "--speedup-requests 0: give 1 or more"),
+        ({"baselines": "ngram,eagle"}, "--baselines ngram,eagle: the training-free methods are ngram, suffix (or none)"),
+        ({"tune": True, "checkpoints": "all"}, "--tune measures one checkpoint's serving settings"),
+        ({"prompts": str(empty)}, f"--prompts {empty}: no prompt in it"),
+        ({"prompts": str(notjson)}, f"--prompts {notjson}: line 2 is not JSON"),
+    ]:
+        with pytest.raises(Refused) as e:
+            check(run_id="r1", **kw)
+        assert str(e.value).startswith(want) and "\n" not in str(e.value), (kw, str(e.value))
+    check(run_id="r1", tune=True, repeats=1, baselines="ngram,suffix")  # (fine: nothing raised)
+
+
+def test_host_refuses_bad_timing_options_in_one_line():
+    import argparse
+
+    from specops_host.contract import Refused
+    from specops_host.serve import evaluate as host
+
+    ap = argparse.ArgumentParser()
+    host.speedup_options(ap)
+    assert host.check_speedup_options(ap.parse_args(["--tune-k", "3,1,3", "--baselines", "suffix,ngram"]), [1]) == \
+        ([3, 1], ["suffix", "ngram"])
+    for argv, levels, want in [
+        (["--repeats", "0"], [1], "--repeats 0: give 1 or more"),
+        (["--tune-k", "0,2"], [1], "--tune-k '0,2': give numbers 1-16 such as 1,2,3"),
+        (["--baselines", "eagle"], [1], "--baselines 'eagle': the training-free methods are ngram, suffix"),
+        (["--tune-k", "2"], [], "--tune and --baselines time the servers: give --speedup levels (not none)"),
+    ]:
+        with pytest.raises(Refused, match="^" + want.replace("(", r"\(").replace(")", r"\)")):
+            host.check_speedup_options(ap.parse_args(argv), levels)
+
+
+def test_host_prompts_file_without_a_prompt(tmp_path):
+    from specops_host.contract import Refused
+    from specops_host.serve import evaluate as host
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": ""}\n\n{"text": "hi"}\n{"input_ids": [1, 2]}\n')
+    assert host.file_prompts(f, 8)[0] == [{"prompt": "hi"}, {"prompt": [1, 2]}]
+    f.write_text("not json\n")
+    with pytest.raises(Refused, match="a line is not JSON"):
+        host.file_prompts(f, 8)
+
+
+def test_the_benchmarks_error_line_is_found(tmp_path):
+    log = tmp_path / "bench.log"
+    log.write_text("Starting...\nTraceback (most recent call last):\n  x\nValueError: JSONL file must contain a "
+                   "'prompt' column.\nleaked type\n")
+    assert sp.last_error(log) == "ValueError: JSONL file must contain a 'prompt' column."
+    assert sp.last_error(tmp_path / "none") == ""
