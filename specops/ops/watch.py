@@ -58,6 +58,8 @@ def settings(t: Transport, *, restarts: Optional[int] = None, stall_after: Optio
         if asked:
             raise Refused(f"{', '.join(asked)}: a Slurm job is not restarted or watched by specops yet (Slurm's own "
                           f"--requeue is not wired either); drop them for {h.name}")
+        if h.notify or h.restarts:
+            t.note(f"{h.name}: hosts.yaml restarts/notify do not apply to a Slurm job yet (not restarted, not told)")
         return None, None
     n = restarts if restarts is not None else h.restarts_default
     if restart_on_stall and n == 0:

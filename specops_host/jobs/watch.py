@@ -205,7 +205,7 @@ def dump_stacks(d, pids, wait_s=3.0):
                 pass
         how = "/proc"
         if hooked(pid):
-            fh = out / f"{pid}.txt"
+            fh = out / f"faulthandler-{pid}.txt"
             before = fh.stat().st_size if fh.exists() else 0
             try:
                 os.kill(pid, signal.SIGUSR2)
@@ -219,10 +219,10 @@ def dump_stacks(d, pids, wait_s=3.0):
                 how = "faulthandler"
         note = "" if how == "faulthandler" else (
             "(no Python stacks: py-spy is not installed" + (" and the process did not answer SIGUSR2 (stopped?); its "
-                                                            f"faulthandler writes stacks/{pid}.txt if it goes on)"
+                                                            f"faulthandler writes stacks/faulthandler-{pid}.txt if it goes on)"
                                                             if hooked(pid) else ")") + "\n")
         f.write_text(note + kernel_view(pid)
-                     + (f"--- Python stacks (faulthandler): stacks/{pid}.txt\n" if how == "faulthandler" else ""))
+                     + (f"--- Python stacks (faulthandler): stacks/faulthandler-{pid}.txt\n" if how == "faulthandler" else ""))
         done.append((pid, how))
     return done
 
@@ -268,13 +268,14 @@ class Supervisor:
 
     # -- one attempt ----------------------------------------------------------------------------
     def wait(self, child, pos, n, last_key):
-        """Wait for the attempt's end. Returns (exit code, fail-on match or None, stall cause or None)."""
+        """Wait for the attempt's end. Returns (exit code, fail-on match or None, stall cause or None,
+        the attempt's Progress)."""
         prog, found, scan_pos, stalled, stall_at = Progress(self.d / "output.log", pos), None, pos, None, None
         while True:
             try:
                 return_code = child.wait(timeout=POLL_S)
                 prog.read()
-                return return_code, found, stalled
+                return return_code, found, stalled, prog
             except subprocess.TimeoutExpired:
                 pass
             except InterruptedError:
@@ -329,9 +330,7 @@ class Supervisor:
             if started is None:
                 return 127, None
             child, pos = started
-            rc, found, stalled = self.wait(child, pos, n, last_key)
-            prog = Progress(self.d / "output.log", pos)
-            prog.read()
+            rc, found, stalled, prog = self.wait(child, pos, n, last_key)
             step = prog.last_step
             if self.stopped():
                 self.tell("end", f"stopped (`inv stop`), exit code {rc}")

@@ -7,7 +7,7 @@ Launch (train/run.py; under torchrun each rank runs it):
 - each save (Trainer.maybe_save_checkpoint, and maybe_update_best under save-best) removes the
   folder's marker before it writes and, on rank 0, writes checkpoints/N/specops-complete.json once
   the save has returned (train/ckpt.py): a trainer killed mid-save leaves no marker;
-- SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/<pid>.txt (RUN: the job's
+- SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
 
@@ -67,13 +67,13 @@ def install():
 
 
 def stacks_on_signal():
-    """SIGUSR2: the Python stacks of every thread into RUN/stacks/<pid>.txt."""
+    """SIGUSR2: the Python stacks of every thread into RUN/stacks/faulthandler-<pid>.txt."""
     run = os.environ.get("SPECOPS_JOB_DIR")
     if not run:
         return
     d = Path(run) / "stacks"
     d.mkdir(exist_ok=True)
-    f = open(d / f"{os.getpid()}.txt", "a")
+    f = open(d / f"faulthandler-{os.getpid()}.txt", "a")
     _STACKS.append(f)
     faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
 
