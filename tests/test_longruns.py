@@ -108,7 +108,7 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
             wait_for(lambda: t.exists(jobs.run_path(t, rid, "exit_code"), "-f"), 400, "the run's end")
             j = jobs.status(t, rid)[0]
             assert j.state == "succeeded", j.describe + jobs.tail(t, rid, 30)
-            assert global_step(t, rid, "2") == 3 * per_epoch and complete(t, rid, "2")
+            assert complete(t, rid, "2") and global_step(t, rid, "0") == per_epoch
             runrec = record(t, rid, "run.json")
             causes = [x["cause"] for x in runrec["restarts"]]
             assert causes[0] == "signal 9 (SIGKILL)" and causes[1].startswith("stalled (no training step for "), causes
@@ -123,6 +123,18 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
         assert hook.got[-1].startswith(f"specops: train {rid} on ") and hook.got[-1].endswith(
             ": succeeded after 2 restart(s)"), hook.got
 
+        # ... as the same training uninterrupted: the same steps (epochs differ in length: the sampler's
+        # batches), the same checkpoints
+        ref = rid + "-ref"
+        r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--config", str(cfg), "--dataset", "pipe",
+                "--run-id", ref, "--no-serve-check", "--follow")
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        with connect(h) as t:
+            assert [global_step(t, rid, n) for n in "012"] == [global_step(t, ref, n) for n in "012"]
+            mine, theirs = (record(t, x, f"checkpoints/2/{ckpt.MARKER}")["files"] for x in (rid, ref))
+            assert sorted(mine) == sorted(theirs) and mine["model.safetensors"] == theirs["model.safetensors"]
+            final = global_step(t, rid, "2")
+
         # 4. a save cut short (its model file truncated, as a kill mid-write leaves it): resume skips it
         with connect(h) as t:
             model = jobs.run_path(t, rid, "checkpoints", "2", "model.safetensors")
@@ -134,7 +146,8 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
             m = re.search(r"checkpoint 2 is incomplete \(model\.safetensors is 100 bytes, \d+ when saved\): set aside "
                           r"as checkpoints/(incomplete-2-\d{8}-\d{6})", log)
             assert m and log.rindex("resuming from checkpoint 1") > m.start(), log[-3000:]
-            assert global_step(t, rid, "3") == 4 * per_epoch and complete(t, rid, "3")
+            assert global_step(t, rid, "2") == final and global_step(t, rid, "3") > final and complete(t, rid, "3")
+            assert global_step(t, rid, "1") == global_step(t, ref, "1")  # (resumed from 1: epochs 2 and 3 again)
         r = inv("fetch", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--checkpoint", m.group(1),
                 "--dest", str(tmp_path / "runs"))
         assert r.returncode != 0 and f"checkpoint '{m.group(1)}' of run {rid} on box is incomplete" in r.stderr, r.stderr

@@ -7,6 +7,7 @@ tests/test_longruns.py."""
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -231,3 +232,19 @@ def test_stop_during_the_back_off_ends_the_run_without_a_restart(tmp_path):
     log = (tmp_path / "runs/b/output.log").read_text()
     assert "stopped during the back-off (`inv stop`): not restarted" in log and log.count("start: ") == 1
     assert '"state": "stopped"' in job(tmp_path, "status", "--run-id", "b").stdout
+
+
+def test_stop_of_a_frozen_trainer_does_not_wait_for_the_grace(tmp_path):
+    """A stalled trainer may be frozen (SIGSTOP): `stop` continues it after its SIGTERM, so it ends at
+    once instead of at the SIGKILL after the grace."""
+    (tmp_path / "t.py").write_text("import time\nprint('train/loss=1.0, global_step=0', flush=True)\ntime.sleep(600)\n")
+    job(tmp_path, "start", "--run-id", "f", "--kind", "train", "--term", "child", "--watch", "--", sys.executable,
+        "t.py")
+    t0 = time.time()
+    while "global_step=0" not in (tmp_path / "runs/f/output.log").read_text():
+        assert time.time() - t0 < 20
+        time.sleep(0.1)
+    os.kill(json.loads((tmp_path / "runs/f/job.json").read_text())["child_pid"], signal.SIGSTOP)
+    t0 = time.time()
+    p = job(tmp_path, "stop", "--run-id", "f", "--grace", "30")
+    assert p.returncode == 0 and time.time() - t0 < 15 and '"sigkill": false' in p.stdout, p.stdout

@@ -125,6 +125,7 @@ def stop_job(d, grace=60.0):
             pass
     else:
         kill_all(job_pids(raw), signal.SIGTERM)
+    kill_all(job_pids(raw), signal.SIGCONT)  # (a frozen process, e.g. a stalled trainer: its SIGTERM waits for this)
     killed = False
     while left := job_pids(raw):
         if time.time() - t0 > grace and not killed:
