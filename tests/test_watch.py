@@ -248,3 +248,22 @@ def test_stop_of_a_frozen_trainer_does_not_wait_for_the_grace(tmp_path):
     t0 = time.time()
     p = job(tmp_path, "stop", "--run-id", "f", "--grace", "30")
     assert p.returncode == 0 and time.time() - t0 < 15 and '"sigkill": false' in p.stdout, p.stdout
+
+
+def test_evaluate_serves_only_complete_checkpoints(tmp_path):
+    """The host's `inv evaluate` (serve/evaluate.py checkpoint_dir): an incomplete checkpoint is refused by
+    name, and `best` falls back to the newest complete one when checkpoint_best points at an incomplete one."""
+    from specops_host.contract import Refused
+    from specops_host.serve.evaluate import checkpoint_dir
+
+    ck = tmp_path / "checkpoints"
+    for n in ("0", "1"):
+        (ck / n).mkdir(parents=True)
+        (ck / n / "config.json").write_text("{}")
+    ckpt.start_marking(ck)
+    ckpt.unmark(ck / "1")
+    os.symlink("1", ck / "checkpoint_best")
+    assert checkpoint_dir(tmp_path, "best") == (ck / "0").resolve()
+    assert checkpoint_dir(tmp_path, "0") == (ck / "0").resolve()
+    with pytest.raises(Refused, match=f"checkpoint 1 in {ck} is incomplete \\(no {ckpt.MARKER}"):
+        checkpoint_dir(tmp_path, "1")
