@@ -267,3 +267,22 @@ def test_evaluate_serves_only_complete_checkpoints(tmp_path):
     assert checkpoint_dir(tmp_path, "0") == (ck / "0").resolve()
     with pytest.raises(Refused, match=f"checkpoint 1 in {ck} is incomplete \\(no {ckpt.MARKER}"):
         checkpoint_dir(tmp_path, "1")
+
+
+def test_a_hung_trainer_that_answers_sigusr2_leaves_its_python_stacks(tmp_path):
+    """A trainer hung in Python (not frozen): train/hooked.py's faulthandler answers the supervisor's
+    SIGUSR2 with every thread's stack (the stall is reported, not restarted: no --restart-on-stall)."""
+    (tmp_path / "t.py").write_text(
+        STEPS + "from specops_host.train import hooked\nhooked.stacks_on_signal()\n"
+        + "def stuck_in_a_collective():\n    time.sleep(600)\nstuck_in_a_collective()\n")
+    job(tmp_path, "start", "--run-id", "h", "--kind", "train", "--watch", "--stall-after", "1.5", "--",
+        sys.executable, "t.py")
+    t0 = time.time()
+    while "not restarted (--restart-on-stall" not in (tmp_path / "runs/h/output.log").read_text():
+        assert time.time() - t0 < 30, (tmp_path / "runs/h/output.log").read_text()
+        time.sleep(0.2)
+    assert '"state": "stalled"' in job(tmp_path, "status", "--run-id", "h").stdout
+    pid = json.loads((tmp_path / "runs/h/job.json").read_text())["child_pid"]
+    assert f"stacks: {pid} (faulthandler)" in (tmp_path / "runs/h/output.log").read_text()
+    assert "in stuck_in_a_collective" in (tmp_path / f"runs/h/stacks/faulthandler-{pid}.txt").read_text()
+    assert job(tmp_path, "stop", "--run-id", "h", "--grace", "10").returncode == 0

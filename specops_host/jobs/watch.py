@@ -31,7 +31,7 @@ from pathlib import Path
 
 from specops_host.contract import read_json
 from specops_host.jobs import notify
-from specops_host.jobs.procs import is_torchrun, kill_all
+from specops_host.jobs.procs import kill_all
 from specops_host.jobs.records import job_pids, update_json
 
 #: back-off: the first wait (default), doubling, at most
@@ -161,13 +161,10 @@ class Progress:
         return now - self.last_beat
 
 
-def hooked(pid):
-    """pid runs train/hooked.py itself (its faulthandler answers SIGUSR2), not a launcher of it."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"specops_host.train.hooked" in cmd and not is_torchrun(pid)
+def answers_sigusr2(d, pid):
+    """pid registered faulthandler on SIGUSR2 (train/hooked.py opens stacks/faulthandler-PID.txt as it
+    does): only such a process is sent SIGUSR2 (it would end any other, e.g. torchrun)."""
+    return (Path(d) / "stacks" / f"faulthandler-{pid}.txt").exists()
 
 
 def kernel_view(pid):
@@ -204,7 +201,7 @@ def dump_stacks(d, pids, wait_s=3.0):
             except (OSError, subprocess.TimeoutExpired):
                 pass
         how = "/proc"
-        if hooked(pid):
+        if answers_sigusr2(d, pid):
             fh = out / f"faulthandler-{pid}.txt"
             before = fh.stat().st_size if fh.exists() else 0
             try:
@@ -220,7 +217,7 @@ def dump_stacks(d, pids, wait_s=3.0):
         note = "" if how == "faulthandler" else (
             "(no Python stacks: py-spy is not installed" + (" and the process did not answer SIGUSR2 (stopped?); its "
                                                             f"faulthandler writes stacks/faulthandler-{pid}.txt if it goes on)"
-                                                            if hooked(pid) else ")") + "\n")
+                                                            if answers_sigusr2(d, pid) else ")") + "\n")
         f.write_text(note + kernel_view(pid)
                      + (f"--- Python stacks (faulthandler): stacks/faulthandler-{pid}.txt\n" if how == "faulthandler" else ""))
         done.append((pid, how))
