@@ -19,7 +19,7 @@ from specops_host.train import ckpt
 CFG = """train:
   speculator-type: eagle3
   draft-vocab-size: 256
-  epochs: 3
+  epochs: 2
   total-seq-len: 512
   num-workers: 0
   on-missing: raise
@@ -72,7 +72,7 @@ def complete(t, rid, name):
 
 def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damaged_checkpoint(
         pipeline_run, hosts_file, tmp_path):
-    cfg = tmp_path / "three.yaml"
+    cfg = tmp_path / "two.yaml"
     cfg.write_text(CFG)
     h = inventory.load(str(hosts_file)).get("box")
     rid = jobs.new_run_id("t-longrun")
@@ -108,7 +108,7 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
             wait_for(lambda: t.exists(jobs.run_path(t, rid, "exit_code"), "-f"), 400, "the run's end")
             j = jobs.status(t, rid)[0]
             assert j.state == "succeeded", j.describe + jobs.tail(t, rid, 30)
-            assert complete(t, rid, "2") and global_step(t, rid, "0") == per_epoch
+            assert complete(t, rid, "1") and global_step(t, rid, "0") == per_epoch
             runrec = record(t, rid, "run.json")
             causes = [x["cause"] for x in runrec["restarts"]]
             assert causes[0] == "signal 9 (SIGKILL)" and causes[1].startswith("stalled (no training step for "), causes
@@ -130,28 +130,27 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
                 "--run-id", ref, "--no-serve-check", "--follow")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         with connect(h) as t:
-            assert [global_step(t, rid, n) for n in "012"] == [global_step(t, ref, n) for n in "012"]
-            mine, theirs = (record(t, x, f"checkpoints/2/{ckpt.MARKER}")["files"] for x in (rid, ref))
+            assert [global_step(t, rid, n) for n in "01"] == [global_step(t, ref, n) for n in "01"]
+            mine, theirs = (record(t, x, f"checkpoints/1/{ckpt.MARKER}")["files"] for x in (rid, ref))
             assert sorted(mine) == sorted(theirs) and mine["model.safetensors"] == theirs["model.safetensors"]
-            final = global_step(t, rid, "2")
+            final = global_step(t, rid, "1")
 
         # 4. a save cut short (its model file truncated, as a kill mid-write leaves it): resume skips it
         with connect(h) as t:
-            model = jobs.run_path(t, rid, "checkpoints", "2", "model.safetensors")
+            model = jobs.run_path(t, rid, "checkpoints", "1", "model.safetensors")
             t.check(f"truncate -s 100 {model}", "truncate")
-        r = inv("train", *base, "--epochs", "4", "--follow", "--restarts", "0")
+        r = inv("train", *base, "--epochs", "3", "--follow", "--restarts", "0")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
         with connect(h) as t:
             log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
-            m = re.search(r"checkpoint 2 is incomplete \(model\.safetensors is 100 bytes, \d+ when saved\): set aside "
-                          r"as checkpoints/(incomplete-2-\d{8}-\d{6})", log)
-            assert m and log.rindex("resuming from checkpoint 1") > m.start(), log[-3000:]
-            assert global_step(t, rid, "2") == final and global_step(t, rid, "3") > final and complete(t, rid, "3")
-            assert global_step(t, rid, "1") == global_step(t, ref, "1")  # (resumed from 1: epochs 2 and 3 again)
+            m = re.search(r"checkpoint 1 is incomplete \(model\.safetensors is 100 bytes, \d+ when saved\): set aside "
+                          r"as checkpoints/(incomplete-1-\d{8}-\d{6})", log)
+            assert m and log.rindex("resuming from checkpoint 0") > m.start(), log[-3000:]
+            assert global_step(t, rid, "1") == final and global_step(t, rid, "2") > final and complete(t, rid, "2")
         r = inv("fetch", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--checkpoint", m.group(1),
                 "--dest", str(tmp_path / "runs"))
         assert r.returncode != 0 and f"checkpoint '{m.group(1)}' of run {rid} on box is incomplete" in r.stderr, r.stderr
-        r = inv("fetch", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--checkpoint", "3",
+        r = inv("fetch", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--checkpoint", "2",
                 "--dest", str(tmp_path / "runs"))
         assert r.returncode == 0 and f"skipped the incomplete checkpoint(s) of {rid}: {m.group(1)}" in " ".join(
             (r.stdout + r.stderr).split()), r.stdout + r.stderr
