@@ -229,6 +229,18 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
              overwrite=overwrite, learnable=learnable, seconds=seconds, size=size)
 
 
+#: a training's supervisor on the host (specops/ops/watch.py, specops_host/jobs/watch.py)
+LOOKED_AFTER = {
+    "restarts": "restart an abnormal end (exit, signal; never after `inv stop`) from the last complete checkpoint up "
+                "to N times (default: hosts.yaml restarts, else 3 on a cuda host, 0 on a cpu host)",
+    "stall_after": "seconds without a training step before the run is `stalled` (its stacks written into the run) "
+                   "(default: 20x its median step time, at least 300)",
+    "restart_on_stall": "restart a stalled trainer (counts as a restart)",
+    "backoff": "seconds before the first restart, doubling, at most 600 (default 30)",
+    "notify": "tell of the end, a failure, a restart, a stall: a webhook URL (Slack, Teams: JSON {\"text\": ...}) "
+              "or a command run on the host (SPECOPS_EVENT, SPECOPS_TEXT) (default: hosts.yaml notify)"}
+
+
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "config": "training config (default configs/eagle3.yaml)",
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
@@ -250,11 +262,12 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                    "(default on, cached on the host per verifier, draft config and vLLM version; a group: the "
                    "first node); --no-serve-check skips it",
     "continue_on_new_data": "resume a run id on another dataset or other settings (refused otherwise; run.json keeps "
-                            "every start's data and settings)"})
+                            "every start's data and settings)", **LOOKED_AFTER})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=29500, hidden_states="auto",
           layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None, serve_check=True,
-          continue_on_new_data=False, nodes=None):
+          continue_on_new_data=False, nodes=None, restarts=None, stall_after=None, restart_on_stall=False,
+          backoff=None, notify=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
@@ -267,7 +280,8 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
              dataset=dataset, verifier=verifier, nproc=nproc, epochs=epochs, max_steps=max_steps, rdzv_host=rdzv_host,
              rdzv_port=rdzv_port, hidden_states=hidden_states, layers=layers, disk_budget=disk_budget,
              server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_arg, serve_check=serve_check,
-             continue_on_new_data=continue_on_new_data, nodes=nodes)
+             continue_on_new_data=continue_on_new_data, nodes=nodes, restarts=restarts, stall_after=stall_after,
+             restart_on_stall=restart_on_stall, backoff=backoff, notify=notify)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -302,17 +316,19 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
                      "or auto (offline when the files fit the disk budget)",
     "disk_budget": DISK_BUDGET,
     "vllm_arg": VLLM_ARG, "plan_first": "first `inv plan` (measured on a sample, priced), then stop unless --yes",
-    "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"]})
+    "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"],
+    "restarts": LOOKED_AFTER["restarts"], "notify": LOOKED_AFTER["notify"]})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
-             disk_budget=None, vllm_arg=None, plan_first=False, yes=False, sample=32):
+             disk_budget=None, vllm_arg=None, plan_first=False, yes=False, sample=32, restarts=None, notify=None):
     """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
 
     Example: inv pipeline --host gpu1 --data convs.jsonl"""
     on_hosts(c, host, hosts, _pipeline.pipeline, group=False, on_inspect=views.inspect_brief, on_plan=views.plan,
              data=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers, seq_length=seq_length,
              config=config, dest=dest, max_steps=max_steps, regenerate=regenerate, hidden_states=hidden_states,
-             disk_budget=disk_budget, vllm_args=vllm_arg, plan_first=plan_first, yes=yes, sample=sample)
+             disk_budget=disk_budget, vllm_args=vllm_arg, plan_first=plan_first, yes=yes, sample=sample,
+             restarts=restarts, notify=notify)
 
 
 @task(name="plan", iterable=["vllm_arg"], changes=True, streams=True, help={

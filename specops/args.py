@@ -104,6 +104,9 @@ FLAGS: dict[str, Number] = {
     "timeout": _f("seconds per attempt", 300, gt=0),
     "min_free_gb": _f("the free disk in GiB", 5, ge=0),
     "disk_budget": _f("the GiB of hidden states the disk may hold", 500, gt=0),
+    "restarts": _i("how many times a failed training restarts", 3, ge=0, le=100),
+    "stall_after": _f("seconds without a training step before the run counts as stalled", 1800, gt=0),
+    "backoff": _f("seconds before the first restart (doubling, at most 600)", 30, ge=0),
 }
 
 #: flags numeric in one task only (elsewhere `layers` is a list of layer ids)

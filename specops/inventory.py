@@ -149,6 +149,12 @@ class Host(BaseModel):
     #: (`price_per: host`, the default) or one GPU's (`price_per: gpu`: times `gpus`).
     price_per_hour: Optional[float] = Field(default=None, ge=0, le=1e6)
     price_per: Literal["host", "gpu"] = "host"
+    #: How many times a training that ends abnormally is restarted from its last complete checkpoint
+    #: (`inv train --restarts`); default 3 on a cuda host, 0 on a cpu host.
+    restarts: Optional[int] = Field(default=None, ge=0, le=100)
+    #: Where a training's end, failure, restart or stall is told: an http(s) webhook URL (Slack,
+    #: Teams: a JSON {"text": ...} is POSTed) or a command run on the host (`inv train --notify`).
+    notify: Optional[str] = None
 
     @field_validator("price_per_hour", mode="before")
     @classmethod
@@ -156,6 +162,16 @@ class Host(BaseModel):
         if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
             return None if v is None else float(v)
         raise ValueError(f"must be a number, the price of an hour (e.g. 3.5) (got {v!r})")
+
+    @field_validator("notify")
+    @classmethod
+    def _notify(cls, v):
+        from specops_host.jobs.notify import problem
+
+        why = problem(v) if v is not None else None
+        if why:
+            raise ValueError(why)
+        return v
 
     @field_validator("venv", "workdir", "base_python", "known_hosts", "key")
     @classmethod
@@ -199,6 +215,11 @@ class Host(BaseModel):
         if self.tensor_parallel is None:
             self.tensor_parallel = self.gpus or 1
         return self
+
+    @property
+    def restarts_default(self) -> int:
+        """A training's restarts: hosts.yaml `restarts`, else 3 on a cuda host, 0 on a cpu host."""
+        return self.restarts if self.restarts is not None else (3 if self.profile == "cuda" else 0)
 
     @property
     def is_slurm(self) -> bool:

@@ -54,6 +54,7 @@ class JobState(str, enum.Enum):
     STARTING = "starting"
     PENDING = "pending"  # (queued by a scheduler: Slurm, not started yet)
     RUNNING = "running"
+    STALLED = "stalled"  # (running, but no training step logged for too long: jobs/watch.py; `inv status` only)
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     KILLED = "killed"

@@ -15,6 +15,8 @@ import pytest
 from fakes import RecordingTransport
 from specops import inventory
 from specops.contract import BEGIN, END
+from specops.errors import SpecopsError
+from specops.host.transfer.listings import _FIND
 
 PY = "/opt/env/bin/python3"
 PID = os.getpid()  # (a whole file is sent beside its place as <path>.<laptop pid>.part, then renamed)
@@ -163,14 +165,14 @@ def test_jobs_clean_removes_only_the_old_ended_runs():
           {"run_id": "r-run", "state": "running", "age_s": 999.0},
           {"run_id": "r-new", "state": "succeeded", "age_s": 1.0}]
     t = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job status", 0, framed({"ok": True, "jobs": js})),
-                                            (r"r-kept/checkpoints", 0, "0\n")])
+                                            (r"r-kept/checkpoints", 0, "none\0f 9 1.0 644 0/config.json\0")])
     assert jobs.clean(t, 100) == {"removed": ["r-old"], "kept": [
         ["r-kept", "holds checkpoints (--checkpoints removes them too)"],
         ["r-run", "running: a running job is never removed"]], "said": "removed"}
     assert t.commands == [script("jobs.job", "status"),
-                          "ls -A /w/runs/r-old/checkpoints 2>/dev/null | head -1",
+                          _FIND.format(root="/w/runs/r-old/checkpoints"),
                           "rm -rf -- /w/runs/r-old",
-                          "ls -A /w/runs/r-kept/checkpoints 2>/dev/null | head -1"]
+                          _FIND.format(root="/w/runs/r-kept/checkpoints")]
 
 
 def test_pipeline_wrong_layers_control_copies_the_best_draft_and_shifts_its_layers():
@@ -379,6 +381,34 @@ def test_slurm_shared_workdir_probe_is_read_by_srun_on_every_node(monkeypatch):
         "cd /w && srun --nodes=2 --ntasks-per-node=1 --partition=debug --time=5 bash -c "
         "'printf \"%s %s\\n\" \"$(hostname)\" \"$(cat /w/.specops/slurm-probe 2>/dev/null)\"'",
         f"mv -f /w/.specops/slurm-shared.json.{PID}.part /w/.specops/slurm-shared.json"]
+
+
+def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the_notify_target():
+    """`inv train --restarts ... --notify`: (specops/ops/watch.py) the policy on the start line, the
+    target (a secret) only in the 0600 env file; a Slurm host refuses them (not wired there yet)."""
+    from specops.ops import jobs
+    from specops.ops import watch as ops_watch
+
+    h = inventory.Host(name="h", transport="local", profile="cuda", venv="/opt/env", workdir="/w",
+                       notify="https://hooks.example/T0/SECRET")
+    t = RecordingTransport(h, answers=[(r"jobs\.job start", 0, '@@SPECOPS-PAYLOAD-BEGIN@@{"ok": true, "run_id": "r1", '
+                                                              '"pid": 5}@@SPECOPS-PAYLOAD-END@@\n')])
+    looks, target = ops_watch.settings(t, stall_after=900, restart_on_stall=True, backoff=5)
+    assert looks == {"restarts": 3, "stall_after": 900, "restart_on_stall": True, "backoff": 5.0}
+    assert target == "https://hooks.example/T0/SECRET"
+    jobs.start(t, "r1", ["python", "-m", "x"], kind="train", lock="train", term="child", watch=looks, notify=target)
+    start = next(c for c in t.commands if "jobs.job start" in c)
+    assert ("start --run-id r1 --kind train --term child --lock train --watch --restarts 3 --backoff 5 "
+            "--stall-after 900 --restart-on-stall --env-file /w/runs/r1.env -- python -m x") in start
+    assert "SECRET" not in " ".join(t.commands)
+    env = [op[2] for op in t.ops if op[0] == "put" and op[1] == "/w/runs/r1.env"]
+    assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\n"]
+    assert ops_watch.said(looks, target) == ("restarts: up to 3 (back-off 5s, doubling); stall: no step for 900s, "
+                                             "then restarted; notify: https://hooks.example/...")
+    slurm = inventory.Host(name="s", address="s", scheduler="slurm")
+    with pytest.raises(SpecopsError, match="a Slurm job is not restarted or watched by specops yet"):
+        ops_watch.settings(RecordingTransport(slurm), restarts=2)
+    assert ops_watch.settings(RecordingTransport(slurm)) == (None, None)
 
 
 def test_every_ops_module_has_its_commands_written_out_here():

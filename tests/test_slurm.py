@@ -553,7 +553,7 @@ def online_serving(t, base, rid):
         tagged = t.run(f"grep -lsz SPECOPS_JOB={srv['tag']} /proc/[0-9]*/environ").stdout.split()
         return alive_in_group(t, srv["pgid"]) + run_procs() + tagged
 
-    wait_for(lambda: any("specops_host.train.online_cli" in ln for ln in run_procs()), 120, "the trainer's start")
+    wait_for(lambda: any("specops_host.train.hooked" in ln for ln in run_procs()), 120, "the trainer's start")
     assert alive_in_group(t, srv["pgid"]), "the server is not running"
     return jid, srv, left, run_procs
 

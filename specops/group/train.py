@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
-from specops.ops import jobs, train
+from specops.ops import jobs, train, watch
 from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.group.fanout import Group, Outcomes, run_on
@@ -167,7 +167,8 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
 
 
 def _group_flags(hidden_states: str = "auto", server_gpus=None, train_gpus=None, layers=None, disk_budget=None,
-                 **_) -> None:
+                 **kw) -> None:
+    watch.group_flags(**kw)
     if hidden_states == "online" or server_gpus or train_gpus or layers or disk_budget is not None:
         raise Refused("--hidden-states online trains on one host (its own vLLM server); a group trains on "
                       "extracted files: `inv extract` for the group first")

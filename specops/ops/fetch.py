@@ -29,6 +29,8 @@ from specops.ops.jobs import run_path, validate_run_id
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops_host.fetch import manifest as host_manifest
+from specops_host.train import ckpt
+from specops.ops.watch import checkpoint_split, skipped_note
 
 
 LOCAL_CACHE = ".specops-local-hashes.json"
@@ -274,18 +276,20 @@ def _unknown(t: Transport, run_id: str) -> SpecopsError:
 
 
 def checkpoint_names(listing: dict, under: str = "checkpoints/") -> list[str]:
-    """The checkpoint directories in a listing (transfer.remote_listing): real directories under
-    `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks to
-    them); numbers ascending, then the other names."""
-    names = {rel[len(under):].split("/")[0] for rel, e in listing.items()
-             if e.kind == "f" and rel.startswith(under) and rel[len(under):].count("/") == 1
-             and rel.endswith("/config.json")}
-    return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+    """The complete checkpoint directories in a listing (transfer.remote_listing): real directories
+    under `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks
+    to them) and, in a run whose saves carry markers, their specops-complete.json
+    (specops_host/train/ckpt.py); numbers ascending, then the other names."""
+    return checkpoint_split(listing, under)[0]
 
 
-def run_checkpoints(t: Transport, run_id: str) -> list[str]:
-    """The run's checkpoints on the host (checkpoint_names); empty when it has none."""
-    return checkpoint_names(transfer.remote_listing(t, run_path(t, run_id, "checkpoints"), missing_ok=True), under="")
+def run_checkpoints(t: Transport, run_id: str, what: str = "evaluate") -> list[str]:
+    """The run's complete checkpoints on the host (checkpoint_names); empty when it has none. The
+    incomplete ones are said in a note (`what` skipped them)."""
+    done, skipped = checkpoint_split(transfer.remote_listing(t, run_path(t, run_id, "checkpoints"), missing_ok=True),
+                                     under="")
+    skipped_note(t, run_id, skipped, what)
+    return done
 
 
 def read_pick(t: Transport, run_id: str) -> Optional[dict]:
@@ -309,8 +313,12 @@ def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
         listing = transfer.remote_listing(t, run_path(t, run_id))
     except transfer.NoDirectory:
         raise _unknown(t, run_id) from None
-    have = checkpoint_names(listing)
+    have, skipped = checkpoint_split(listing)
     listed = ", ".join(have) or "none"
+    if which in skipped:
+        raise SpecopsError(f"fetch: checkpoint {which!r} of run {run_id} on {t.host.name} is incomplete (its save did "
+                           f"not finish: no {ckpt.MARKER}); complete ones: {listed}")
+    skipped_note(t, run_id, skipped, "fetch")
     pick = None
     if which == BEST_SERVED:
         pick = read_pick(t, run_id)
@@ -337,7 +345,8 @@ def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
         return parts[1] == name
 
     only = {rel for rel, e in listing.items() if e.kind in ("f", "l") and wanted(rel, e.kind)}
-    return {"checkpoint": name, "picked": pick, "left": [n for n in have if n != name], "only": only}
+    return {"checkpoint": name, "picked": pick, "left": [n for n in have if n != name], "only": only,
+            "skipped": skipped}
 
 
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,

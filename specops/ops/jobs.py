@@ -15,6 +15,8 @@ from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops.slurm import cluster, script
+from specops.ops.watch import checkpoint_split, skipped_note, start_args
+from specops_host.jobs import notify as host_notify
 
 
 def new_run_id(kind: str) -> str:
@@ -43,15 +45,21 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
-          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = ()) -> Started:
+          nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = (),
+          watch: Optional[dict] = None, notify: Optional[str] = None) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
     slurm.nodes), or each task's of a job array (`array` tasks: script.BatchJob.array); `before`:
-    (label, argv) steps of the batch shell before it (script.BatchJob.before)."""
+    (label, argv) steps of the batch shell before it (script.BatchJob.before).
+    watch: the supervisor looks after the command (restarts, stalls: ops/watch.py settings());
+    notify: where it tells of the end, a failure, a restart, a stall (in the 0600 env file: a
+    webhook URL is a secret)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
+    if notify and watch:
+        env[host_notify.VAR] = notify
     if t.host.is_slurm:
         return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
@@ -59,6 +67,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
         args += ["--lock", lock]
     if fail_on:
         args += ["--fail-on", fail_on]
+    args += start_args(watch)
     remote_env = put_env(t, run_id, env)
     if remote_env:
         args += ["--env-file", remote_env]
@@ -133,6 +142,9 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
     run holding checkpoints only with checkpoints=True. Under --dry-run nothing is removed (each removal is
     a plan line). Returns {"removed": [run ids], "kept": [[run id, why], ...], "said": "removed" (under
     --dry-run "would remove")}."""
+    from specops.host.transfer import remote_listing
+    from specops_host.train.ckpt import POLICY
+
     removed, kept = [], []
     for j in status(t):
         if j.age_s < older_than:
@@ -143,10 +155,15 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
             kept.append([j.run_id, why])
             continue
         path = run_path(t, j.run_id)
-        ck = t.fact(f"ls -A {shlex.quote(path)}/checkpoints 2>/dev/null | head -1").stdout.strip()
-        if ck and not checkpoints:
+        # (only complete checkpoints keep a run whose saves carry markers: a save that did not finish is
+        # nothing to keep; in a run from before them, anything under checkpoints/ does)
+        listing = remote_listing(t, f"{path}/checkpoints", missing_ok=True)
+        done, skipped = checkpoint_split(listing, under="")
+        if (done or (listing and POLICY not in listing)) and not checkpoints:
             kept.append([j.run_id, "holds checkpoints (--checkpoints removes them too)"])
             continue
+        if skipped and not done:
+            skipped_note(t, j.run_id, skipped, "clean")
         r = t.change(f"rm -rf -- {shlex.quote(path)}")
         if not r.ok:
             raise SpecopsError(f"clean: removing {path} on {t.host.name} failed: {(r.stderr or r.stdout).strip()}")
@@ -313,10 +330,12 @@ def run_following(t: Transport, run_id: str, task: Optional[int] = None,
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
-                 nodes: Optional[int] = None, before: Sequence[tuple] = ()) -> Optional[int]:
+                 nodes: Optional[int] = None, before: Sequence[tuple] = (), watch: Optional[dict] = None,
+                 notify: Optional[str] = None) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached."""
-    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before)
+    j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before,
+              watch=watch, notify=notify)
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
     t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train
+from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train, watch
 from specops import metrics, paths
 from specops.ops import plan as plans
 from specops.ops import regenerate as regen
@@ -63,14 +63,16 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
         skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
         hidden_states: str = "offline", regenerate: bool = False,
-        disk_budget_gb: Optional[float] = None, serve_check: bool = True) -> dict:
+        disk_budget_gb: Optional[float] = None, serve_check: bool = True, restarts: Optional[int] = None,
+        notify: Optional[str] = None) -> dict:
     """The whole job (a dry run says it up to the data job: the rest reads it). on_inspect(result)
     gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
     (prepare, then extract only when the hidden states fit the disk budget, else online).
-    serve_check: the training's draft-serves preflight (train.train)."""
+    serve_check: the training's draft-serves preflight (train.train); restarts, notify: its
+    supervisor's (ops/watch.py)."""
     h = t.host
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
@@ -126,7 +128,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
     with t.stage("train the draft"):
         tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
-                         hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check)
+                         hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check,
+                         restarts=restarts, notify=notify)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
@@ -410,7 +413,8 @@ class Demo(dict):
     """demo(): run()'s result with "verifier", "acceptance", "controls_verdict" and "stages"."""
 
 
-def _pipeline_flags(data: Optional[str] = None, yes: bool = False, plan_first: bool = False, **_) -> None:
+def _pipeline_flags(data: Optional[str] = None, yes: bool = False, plan_first: bool = False, **kw) -> None:
+    watch.check_flags(**kw)
     if not data:
         raise Refused("pipeline needs --data FILE (.jsonl)")
     if yes and not plan_first:

@@ -9,7 +9,8 @@ import shlex
 from typing import Optional, Union
 
 from specops import paths
-from specops.ops import jobs
+from specops.args import refusing
+from specops.ops import jobs, watch
 from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
 from specops.config import load_config, revision
 from specops.ops.data import data_dir
@@ -293,7 +294,9 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
-          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None) -> dict:
+          serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
+          restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
+          backoff: Optional[float] = None, notify: Optional[str] = None) -> dict:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped).
@@ -307,9 +310,13 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     dir, less 10%); server_gpus / train_gpus: CUDA_VISIBLE_DEVICES of the server and the trainer
     (default: half and half); vllm_args: more vLLM server arguments (after the host's).
     nodes: a slurm host's nodes for this run (default: its slurm.nodes): one batch job, one
-    torchrun per node (specops/slurm)."""
+    torchrun per node (specops/slurm).
+    restarts, stall_after, restart_on_stall, backoff, notify: what the host's supervisor does on its
+    own (ops/watch.py): restart after an abnormal end, find a stall, tell of the end."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     h = t.host
+    looks, target = watch.settings(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
+                                   backoff=backoff, notify=notify)
     extra = None
     if h.is_slurm:  # (the partition first, before the data is read or anything written)
         hidden_states = slurm_settings(t, hidden_states, nodes)
@@ -330,13 +337,15 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
     before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
+    if looks and (looks["restarts"] or target or looks["stall_after"] or looks["restart_on_stall"]):
+        t.note(f"looked after on {h.name}: {watch.said(looks, target)}")
     if spec.hidden_states == "online":
         t.would("the job would start the vLLM server: "
                 + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                                  stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes,
-                                 before=before)
+                                 before=before, watch=looks, notify=target)
     except NotDone:
         raise
     except SpecopsError:
@@ -355,6 +364,7 @@ class Trained(dict):
     a group's (group.train): {run_id, exit_code, states, nodes: True}."""
 
 
+@refusing(watch.check_flags)
 def train_run(t: Transport, *, epochs: Optional[int] = None, max_steps: Optional[int] = None,
               disk_budget: Optional[float] = None, **kw) -> Trained:
     """`inv train` on one host: train() with --epochs/--max-steps as overrides and --disk-budget in GiB

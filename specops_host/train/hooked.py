@@ -1,0 +1,97 @@
+"""`speculators train` with its checkpoint saves marked complete (what train/run.py starts).
+
+Launch (train/run.py; under torchrun each rank runs it):
+    <venv>/bin/python3 -m specops_host.train.hooked [--cpu] [--online] ARGS...   (any `speculators train` flags)
+
+--cpu first: train/cpu.py's CPU placement; --online: train/online_cli.py's interrupt fix. Then:
+- each save (Trainer.maybe_save_checkpoint, and maybe_update_best under save-best) removes the
+  folder's marker before it writes and, on rank 0, writes checkpoints/N/specops-complete.json once
+  the save has returned (train/ckpt.py): a trainer killed mid-save leaves no marker;
+- SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
+  run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
+"""
+
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from specops_host.train import ckpt
+
+#: kept open for faulthandler (it writes to the file descriptor when the signal comes)
+_STACKS = []
+
+
+def rank0():
+    try:
+        import torch.distributed as dist
+
+        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    except Exception:
+        return True
+
+
+def folder_of(trainer, epoch):
+    return Path(trainer.checkpointer.path) / str(epoch)
+
+
+def install():
+    """Wrap the trainer's saves (see the module's doc)."""
+    import speculators.train.trainer as _trainer
+
+    T = _trainer.Trainer
+    save, best = T.maybe_save_checkpoint, T.maybe_update_best
+
+    def maybe_save_checkpoint(self, epoch, local_step=0):
+        f = folder_of(self, epoch)
+        if rank0():
+            ckpt.unmark(f)
+        out = save(self, epoch, local_step=local_step)
+        if rank0() and f.is_dir():
+            ckpt.mark(f)
+        return out
+
+    def maybe_update_best(self, epoch, val_metrics):
+        f = folder_of(self, epoch)
+        rewrites = bool(getattr(self.config, "save_best", False))
+        if rank0() and rewrites:
+            ckpt.unmark(f)
+        out = best(self, epoch, val_metrics)
+        if rank0() and f.is_dir():
+            ckpt.mark(f)  # (val_metrics.json written beside: the marker lists it)
+        return out
+
+    T.maybe_save_checkpoint, T.maybe_update_best = maybe_save_checkpoint, maybe_update_best
+
+
+def stacks_on_signal():
+    """SIGUSR2: the Python stacks of every thread into RUN/stacks/faulthandler-<pid>.txt."""
+    run = os.environ.get("SPECOPS_JOB_DIR")
+    if not run:
+        return
+    d = Path(run) / "stacks"
+    d.mkdir(exist_ok=True)
+    f = open(d / f"faulthandler-{os.getpid()}.txt", "a")
+    _STACKS.append(f)
+    faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
+
+
+def main(args):
+    if args[:1] == ["--cpu"]:
+        args = args[1:]
+        importlib.import_module("specops_host.train.cpu")  # (its CPU placement patches)
+    if args[:1] == ["--online"]:
+        args = args[1:]
+        importlib.import_module("specops_host.train.online_cli")  # (its interrupt fix)
+    stacks_on_signal()
+    install()
+    from speculators.cli import app
+
+    sys.argv = ["speculators", "train", *args]
+    app()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
