@@ -58,11 +58,21 @@ LONGEST_FIRST = ("test_learnable", "test_demo", "test_slurm", "test_plan", "test
                  "test_deep_check", "test_identity", "test_jobs", "test_serve_check", "test_trust")
 
 
+#: files that share a session fixture too costly to build twice: one worker takes them all
+#: (`--dist loadgroup`; every other file is a group of its own)
+SAME_WORKER = {"test_demo": "demo", "test_learnable": "demo"}  # (demo_run: one `inv demo` for both)
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
 def pytest_collection_modifyitems(config, items):
     """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`). The longest
-    files first (LONGEST_FIRST), the rest in their own order."""
+    files first (LONGEST_FIRST), the rest in their own order; each file one xdist group (a worker
+    runs it whole: its module fixtures are built once), SAME_WORKER's files one group together."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(Path(str(it.fspath)).stem, len(rank)))  # (stable: a file stays whole)
+    for item in items:
+        stem = Path(str(item.fspath)).stem
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(stem, stem)))
     wrong = []
     for item in items:
         needs = {m for f, m in NEEDS.items() if f in getattr(item, "fixturenames", ())}
@@ -212,6 +222,24 @@ def pipeline_run(verifier, hosts_file, tmp_path_factory):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
     rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)
     return {"out": r.stdout, "run_id": rid, "dest": dest / rid}
+
+
+@pytest.fixture(scope="session")
+def demo_run(cpu_box, tmp_path_factory):
+    """`inv demo` once a session, on the built-in `local` host pointed at the cpu venv and a fresh
+    workdir: test_demo reads its output, test_learnable its verifier, run and acceptance (the
+    learnable verifier, the pipeline and the served draft beside its controls: built once)."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("demo")
+    hosts = tmp / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp / "work")}}}))
+    # (progress lines every 0.5 s instead of 15: this short run shows each kind of them, even the
+    # evaluation's answering, which takes only a few seconds on an idle machine)
+    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp / "runs"), env={"SPECOPS_PROGRESS_EVERY": "0.5"})
+    m = re.search(r"pipeline done: run (\S+)", r.stdout)
+    return {"r": r, "tmp": tmp, "hosts": hosts, "work": tmp / "work", "run_id": m.group(1) if m else None,
+            "dest": tmp / "runs"}
 
 
 def demo_conversations(*a, **k):

@@ -5,24 +5,18 @@ import json
 import re
 
 import pytest
-import yaml
-
-from conftest import inv
 
 pytestmark = [pytest.mark.heavy]
 
 
-def test_demo_end_to_end(cpu_box, tmp_path):
+def test_demo_end_to_end(demo_run):
     """The demo on `local`, with hosts.yaml pointing `local` at the test run's cpu venv (built
-    once per run by the cpu_box fixture) and a fresh workdir: learnable verifier trained on the
-    fly, data, vLLM extraction, inspection, training, fetched with checkpoints and plot, then the
-    issue's target on held-out prompts: mean acceptance length >= 2.0 with 3 draft tokens for the
-    trained draft, <= 1.2 for the untrained control, the wrong-layers control clearly worse."""
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp_path / "work")}}}))
-    # (progress lines every 0.5 s instead of 15: this short run shows each kind of them, even the
-    # evaluation's answering, which takes only a few seconds on an idle machine)
-    r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), env={"SPECOPS_PROGRESS_EVERY": "0.5"})
+    once per run by the cpu_box fixture) and a fresh workdir (conftest demo_run: run once, also
+    read by test_learnable): learnable verifier trained on the fly, data, vLLM extraction,
+    inspection, training, fetched with checkpoints and plot, then the issue's target on held-out
+    prompts: mean acceptance length >= 2.0 with 3 draft tokens for the trained draft, <= 1.2 for
+    the untrained control, the wrong-layers control clearly worse."""
+    r, tmp_path = demo_run["r"], demo_run["tmp"]
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "profile cpu unchanged" in r.stdout
     rid = re.search(r"pipeline done: run (\S+)", r.stdout).group(1)

@@ -405,6 +405,10 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
                                        max_tokens=max_tokens, vllm_args=served, speedup=speedup, repeats=repeats)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
+        # (the table's figures beside the run, as the stage times are: the trained draft's and the controls')
+        (Path(res["dest"]) / "acceptance.json").write_text(json.dumps(
+            {"acceptance": res["acceptance"], "controls_verdict": res["controls_verdict"], "verifier": rec}, indent=1,
+            default=lambda o: o.model_dump() if hasattr(o, "model_dump") else str(o)))  # (the verifier's payload)
     res["stages"] = stage_table(t, time.time() - t0, load, Path(res["dest"]) / "demo-stages.json")
     return Demo(res)
 
