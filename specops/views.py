@@ -80,7 +80,9 @@ def status(host: str, jobs: list) -> None:
 
 def stopped(r) -> str:
     if r.already:  # (an ended or lost run: stop signalled nothing)
-        return f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
+        return (f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
+                + ("; marked stopped, as no process carrying its tag is left (`inv clean` can remove it now)"
+                   if r.marked else ""))
     return f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "") + (" (SIGKILL needed)" if r.sigkill else "")
 
 
