@@ -16,7 +16,7 @@ from rich.table import Table
 
 from specops.host.transport import Plan
 from specops.terminal import (console, err_console, is_terminal, job_log, line, live_line, log, note,  # noqa: F401
-                              progress_to_stderr, set_verbose, transfer_progress, verbose)
+                              progress_to_stderr, set_dry, set_verbose, transfer_progress, verbose)
 
 
 def as_json(obj: Any) -> None:

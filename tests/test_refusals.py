@@ -161,3 +161,52 @@ def test_config_loading_errors_are_specops_errors(tmp_path):
     f.write_text("train:\n  total-seq-len: 512\n  bogus-flag: 1\n")
     with pytest.raises(SpecopsError, match="'bogus-flag' is not a flag of speculators"):
         load_config(str(f), "cpu", {})
+
+
+def test_a_dry_runs_progress_lines_say_dry_run(capsys):
+    from specops import views
+    from specops.host.transport import Note
+
+    views.set_dry(True)
+    try:
+        views.note(Note("g", "info", "f is already on g as /w/uploads/f"))
+        views.note(Note("g", "plan", "would start: x"))
+    finally:
+        views.set_dry(False)
+    views.note(Note("g", "info", "uploaded f -> g:/w/uploads/f"))
+    assert capsys.readouterr().out.splitlines() == ["DRY-RUN g: f is already on g as /w/uploads/f",
+                                                    "DRY-RUN g: would start: x", "[specops] uploaded f -> g:/w/uploads/f"]
+
+
+def test_payload_frames_never_reach_the_terminal():
+    """defect 8: raw @@SPECOPS-PAYLOAD-BEGIN@@ frames printed (twice) with an evaluation's failure."""
+    from specops import cli, terminal
+    from specops.contract import BEGIN, END
+    from specops.ops import jobs
+    frame = f"\n{BEGIN}{{\"ok\": false, \"error\": \"x\"}}{END}\n"
+    e = SpecopsError("evaluate r1 on g failed: x", detail=f"line one{frame}line two{frame}")
+    assert cli.fail(e).message == "specops: evaluate r1 on g failed: x\nline one\nline two"
+    chunks = [b"a\n" + BEGIN.encode()[:5], BEGIN.encode()[5:] + b'{"ok": tr', b"ue}" + END.encode() + b"\nb\n"]
+    assert b"".join(terminal.unframed_chunk(c) for c in chunks) == b"a\nb\n"
+    assert "BEGIN" not in jobs.unframed("x" + frame + "y") and jobs.unframed("x" + frame + "y") == "x\ny"
+
+
+def test_an_input_that_vanished_while_a_script_ran_is_named(tmp_path):
+    from specops_host import contract
+
+    ck = tmp_path / "checkpoints" / "0"
+    ck.mkdir(parents=True)
+    contract.WATCHED.clear()
+    try:
+        contract.watch("checkpoint", str(ck))
+        assert contract.failure(ValueError("boom"))["error"] == "ValueError: boom"
+        ck.rmdir()
+        res = contract.failure(SystemExit("the vLLM server exited (exit 1) during its start: HFValidationError: "
+                                          "Repo id must be in the form 'repo_name'"))
+        assert res["vanished"] == str(ck) and res["error"].startswith(
+            f"the checkpoint {ck} vanished while this ran (removed or moved meanwhile): put it back and run again "
+            f"(the error it caused: the vLLM server exited"), res
+        assert "\n" not in res["error"]
+        assert contract.failure(contract.Refused("bad flag"))["error"] == "bad flag"
+    finally:
+        contract.WATCHED.clear()

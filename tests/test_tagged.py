@@ -119,7 +119,8 @@ def test_a_leaderless_group_is_the_jobs_only_through_renamed_members(light_host)
         time.sleep(0.5)
         assert status_rows(hf)[rid]["state"] == "running"
 
-        out = t.check("setsid sh -c 'sleep 300 & echo $$ $!' </dev/null 2>/dev/null", "a leaderless stranger group")
+        out = t.check("setsid sh -c 'sleep 300 </dev/null >/dev/null 2>&1 & echo $$ $!' </dev/null 2>/dev/null",
+                      "a leaderless stranger group")
         pgid, member = map(int, out.stdout.split())
         write_record(t, forged, json.dumps({"run_id": forged, "kind": "train", "argv": ["x"], "tag": f"{forged}.1.x",
                                             "pid": pgid, "pgid": pgid, "pid_start": 1, "started": time.time()}))
@@ -133,3 +134,36 @@ def test_a_leaderless_group_is_the_jobs_only_through_renamed_members(light_host)
             assert not alive(t, int(engine[0]))
         finally:
             t.run(f"kill {member} {engine[0]}")
+
+
+def test_every_line_of_a_dry_run_is_a_would_or_says_dry_run(light_host, tmp_path):
+    """Item 3 (defect 4: `[specops] uploaded F -> ...` under dry runs): prepare-data of a laptop
+    file, push, clean and stop under --dry-run; each line they print is a "would" or carries DRY-RUN."""
+    hf = hosts_file(light_host)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n')
+    with connect(light_host) as t:
+        ver = f"{t.workdir}/t-dry-ver"
+        t.check(f"mkdir -p {ver} && echo '{{\"hidden_size\": 8, \"num_hidden_layers\": 6, \"vocab_size\": 32, "
+                f"\"max_position_embeddings\": 64}}' > {ver}/config.json", "a verifier's config")
+        rid = jobs.new_run_id("t") + "-dry"
+        jobs.start(t, rid, ["sleep", "60"], kind="test")
+    h = ["--host", "light", "--hosts", hf, "--dry-run"]
+    for argv in (["prepare-data", "--data", str(rows), "--dataset", "t-dry", "--verifier", ver, "--seq-length", "32"],
+                 ["push"], ["clean", "--older-than", "1000d"], ["stop", "--run-id", rid]):
+        r = inv(*argv, *h)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+        assert lines and all(ln.startswith("DRY-RUN light: ") or "would" in ln for ln in lines), (argv, r.stdout)
+    with connect(light_host) as t:
+        assert jobs.status(t, rid)[0].state == "running"
+        jobs.stop(t, rid, grace=2)
+
+
+def test_status_of_an_unknown_kind_is_one_line_exit_2(light_host):
+    r = inv("status", "--host", "light", "--hosts", hosts_file(light_host), "--kind", "nope")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(
+        "specops: --kind 'nope': no such kind of run (kinds: ") and "train" in lines[0], r.stdout + r.stderr
+    r = inv("status", "--host", "light", "--hosts", hosts_file(light_host), "--kind", "train,test")
+    assert r.returncode == 0, r.stderr

@@ -9,7 +9,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from specops.args import USAGE, Refused, refusing
-from specops.contract import JobState, check_name
+from specops.contract import JobState, check_name, unframed
 from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
@@ -282,7 +282,7 @@ def log_files(t: Transport, run_id: str, task: Optional[int] = None) -> tuple[st
 
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
     data = t.read_bytes(run_path(t, run_id, "output.log"), 0) or b""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n:])
+    return "\n".join(unframed(data.decode(errors="replace")).splitlines()[-n:])  # (payload frames are not for people)
 
 
 def failure(t: Transport, run_id: str, what: str) -> SpecopsError:

@@ -338,7 +338,8 @@ def main():
     if a.plan:
         emit({"ok": True, **info})
         return 0
-
+    for what, path in (("dataset", a.data_dir), ("verifier", a.verifier), ("data file", a.prepare)):
+        contract.watch(what, path)  # (one removed meanwhile: the error names it)
     return vllm_server.server_job("datagen", a.kind, a.result, lambda: {**info, **execute(a, info)})
 
 

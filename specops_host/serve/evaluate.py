@@ -293,6 +293,7 @@ def main():
               "commands": [argv_for(PORT)] + ([argv_for(PORT, draft=False)] if levels else [])})
         return 0
     hostenv.apply(os.getcwd(), a.kind)
+    contract.watch("checkpoint", ckpt), contract.watch("verifier", a.verifier)  # (one removed meanwhile: named)
 
     def on_term(signum, _frame):
         raise SystemExit(128 + signum)
