@@ -210,3 +210,21 @@ def test_an_input_that_vanished_while_a_script_ran_is_named(tmp_path):
         assert contract.failure(contract.Refused("bad flag"))["error"] == "bad flag"
     finally:
         contract.WATCHED.clear()
+
+
+@pytest.mark.parametrize("text,want", [
+    ("", "the file is empty: give one {\"prompt\": ...} per line"),
+    ("\n  \n", "the file is empty"),
+    ("{oops\n", "line 1 is not JSON"),
+    ('{"prompt": "hi"}\n[1, 2]\n', "line 2 holds no \"prompt\""),
+])
+def test_a_prompts_file_is_read_in_specops_words(tmp_path, text, want):
+    from specops_host.serve.evaluate import file_prompts
+
+    f = tmp_path / "p.jsonl"
+    f.write_text(text)
+    with pytest.raises(Refused) as e:
+        file_prompts(str(f), 10)
+    assert str(e.value).startswith(f"--prompts {f}: ") and want in str(e.value), str(e.value)
+    f.write_text('{"prompt": "hi"}\n{"text": "yo"}\n')
+    assert file_prompts(str(f), 1) == ([{"prompt": "hi"}], {"source": str(f)})

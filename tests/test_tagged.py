@@ -138,7 +138,8 @@ def test_a_leaderless_group_is_the_jobs_only_through_renamed_members(light_host)
 
 def test_every_line_of_a_dry_run_is_a_would_or_says_dry_run(light_host, tmp_path):
     """Item 3 (defect 4: `[specops] uploaded F -> ...` under dry runs): prepare-data of a laptop
-    file, push, clean and stop under --dry-run; each line they print is a "would" or carries DRY-RUN."""
+    file, push, clean and stop under --dry-run; each line they print is a "would" or carries DRY-RUN.
+    And item 4's --seq-length against the verifier's positions, refused by the plan (no server)."""
     hf = hosts_file(light_host)
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n')
@@ -155,6 +156,12 @@ def test_every_line_of_a_dry_run_is_a_would_or_says_dry_run(light_host, tmp_path
         assert r.returncode == 0, r.stdout + r.stderr
         lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
         assert lines and all(ln.startswith("DRY-RUN light: ") or "would" in ln for ln in lines), (argv, r.stdout)
+    # defect 7, through the CLI: the default --seq-length 2048 (here 64) on a verifier of that many positions
+    r = inv("prepare-data", "--data", str(rows), "--dataset", "t-dry", "--verifier", ver, "--seq-length", "64", *h)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "makes the vLLM server's --max-model-len 65, but the verifier holds 64 positions" in lines[0] and \
+        "give --seq-length 63 or less (nothing was started)" in lines[0], lines[0]
     with connect(light_host) as t:
         assert jobs.status(t, rid)[0].state == "running"
         jobs.stop(t, rid, grace=2)

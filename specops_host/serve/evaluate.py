@@ -219,11 +219,21 @@ def held_out_prompts(spec, limit):
 
 
 def file_prompts(path, limit):
+    """The prompts of a --prompts file; Refused naming the file and line (an empty file: so said)."""
     out = []
-    for line in Path(path).read_text().splitlines():
+    for n, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
         if line.strip():
-            row = json.loads(line)
-            out.append({"prompt": row.get("prompt") or row.get("input_ids") or row.get("text")})
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise Refused(f"--prompts {path}: line {n} is not JSON ({e})") from None
+            prompt = (row.get("prompt") or row.get("input_ids") or row.get("text")) if isinstance(row, dict) else None
+            if not prompt:
+                raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text): give one "
+                              f"{{\"prompt\": ...}} per line")
+            out.append({"prompt": prompt})
+    if not out:
+        raise Refused(f"--prompts {path}: the file is empty: give one {{\"prompt\": ...}} per line")
     return out[:limit], {"source": str(path)}
 
 
