@@ -108,10 +108,11 @@ def test_a_leaderless_group_is_the_jobs_only_through_renamed_members(light_host)
         jobs.start(t, rid, ["sh", "-c", f"{shlex.quote(py)} -c {shlex.quote(BLANK)} & sleep 300"], kind="test")
         rec = wait_for(lambda: (r := json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))).get("child_pid") and r,
                        30, "the command's pid recorded")
-        engine = None
+        engine = []  # (the group's member whose environment reads blank: the python, not its sh)
         for _ in range(50):
-            engine = t.run(f"pgrep -g {rec['pgid']} -f 'import time'").stdout.split()
-            if engine and not t.run(f"tr -d '\\\\0' < /proc/{engine[0]}/environ").stdout:
+            engine = [p for p in t.run(f"pgrep -g {rec['pgid']} -f 'import time'").stdout.split()
+                      if not t.run(f"tr -d '\\000' < /proc/{p}/environ").stdout]
+            if engine:
                 break
             time.sleep(0.2)
         assert engine, "the blanked member did not start"
