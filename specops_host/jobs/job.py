@@ -33,8 +33,8 @@ from specops_host.contract import JobState, emit, read_json, write_json
 from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_torchrun, kill_all,
                                      pid_alive, start_time, tagged, tie)
 from specops_host.jobs.records import (RUNS, all_jobs, file_size, gpu_memory_by_pid, holds, is_ours, job_pids,
-                                       leader_is_ours, mark_lost, record_problem, run_dir, run_folders, safe_state, symlinked,
-                                       update_json)
+                                       leader_is_ours, mark_lost, record_problem, run_dir, run_folders, safe_state,
+                                       symlinked, update_json)
 
 #: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
 #: command at once: a training whose loss is NaN learns nothing, however long it runs)
