@@ -18,6 +18,11 @@ from specops.errors import SpecopsError
 USAGE = 2
 
 
+#: the largest number a flag without an upper bound takes (2**31 - 1: any count or step beyond it is
+#: a typo, and overflows an int32 somewhere in the trainer or vLLM)
+INT_CAP = 2**31 - 1
+
+
 class BadNumber(SpecopsError):
     pass
 
@@ -44,8 +49,9 @@ class Number:
             return f"{self.ge:g} or more"
         return f"{self.le:g} or less" if self.le is not None else ""
 
-    def hint(self) -> str:
-        return f"give {self.what}, {self.range} (e.g. {self.eg})"
+    def hint(self, over: bool = False) -> str:
+        cap = f", at most {INT_CAP}" if over else ""
+        return f"give {self.what}, {self.range}{cap} (e.g. {self.eg})"
 
     def parse(self, value: Any) -> Union[int, float]:
         """value (a string from the command line, or a number) -> the number, or BadNumber."""
@@ -59,6 +65,8 @@ class Number:
             raise BadNumber(self.hint())  # (2.5 is not a count)
         if isinstance(v, float) and not math.isfinite(v):
             raise BadNumber(self.hint())
+        if self.le is None and abs(v) > INT_CAP:  # (a count past any real one: overflows the trainer's tensors)
+            raise BadNumber(self.hint(over=True))
         if ((self.ge is not None and v < self.ge) or (self.gt is not None and v <= self.gt)
                 or (self.le is not None and v > self.le)):
             raise BadNumber(self.hint())
@@ -119,6 +127,48 @@ TASK_FLAGS: dict[str, dict[str, Number]] = {
 }
 
 
+#: text flags that name something: given empty (`--dataset "$D"` with D unset) each is refused, never
+#: read as "not given" (which would pick a default: data/default, the newest run, configs/eagle3.yaml)
+NAMES: dict[str, str] = {
+    "dataset": "a dataset name", "run_id": "a run id (`inv status` lists them)", "config": "a training config file",
+    "prompts": "a prompts file (.jsonl)", "data": "a data file", "verifier": "the verifier's path on the host",
+    "checkpoint": "a checkpoint", "kind": "a job kind", "path": "a path", "dest": "a folder", "dst": "a path",
+    "src": "a path", "out": "a file name", "profile": "a profile name", "layers": "layer ids", "shard": "a shard i/n",
+    "rows": "a row range a:b", "older_than": "an age such as 7d", "wheelhouse": "a folder",
+}
+
+
+def layer_ids(value: Any) -> list[int]:
+    """--layers as a list of layer ids (comma-separated integers, 0 or more), or BadNumber saying why."""
+    text = str(value).replace(" ", "")
+    parts = text.split(",")
+    if not text.strip(",") or any(p == "" for p in parts[:-1]):
+        raise BadNumber("give comma-separated layer ids, e.g. 2,16,29,32 (the last: the verifier's layer count)")
+    try:
+        ids = [int(p) for p in parts if p != ""]
+    except ValueError:
+        raise BadNumber("give comma-separated integers, e.g. 2,16,29,32") from None
+    if min(ids) < 0:
+        raise BadNumber(f"layer id {min(ids)} is negative: ids count from 0 (the embeddings), e.g. 2,16,29,32")
+    return ids
+
+
+def shard_of(value: Any) -> str:
+    """--shard i/n, 0 <= i < n, or BadNumber."""
+    i, sep, n = str(value).strip().partition("/")
+    try:
+        ok = sep and 0 <= int(i) < int(n)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise BadNumber("use i/n with 0 <= i < n, e.g. 0/4 (the first of four shares)")
+    return f"{int(i)}/{int(n)}"
+
+
+#: flags of a shape other than a number: checked as the numbers are (`layers` where it is not a count)
+SHAPED = {"layers": layer_ids, "shard": shard_of}
+
+
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -137,6 +187,14 @@ def flags(task: str, kwargs: dict) -> dict:
     spec = {**FLAGS, **TASK_FLAGS.get(task, {})}
     out = dict(kwargs)
     for name, value in kwargs.items():
+        if name in NAMES and isinstance(value, str) and not value.strip():
+            raise Exit(f"specops: {flag_name(name)} {shown(value)}: nothing given: give {NAMES[name]}, or leave the "
+                       f"flag out (an unset variable in a script?)", code=USAGE)
+        if name in SHAPED and name not in spec and value is not None:
+            try:
+                SHAPED[name](value)
+            except BadNumber as e:
+                raise Exit(f"specops: {flag_name(name)} {shown(value)}: {e}", code=USAGE) from None
         if name in spec and value is not None:
             try:
                 out[name] = spec[name].parse(value)

@@ -16,6 +16,7 @@ from invoke.exceptions import Exit
 
 from specops import inventory, views
 from specops.args import flags as numbers
+from specops.contract import unframed
 from specops.host.connection import connect
 from specops.errors import SpecopsError
 from specops.host.transport import Note, NotDone, Transport
@@ -86,6 +87,7 @@ def executing(dry: bool) -> Iterator[None]:
     a dry run that stops where what follows reads what it did not make (NotDone) says that line
     first, exit 0."""
     _Run.dry, _Run.opened = dry, []
+    views.set_dry(dry)
     try:
         try:
             yield
@@ -96,6 +98,7 @@ def executing(dry: bool) -> Iterator[None]:
                 views.dry_run_done(t.host.name, t.plan_of())
     finally:
         _Run.dry, _Run.opened = False, []
+        views.set_dry(False)
 
 
 def _interrupted(signum, frame):
@@ -166,7 +169,7 @@ def fail(e: SpecopsError) -> Exit:
     msg = f"specops: {e}"
     if e.detail:
         msg += "\n" + e.detail
-    return Exit(msg, code=getattr(e, "code", 1))
+    return Exit(unframed(msg).rstrip("\n"), code=getattr(e, "code", 1))  # (a payload frame is never for people)
 
 
 @contextlib.contextmanager

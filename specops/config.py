@@ -3,6 +3,7 @@ overrides; and the specops revision recorded with every run."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from specops import __version__, paths
 from specops.args import BadNumber, Number
 from specops.errors import SpecopsError
+from specops.specflags import SPECULATORS, TRAIN_FLAGS
 
 #: flags specops sets itself (from the host, the data and the run id)
 RESERVED = {"verifier-name-or-path", "data-path", "target-layer-ids", "save-path", "log-dir", "run-name"}
@@ -52,6 +54,10 @@ def check_flags(where: str, flags: Any) -> dict:
         if not (isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar[:-1]) for x in v))):
             raise SpecopsError(f"{where}: {k}: {v!r}: give a value (a string, a number, true/false) or a list of "
                                f"them")
+        if k not in TRAIN_FLAGS:
+            near = difflib.get_close_matches(k, TRAIN_FLAGS, n=1)
+            raise SpecopsError(f"{where}: {k!r} is not a flag of speculators {SPECULATORS}'s train"
+                               + (f": did you mean {near[0]!r}?" if near else ": `speculators train --help` lists them"))
         if k in NUMBERS and v is not None:
             try:
                 NUMBERS[k].parse(v)
@@ -60,17 +66,44 @@ def check_flags(where: str, flags: Any) -> dict:
     return flags
 
 
+class UniqueKeys(yaml.SafeLoader):
+    """yaml's safe loader, refusing a key given twice in one mapping (safe_load keeps the last,
+    silently: a training's `lr` twice, one of them never used)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=True)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (first on line {seen[key]}): keep one", k.start_mark)
+                seen[key] = k.start_mark.line + 1
+            except TypeError:  # (an unhashable key: the constructor says so)
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
     p = Path(path) if path else paths.CONFIGS_DIR / "eagle3.yaml"
     if not p.is_file():
         raise SpecopsError(f"training config {p} not found: pass --config configs/NAME.yaml")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        text = p.read_bytes().decode()
+    except OSError as e:
+        raise SpecopsError(f"training config {p}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[:e.start].count(b"\n") + 1
+        raise SpecopsError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} on line {line}): save it as UTF-8") \
+            from None
+    try:
+        raw = yaml.load(text, Loader=UniqueKeys) or {}
     except yaml.YAMLError as e:  # (one line: where, and what)
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecopsError(f"{p}: YAML syntax error{where}: {what}: fix the file") from None
+        kind = "YAML error" if isinstance(e, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise SpecopsError(f"{p}: {kind}{where}: {what}: fix the file") from None
     if not isinstance(raw, dict):
         raise SpecopsError(f"{p}: top level must be a mapping holding 'train:' (flags) and 'profiles:'")
     extra = set(raw) - {"train", "profiles"}

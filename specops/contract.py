@@ -11,6 +11,7 @@ JobState = _mod.JobState
 TERMINAL = _mod.TERMINAL
 Refused = _mod.Refused
 decode = _mod.decode
+unframed = _mod.unframed
 name_problem = _mod.name_problem
 NAME_MAX = _mod.NAME_MAX
 SPEEDUP_OFF = _mod.SPEEDUP_OFF

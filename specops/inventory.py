@@ -28,6 +28,11 @@ MAX_GPUS = 1024
 VLLM_RESERVED = contract.VLLM_RESERVED
 
 
+#: vLLM arguments specops sets from a host's own fields: in `vllm_args` they would fight them
+HOST_FIELD_ARGS = {"--tensor-parallel-size": "`tensor_parallel: N`", "-tp": "`tensor_parallel: N`",
+                   "--trust-remote-code": "`trust_remote_code: true`", "--no-trust-remote-code":
+                   "`trust_remote_code: false`"}
+
 #: Slurm's time limit forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 SLURM_TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
@@ -45,6 +50,9 @@ def slurm_seconds(text: str) -> Optional[int]:
     if not ok:
         raise ValueError(f"{text!r} is not a Slurm time limit (give {SLURM_TIME_FORMS}, e.g. 04:00:00)")
     n = [int(x) for x in parts]
+    if len(n) > 1 and any(x > 59 for x in n[1:]):  # (the minutes and seconds after a colon)
+        raise ValueError(f"{text!r}: minutes and seconds after a colon are 0 to 59 (give {SLURM_TIME_FORMS}, "
+                         f"e.g. 04:00:00)")
     if dash:  # D-HH[:MM[:SS]]
         h, m, s = (n + [0, 0])[:3]
     elif len(n) == 1:  # minutes
@@ -84,7 +92,7 @@ class Slurm(BaseModel):
     @field_validator("time")
     @classmethod
     def _time(cls, v):
-        if v is not None and slurm_seconds(v) is None:
+        if v is not None and not slurm_seconds(v):  # (None: UNLIMITED; 0: "0", which Slurm reads as no limit too)
             raise ValueError(f"{v!r}: give a limit ({SLURM_TIME_FORMS}); leave it out for the partition's default")
         return v
 
@@ -204,6 +212,9 @@ class Host(BaseModel):
             if key in VLLM_RESERVED:
                 raise ValueError(f"{a} sets {key}, which specops sets itself (so are "
                                  f"{', '.join(x for x in VLLM_RESERVED if x != key)})")
+            if key in HOST_FIELD_ARGS:
+                raise ValueError(f"{a} sets {key}, which specops sets from this host's "
+                                 f"{HOST_FIELD_ARGS[key]}: set that field instead")
         return v
 
     @model_validator(mode="after")

@@ -107,6 +107,7 @@ class Stopped(Payload):
     state: Optional[JobState] = None
     detail: str = ""
     already: Optional[str] = None
+    marked: bool = False  # (a lost run: marked ended, nothing of it being left)
     sigkill: bool = False
     seconds: Optional[float] = None
 

@@ -58,6 +58,15 @@ def set_verbose(on: bool) -> None:
     _verbose = bool(on)
 
 
+_dry = False
+
+
+def set_dry(on: bool) -> None:
+    """The task is a dry run: every progress line says so (DRY-RUN), not only the plan's."""
+    global _dry
+    _dry = bool(on)
+
+
 def verbose() -> bool:
     return _verbose or os.environ.get("SPECOPS_VERBOSE", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -128,7 +137,7 @@ def note(n: Note) -> None:
         return
     if n.kind in ("done", "warn"):  # (a step ended or went wrong: its live line goes)
         live_line(None)
-    if n.kind == "plan":
+    if n.kind == "plan" or (_dry and n.kind in ("info", "done")):  # (a dry run's every line: a "would" or DRY-RUN)
         line(f"DRY-RUN {n.host}: {n.text}")
     elif n.kind == "warn" and is_terminal():
         err_console.print(f"[yellow]{escape('[specops] ' + n.text)}[/]")
@@ -165,10 +174,33 @@ def progress_to_stderr():
 
 
 # -- followed job logs ----------------------------------------------------------------------
+_held = b""  # (a payload frame begun in one chunk of a followed log, its end still to come)
+
+
+def unframed_chunk(chunk: bytes) -> bytes:
+    """A followed log's chunk without the host scripts' payload frames (machine-readable JSON for
+    the laptop, never for people), also when a frame spans chunks."""
+    global _held
+    from specops.contract import BEGIN, END
+
+    begin, end = BEGIN.encode(), END.encode()
+    data, out, _held = _held + chunk, b"", b""
+    while (i := data.find(begin)) >= 0:
+        j = data.find(end, i)
+        if j < 0:
+            _held = data[i:]
+            return out + data[:i]
+        out, data = out + data[:i], data[j + len(end):].removeprefix(b"\n")
+    k = next((k for k in range(len(begin) - 1, 1, -1) if data.endswith(begin[:k])), 0)  # (a frame's start, cut)
+    if k:
+        _held, data = data[-k:], data[:-k]
+    return out + data
+
+
 def log(chunk: bytes) -> None:
-    """A followed job log, byte for byte."""
+    """A followed job log, byte for byte (but the payload frames)."""
     live_line(None)
-    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.write(unframed_chunk(chunk))
     sys.stdout.flush()
 
 

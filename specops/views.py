@@ -16,7 +16,7 @@ from rich.table import Table
 
 from specops.host.transport import Plan
 from specops.terminal import (console, err_console, is_terminal, job_log, line, live_line, log, note,  # noqa: F401
-                              progress_to_stderr, set_verbose, transfer_progress, verbose)
+                              progress_to_stderr, set_dry, set_verbose, transfer_progress, verbose)
 
 
 def as_json(obj: Any) -> None:
@@ -80,7 +80,9 @@ def status(host: str, jobs: list) -> None:
 
 def stopped(r) -> str:
     if r.already:  # (an ended or lost run: stop signalled nothing)
-        return f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
+        return (f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
+                + ("; marked stopped, as no process carrying its tag is left (`inv clean` can remove it now)"
+                   if r.marked else ""))
     return f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "") + (" (SIGKILL needed)" if r.sigkill else "")
 
 

@@ -35,6 +35,13 @@ def emit(obj) -> None:
     sys.stdout.flush()
 
 
+def unframed(text):
+    """text without its payload frames (what a person reads: a log's tail, an error's detail)."""
+    import re
+
+    return re.sub(re.escape(BEGIN) + r".*?(" + re.escape(END) + r"|$)\n?", "", text, flags=re.S)
+
+
 def decode(stdout):
     """The last framed object in stdout, or None."""
     i = stdout.rfind(BEGIN)
@@ -185,8 +192,32 @@ def _result_path(argv):
     return None
 
 
+#: the inputs a script reads while it runs, (what, path), as watch() recorded them
+WATCHED = []
+
+
+def watch(what, path):
+    """Record an input the script reads while it runs (a checkpoint, the verifier, a dataset): if
+    the script fails and the path is gone by then, its error names the path that vanished (the
+    error it caused, an HFValidationError on a path that is no longer a folder, says nothing of it)."""
+    if path and os.path.exists(path):
+        WATCHED.append((what, os.path.abspath(path)))
+
+
+def vanished():
+    """(what, path) of the first watched input that is gone now, or None."""
+    return next(((w, p) for w, p in WATCHED if not os.path.exists(p)), None)
+
+
 def failure(e):
-    """The failure payload of an exception: one line, with where it happened if it is a bug."""
+    """The failure payload of an exception: one line, with where it happened if it is a bug; a
+    watched input that vanished meanwhile is named first (the cause, whatever the error says)."""
+    gone = None if isinstance(e, Refused) else vanished()
+    if gone:
+        first = (e.code if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}").strip().splitlines()
+        return {"ok": False, "vanished": gone[1],
+                "error": f"the {gone[0]} {gone[1]} vanished while this ran (removed or moved meanwhile): put it "
+                         f"back and run again" + (f" (the error it caused: {first[0][:160]})" if first else "")}
     if isinstance(e, Refused):
         return {"ok": False, "error": str(e), "refused": True}
     if isinstance(e, SystemExit) and isinstance(e.code, str):

@@ -154,9 +154,10 @@ def finish(t: Transport, p: Pending, code: Optional[int] = None) -> dict:
     run_id, eid, result, dest, write = p.run_id, p.eid, p.result, p.dest, p.write
     raw = t.read_bytes(result)
     ev = json.loads(raw) if raw else None
-    if code != 0 or not ev or not ev.get("ok"):
+    if code != 0 or not ev or not ev.get("ok"):  # (an input that vanished meanwhile: that line alone)
         raise SpecopsError(f"evaluate {run_id} on {t.host.name} failed: "
-                           f"{(ev or {}).get('error') or jobs.status(t, eid)[0].describe}", detail=jobs.tail(t, eid, 15))
+                           f"{(ev or {}).get('error') or jobs.status(t, eid)[0].describe}",
+                           detail="" if (ev or {}).get("vanished") else jobs.tail(t, eid, 15))
     local = Path(dest) / run_id
     local.mkdir(parents=True, exist_ok=True)
     t.sync_down(jobs.run_path(t, run_id, "logs"), str(local / "logs"))  # the run's TensorBoard events

@@ -9,7 +9,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from specops.args import USAGE, Refused, refusing
-from specops.contract import JobState, check_name
+from specops.contract import JobState, check_name, unframed
 from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
@@ -150,7 +150,10 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
         if j.age_s < older_than:
             continue
         if j.state not in CLEANABLE or any(not sj.ended for sj in j.subjobs):
-            why = ("lost: its processes may still run (`inv stop` it first)" if j.state == JobState.LOST
+            why = (f"{j.detail.removeprefix('? job.json unreadable: ')} (`rm {run_path(t, j.run_id)}` removes "
+                   "the link alone)" if "is a symlink to" in j.detail else
+                   f"lost: no process carrying its tag is left (`inv stop --host {t.host.name} --run-id {j.run_id}` "
+                   "marks it stopped; then clean removes it)" if j.state == JobState.LOST
                    else f"{j.state}: a running job is never removed")
             kept.append([j.run_id, why])
             continue
@@ -296,7 +299,7 @@ def log_files(t: Transport, run_id: str, task: Optional[int] = None) -> tuple[st
 
 def tail(t: Transport, run_id: str, n: int = 25) -> str:
     data = t.read_bytes(run_path(t, run_id, "output.log"), 0) or b""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n:])
+    return "\n".join(unframed(data.decode(errors="replace")).splitlines()[-n:])  # (payload frames are not for people)
 
 
 def failure(t: Transport, run_id: str, what: str) -> SpecopsError:
@@ -358,10 +361,20 @@ class Runs(list):
     run_id: Optional[str] = None
 
 
+#: the kinds of run specops starts (`inv status --kind`); a host may hold others (its own runs' kinds count too)
+KINDS = ("prepare", "extract", "data", "plan-data", "train", "evaluate", "regenerate", "dist-check", "vllm-warm",
+         "vllm-server")
+
+
 def runs(t: Transport, run_id: Optional[str] = None, kind: Optional[str] = None) -> Runs:
     """`inv status`: the host's runs (one run's, or all), only the kinds in `kind` (comma-separated) if given."""
     kinds = [k.strip() for k in (kind or "").split(",") if k.strip()]
-    out = Runs(j for j in status(t, run_id) if not kinds or j.kind in kinds)
+    found = status(t, run_id)
+    unknown = [k for k in kinds if k not in KINDS and not any(j.kind == k for j in found)]
+    if unknown:
+        have = sorted(set(KINDS) | {j.kind for j in found if j.kind and j.kind != "?"})
+        raise Refused(f"--kind {unknown[0]!r}: no such kind of run (kinds: {', '.join(have)})", code=USAGE)
+    out = Runs(j for j in found if not kinds or j.kind in kinds)
     out.run_id = run_id
     return out
 

@@ -129,7 +129,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     with t.stage("train the draft"):
         tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
                          hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check,
-                         restarts=restarts, notify=notify)
+                         restarts=restarts, notify=notify, own=True)  # (the pipeline's: Ctrl-C stops it)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
     m = metrics.write(Path(got["dest"]))
@@ -193,7 +193,7 @@ def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, c
     ck = jobs.run_path(t, cid, "checkpoints")
     t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
     train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
-                overrides={"dry-run": True}, serve_check=False)  # (evaluate serves it next)
+                overrides={"dry-run": True}, serve_check=False, own=True)  # (evaluate serves it next)
     q = shlex.quote(ck)
     t.check(f"cd {q} && test -f config.json && mkdir 0 && find . -mindepth 1 -maxdepth 1 ! -name 0 "
             f"-exec mv -t 0 {{}} +", f"{cid}: the dry run's checkpoint as checkpoints/0")

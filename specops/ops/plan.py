@@ -93,7 +93,7 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
     rid = jobs.new_run_id(f"plan-{mode}")
     res = train.train(t, config=config, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
                       overrides={"max-steps": steps, "epochs": 1}, hidden_states=mode, layers=layers,
-                      vllm_args=vllm_args, serve_check=False)
+                      vllm_args=vllm_args, serve_check=False, own=True)  # (the plan's: Ctrl-C stops it)
     job = jobs.status(t, res["run_id"])[0]
     recs = train_records(t, rid, tmp)
     try:

@@ -296,10 +296,12 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
           serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
-          backoff: Optional[float] = None, notify: Optional[str] = None) -> dict:
+          backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False) -> dict:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
-    preflight's payload, None when skipped).
+    preflight's payload, None when skipped). own: the run is the caller's (a plan's sample run, a
+    pipeline's or the demo's training), not the user's: Ctrl-C or SIGTERM stops it (and its vLLM
+    server) and says so, where `inv train --follow` detaches from the user's run.
     serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
     with an untrained draft of the run's configuration for one short request (specops_host/check/serve.py;
     a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
@@ -344,7 +346,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                 + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
-                                 stop_on_interrupt=False, term="child", fail_on="nonfinite-loss", nodes=nodes,
+                                 stop_on_interrupt=own, term="child", fail_on="nonfinite-loss", nodes=nodes,
                                  before=before, watch=looks, notify=target)
     except NotDone:
         raise

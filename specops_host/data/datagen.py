@@ -42,8 +42,9 @@ from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit, human_bytes
 from specops_host.data.datafmt import RECORD, hs_files, read_arrow_columns, verifier_config
 from specops_host.data.hsfile import readable
-from specops_host.data.inputs import (HEADROOM, check_layers_against_files, check_prepare_source, check_rows, free_bytes,
-                                      parse_layers, parse_range, read_record, refuse_if_in_use, rows_need_render)
+from specops_host.data.inputs import (HEADROOM, check_layers_against_files, check_model_len, check_prepare_source,
+                                      check_rows, free_bytes, parse_layers, parse_range, read_record, refuse_if_in_use,
+                                      rows_need_render)
 from specops_host.jobs.errlines import first_error
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -102,14 +103,18 @@ def plan(a):
                               f"or move the data dir")
         elif not a.prepare:
             raise Refused(f"{data}: no prepared dataset (state.json): run `inv prepare-data` first")
+    why = None
     if a.max_model_len:
-        out["max_model_len"] = a.max_model_len
+        out["max_model_len"], why = a.max_model_len, f"--max-model-len {a.max_model_len}"
     elif longest and not (a.prepare and not out.get("already_prepared")):
         out["max_model_len"] = longest + 1  # (the longest row + the one token vLLM generates)
+        why = f"the longest prepared row ({longest} tokens) + 1 (the token vLLM generates)"
     elif a.prepare:
-        out["max_model_len"] = a.seq_length + 1
+        out["max_model_len"], why = a.seq_length + 1, f"--seq-length {a.seq_length} + 1 (the token vLLM generates)"
     else:
         out["max_model_len"] = None
+    if needs_server(a, out):  # (before any server starts: vLLM's own refusal is a traceback in its log)
+        check_model_len(out["max_model_len"], a.verifier, why)
     out["commands"] = commands(a, out)
     return out
 
@@ -333,7 +338,8 @@ def main():
     if a.plan:
         emit({"ok": True, **info})
         return 0
-
+    for what, path in (("dataset", a.data_dir), ("verifier", a.verifier), ("data file", a.prepare)):
+        contract.watch(what, path)  # (one removed meanwhile: the error names it)
     return vllm_server.server_job("datagen", a.kind, a.result, lambda: {**info, **execute(a, info)})
 
 

@@ -20,6 +20,9 @@ def parse_layers(spec, n):
             ids = [int(x) for x in str(spec).replace(" ", "").split(",") if x != ""]
         except ValueError:
             raise Refused(f"--layers {spec!r}: give comma-separated integers, e.g. 2,{n // 2},{n - 3},{n}") from None
+        if not ids:
+            raise Refused(f"--layers {spec!r}: no layer id in it: give comma-separated integers, "
+                          f"e.g. 2,{n // 2},{n - 3},{n}")
     else:
         ids = [2, n // 2, n - 3, n]
         if not all(a < b for a, b in zip(ids, ids[1:])) or ids[0] < 0:
@@ -66,15 +69,15 @@ def rows_need_render(src):
     """True if the data are conversations (need the render endpoint), False if pre-tokenised."""
     p = Path(src)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [p]
-    for f in files:
-        with open(f) as fh:
-            first = fh.readline().strip()
-        if first.startswith("["):
-            first_row = json.loads(Path(f).read_text())[0]
-        else:
-            first_row = json.loads(first) if first else {}
-        return not ("input_ids" in first_row and "loss_mask" in first_row)
-    raise Refused(f"{src}: no .json/.jsonl data found")
+    if not files:
+        raise Refused(f"{src}: no .json/.jsonl data found")
+    for f, line, row in source_rows(src):  # (its first row: not JSON, or not an object, names file and line)
+        if not isinstance(row, dict):
+            raise Refused(f"--prepare {f}: row 1{f' (line {line})' if line else ''} is a JSON {type(row).__name__}, "
+                          f"not an object with `conversations` or `input_ids` + `loss_mask`: fix the rows "
+                          f"(nothing was started)")
+        return not ("input_ids" in row and "loss_mask" in row)
+    raise Refused(f"--prepare {src}: no rows in it: nothing to prepare")
 
 
 def source_rows(src):
@@ -104,6 +107,31 @@ def verifier_vocab(verifier):
     cfg, why = read_config(Path(verifier) / "config.json")
     info = check_verifier(cfg)[0] if not why else None
     return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
+
+
+def verifier_positions(verifier):
+    """(max_position_embeddings, where it is read) of the verifier's config.json (through text_config
+    where there is one), or (None, None)."""
+    cfg, why = read_config(Path(verifier) / "config.json")
+    if why or not isinstance(cfg, dict):
+        return None, None
+    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    key = "text_config.max_position_embeddings" if inner is not cfg else "max_position_embeddings"
+    v = inner.get("max_position_embeddings")
+    return (v, f"{key} of {verifier}/config.json") if type(v) is int and v > 0 else (None, None)
+
+
+def check_model_len(max_model_len, verifier, source):
+    """A vLLM server's --max-model-len within the verifier's positions, before any server starts
+    (vLLM's own refusal comes after its start, as a pydantic ValidationError in the server's log).
+    source: what set it (a flag, the longest row)."""
+    mpe, where = verifier_positions(verifier)
+    if max_model_len and mpe and max_model_len > mpe:
+        raise Refused(f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
+                      f"{mpe} positions ({where}): give --seq-length {mpe - 1} or less (nothing was started)"
+                      if source.startswith("--seq-length") else
+                      f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
+                      f"{mpe} positions ({where}): give --max-model-len {mpe} or less (nothing was started)")
 
 
 def check_rows(src, verifier):

@@ -35,8 +35,8 @@ from specops_host.jobs import watch
 from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_torchrun, kill_all,
                                      pid_alive, start_time, tagged, tie)
 from specops_host.jobs.records import (RUNS, all_jobs, file_size, gpu_memory_by_pid, holds, is_ours, job_pids,
-                                       leader_is_ours, record_problem, run_dir, run_folders, safe_state, shown_state,
-                                       update_json)
+                                       leader_is_ours, mark_lost, record_problem, run_dir, run_folders, safe_state,
+                                       shown_state, symlinked, update_json)
 
 #: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
 #: command at once: a training whose loss is NaN learns nothing, however long it runs)
@@ -57,6 +57,8 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
     The supervisor and everything it starts carry the job's tag, run folder and lock in their
     environment; its start time is recorded: that, not the pid alone, says a process is the job's."""
     d = run_dir(run_id, root)
+    if symlinked(d):
+        return {"ok": False, "error": symlinked(d)}
     base = Path(root or RUNS)
     base.mkdir(parents=True, exist_ok=True)
     with open(base / ".lock", "w") as lf:
@@ -101,11 +103,13 @@ def stop_job(d, grace=60.0):
     other sessions); wait until they are gone. A job none of whose processes is still there is
     `lost`: nothing is signalled (its recorded pid may be another process's by now)."""
     d = Path(d)
+    if symlinked(d):
+        return {"ok": False, "error": symlinked(d)}
     rec = safe_state(d)
     if rec is None:
         return {"ok": False, "error": f"no job in {d}"}
     if rec["state"] != JobState.RUNNING.value:
-        return {"ok": True, "already": rec["state"], **rec}
+        return {"ok": True, "already": rec["state"], "marked": mark_lost(d, rec), **rec}
     raw = rec
     if not rec.get("unreadable"):
         try:

@@ -72,10 +72,29 @@ def read_record(d):
     return (None, problem) if problem else (rec, None)
 
 
+def folder(d):
+    """The run folder's path as its processes' SPECOPS_JOB_DIR names it: runs/ resolved, the run
+    folder itself not (a run id that is a symlink to another run is not that run)."""
+    d = Path(d)
+    return str(d.parent.resolve() / d.name)
+
+
+def symlinked(d):
+    """Why run folder d cannot be acted on under its own name (it is a symlink: one line naming
+    the target), or None."""
+    d = Path(d)
+    if not d.is_symlink():
+        return None
+    target = d.resolve()
+    hint = (f"; use --run-id {target.name}" if target.parent == d.parent.resolve() and (target / "job.json").is_file()
+            else "")
+    return f"run id {d.name!r} is a symlink to {target}, not a run of its own{hint}"
+
+
 def unreadable(d, why):
     """The record of a run folder whose job.json cannot be trusted: found by its processes'
     SPECOPS_JOB_DIR alone (they keep the lock they were started with)."""
-    where = str(d.resolve())
+    where = folder(d)
     pids = with_env(DIR_VAR, where)
     lock = next((v for v in (environ(p).get(LOCK_VAR) for p in pids) if v), None)
     try:
@@ -87,10 +106,11 @@ def unreadable(d, why):
 
 
 def is_ours(rec, pid, start):
-    """pid is still the job's recorded process (its start time or the job's tag), and of this run
-    folder (its SPECOPS_JOB_DIR, where it has one: a record copied elsewhere names another's)."""
-    return (same_process(pid, start, rec.get("tag"))
-            and environ(pid).get(DIR_VAR, rec.get("dir")) == rec.get("dir"))
+    """pid is still the job's recorded process (its start time or the job's tag) and carries this
+    run folder's tag (SPECOPS_JOB_DIR): a process without one is never the job's, whatever start
+    time a record names (a forged or copied record, a reused pid)."""
+    return (bool(rec.get("dir")) and same_process(pid, start, rec.get("tag"))
+            and environ(pid).get(DIR_VAR) == rec.get("dir"))
 
 
 def leader_is_ours(rec):
@@ -101,10 +121,11 @@ def leader_is_ours(rec):
 
 def job_pids(rec):
     """The job's live processes: those carrying its tag (in its run folder), and the members of its
-    process group while that group is still the job's: its leader alive as recorded, or, once the
-    leader is gone, members started after it that carry no other job's tag (vLLM's engines rename
-    themselves, which overwrites the environment holding the tag). A pid or group id that another
-    process took since is never the job's."""
+    process group while that group is still the job's: its leader alive and tagged as recorded, or,
+    once the leader is gone, members started after it whose environment was overwritten (vLLM's
+    engines rename themselves, setproctitle, which blanks the environment holding the tag). A
+    process with a readable environment but no tag of this run folder is never the job's, nor is
+    a pid or group id that another process took since."""
     where = rec.get("dir")
     if rec.get("unreadable"):
         return sorted(with_env(DIR_VAR, where))
@@ -116,9 +137,9 @@ def job_pids(rec):
         if st == "Z":
             continue
         env = environ(pid)
-        if tag and env.get(TAG_VAR) == tag and env.get(DIR_VAR, where) == where:
+        if tag and where and env.get(TAG_VAR) == tag and env.get(DIR_VAR) == where:
             out.append(pid)
-        elif is_pid(pgid) and pg == pgid and (leader or (leaderless and t0 >= start and TAG_VAR not in env)):
+        elif is_pid(pgid) and pg == pgid and (leader or (leaderless and t0 >= start and not env)):
             out.append(pid)
     return sorted(out)
 
@@ -129,12 +150,12 @@ def job_state(d):
     d = Path(d)
     if not (d / "job.json").exists():
         return None
-    rec, why = read_record(d)
-    rec = unreadable(d, why) if rec is None else {**rec, "dir": str(d.resolve())}
+    rec, why = (None, symlinked(d)) if d.is_symlink() else read_record(d)
+    rec = unreadable(d, why) if rec is None else {**rec, "dir": folder(d)}
     for k in ("exit_code", "error", "gpu_mib", "subjobs", "age_s", "log_bytes", "last_line", "ended_at"):
         rec.pop(k, None)  # (what is worked out here, never taken from the file)
-    try:
-        code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() else None
+    try:  # (a symlinked run id reads nothing of its target's: no run of its own, it is lost)
+        code = (d / "exit_code").read_text().strip() if (d / "exit_code").is_file() and not d.is_symlink() else None
     except OSError:
         code = None
     rc = int(code) if code is not None and code.lstrip("-").isdigit() else None
@@ -206,6 +227,21 @@ def shown_state(rec):
     if rec.get("state") == JobState.RUNNING.value and isinstance(rec.get("stall"), dict):
         return {**rec, "state": JobState.STALLED.value}
     return rec
+
+
+def mark_lost(d, rec):
+    """`stop` of a lost run (no process carrying its tag is left; nothing was signalled): mark it
+    ended, so that `clean` may remove it: the user stopped it (a record that cannot be trusted gets
+    an exit code alone). Not a run whose start is not yet recorded. Returns whether it was marked."""
+    if rec.get("state") != JobState.LOST.value or (rec.get("pid") is None and not rec.get("unreadable")):
+        return False
+    d = Path(d)
+    if (d / "exit_code").exists() or job_pids(rec):
+        return False
+    if not rec.get("unreadable"):
+        update_json(d / "job.json", stopped_by_user=True)
+    (d / "exit_code").write_text("-15\n")
+    return True
 
 
 def log_end(log, size, n=1 << 16):

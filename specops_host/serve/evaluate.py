@@ -175,16 +175,21 @@ def held_out_prompts(spec, limit):
 
 
 def file_prompts(path, limit):
+    """The prompts of a --prompts file; Refused naming the file and line (an empty file: so said)."""
     out = []
-    for line in Path(path).read_text().splitlines():
+    for n, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
         if line.strip():
             try:
                 row = json.loads(line)
-            except ValueError:
-                raise Refused(f"--prompts {path}: a line is not JSON (one {{\"prompt\": ...}} per line)") from None
+            except ValueError as e:
+                raise Refused(f"--prompts {path}: line {n} is not JSON ({e})") from None
             prompt = (row.get("prompt") or row.get("input_ids") or row.get("text")) if isinstance(row, dict) else None
-            if prompt:
-                out.append({"prompt": prompt})
+            if not prompt:
+                raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text): give one "
+                              f"{{\"prompt\": ...}} per line")
+            out.append({"prompt": prompt})
+    if not out:
+        raise Refused(f"--prompts {path}: the file is empty: give one {{\"prompt\": ...}} per line")
     return out[:limit], {"source": str(path)}
 
 
@@ -364,6 +369,7 @@ def main():
               "commands": [argv_for(PORT, s) for s in [draft_side, *others]]})
         return 0
     hostenv.apply(os.getcwd(), a.kind)
+    contract.watch("checkpoint", ckpt), contract.watch("verifier", a.verifier)  # (one removed meanwhile: named)
 
     def on_term(signum, _frame):
         raise SystemExit(128 + signum)

@@ -377,7 +377,7 @@ def server_job(name, kind, result, work):
     except Refused as e:
         res, code = {"ok": False, "error": str(e), "refused": True}, 2
     except (ServerDied, StepFailed) as e:  # (its log's tail is in the job's log already)
-        res, code = {"ok": False, "error": str(e)}, 1
+        res, code = (contract.failure(e) if contract.vanished() else {"ok": False, "error": str(e)}), 1
     except Exception as e:  # noqa: BLE001 - one line for the laptop, the traceback in the log
         import traceback
 
