@@ -188,10 +188,16 @@ def test_host_prompts_file_without_a_prompt(tmp_path):
     from specops_host.serve import evaluate as host
 
     f = tmp_path / "p.jsonl"
-    f.write_text('{"prompt": ""}\n\n{"text": "hi"}\n{"input_ids": [1, 2]}\n')
+    f.write_text('{"text": "hi"}\n\n{"input_ids": [1, 2]}\n')  # (a blank line is skipped)
     assert host.file_prompts(f, 8)[0] == [{"prompt": "hi"}, {"prompt": [1, 2]}]
+    f.write_text('{"text": "hi"}\n{"prompt": ""}\n')
+    with pytest.raises(Refused, match=r'line 2 holds no "prompt"'):
+        host.file_prompts(f, 8)
     f.write_text("not json\n")
-    with pytest.raises(Refused, match="a line is not JSON"):
+    with pytest.raises(Refused, match="line 1 is not JSON"):
+        host.file_prompts(f, 8)
+    f.write_text("\n")
+    with pytest.raises(Refused, match="the file is empty"):
         host.file_prompts(f, 8)
 
 
