@@ -53,26 +53,18 @@ LAYERS_OUT = set(NEEDS.values()) | BY_HAND
 #: the files that take longest, first (CI's --durations): with `-n 2 --dist loadfile
 #: --no-loadscope-reorder` each worker takes the next whole file as it frees, so the long ones
 #: start at once and the short ones fill the gaps at the end
-LONGEST_FIRST = ("test_learnable", "test_demo", "test_slurm", "test_plan", "test_evaluate", "test_online",
+LONGEST_FIRST = ("test_learnable", "test_slurm", "test_plan", "test_evaluate", "test_online",
                  "test_longruns", "test_kimi", "test_interrupts", "test_bootstrap", "test_scaleout", "test_wheelhouse", "test_train", "test_inuse",
                  "test_deep_check", "test_identity", "test_jobs", "test_serve_check", "test_trust")
 
 
-#: files that share a session fixture too costly to build twice: one worker takes them all
-#: (`--dist loadgroup`; every other file is a group of its own)
-SAME_WORKER = {"test_demo": "demo", "test_learnable": "demo"}  # (demo_run: one `inv demo` for both)
-
-
-@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
 def pytest_collection_modifyitems(config, items):
     """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`). The longest
-    files first (LONGEST_FIRST), the rest in their own order; each file one xdist group (a worker
-    runs it whole: its module fixtures are built once), SAME_WORKER's files one group together."""
+    files first (LONGEST_FIRST), the rest in their own order (`--dist loadfile`: a worker runs a
+    file whole, so its module fixtures are built once; tests sharing a costly session fixture live
+    in one file: test_learnable.py holds the demo's test too, both read one `inv demo`)."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(Path(str(it.fspath)).stem, len(rank)))  # (stable: a file stays whole)
-    for item in items:
-        stem = Path(str(item.fspath)).stem
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(stem, stem)))
     wrong = []
     for item in items:
         needs = {m for f, m in NEEDS.items() if f in getattr(item, "fixturenames", ())}
@@ -227,7 +219,7 @@ def pipeline_run(verifier, hosts_file, tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo_run(cpu_box, tmp_path_factory):
     """`inv demo` once a session, on the built-in `local` host pointed at the cpu venv and a fresh
-    workdir: test_demo reads its output, test_learnable its verifier, run and acceptance (the
+    workdir: test_learnable.py's demo test reads its output, the others its verifier, run and acceptance (the
     learnable verifier, the pipeline and the served draft beside its controls: built once)."""
     import yaml
 
