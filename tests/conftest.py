@@ -234,6 +234,22 @@ def demo_run(cpu_box, tmp_path_factory):
             "dest": tmp / "runs"}
 
 
+def cpu_train_config(epochs: int) -> str:
+    """A short EAGLE-3 training config for the cpu rig (the same but for its epochs in the tests that
+    train by hand: a long one to stop, a short one to finish)."""
+    return f"""train:
+  speculator-type: eagle3
+  draft-vocab-size: 256
+  epochs: {epochs}
+  total-seq-len: 512
+  num-workers: 0
+  on-missing: raise
+  log-freq: 1
+profiles:
+  cpu: {{draft-attn-impl: sdpa, loss-implementation: eager}}
+"""
+
+
 def demo_conversations(*a, **k):
     from specops.ops.pipeline import demo_conversations as f
 

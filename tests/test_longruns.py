@@ -10,23 +10,13 @@ import re
 import threading
 import time
 
-from conftest import inv, wait_for
+from conftest import cpu_train_config, inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
 from specops_host.train import ckpt
 
-CFG = """train:
-  speculator-type: eagle3
-  draft-vocab-size: 256
-  epochs: 2
-  total-seq-len: 512
-  num-workers: 0
-  on-missing: raise
-  log-freq: 1
-profiles:
-  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
-"""
+CFG = cpu_train_config(2)
 
 
 class Hook(http.server.BaseHTTPRequestHandler):

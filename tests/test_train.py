@@ -10,23 +10,13 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, inv, wait_for
+from conftest import REPO, cpu_train_config, inv, wait_for
 from specops import inventory
 from specops.ops import jobs
 from specops.host.connection import connect
 
 
-LONG = """train:
-  speculator-type: eagle3
-  draft-vocab-size: 256
-  epochs: 200
-  total-seq-len: 512
-  num-workers: 0
-  on-missing: raise
-  log-freq: 1
-profiles:
-  cpu: {draft-attn-impl: sdpa, loss-implementation: eager}
-"""
+LONG = cpu_train_config(200)
 
 
 def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_file, tmp_path, work):
