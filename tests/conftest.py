@@ -80,6 +80,30 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError("misfiled tests:\n" + "\n".join(wrong))
 
 
+#: seconds per (worker, file), summed from the reports the controller gets (setup, call, teardown):
+#: printed at the end of a run on workers, so LONGEST_FIRST and the workers' balance follow CI's figures
+_BUSY: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)  # (xdist: the worker that ran it; absent in one process)
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    key = (worker, report.nodeid.split("::")[0])
+    first = _BUSY.setdefault(key, [0.0, time.time()])
+    first[0] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _BUSY or all(w == "main" for w, _ in _BUSY):
+        return
+    tr = terminalreporter
+    tr.section("seconds per worker, its files in the order they started (conftest LONGEST_FIRST)")
+    for w in sorted({w for w, _ in _BUSY}):
+        files = sorted(((f, s, t) for (ww, f), (s, t) in _BUSY.items() if ww == w), key=lambda x: x[2])
+        tr.write_line(f"{w}: {sum(s for _, s, _ in files):.0f} s: " + ", ".join(
+            f"{Path(f).stem.removeprefix('test_')} {s:.0f}" for f, s, _ in files if s >= 1))
+
+
 class RigInFastLayer(AssertionError):
     pass
 

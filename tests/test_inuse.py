@@ -118,10 +118,10 @@ def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipelin
 
 
 def test_a_training_whose_loss_is_not_finite_fails_pointing_at_inspect_data(pipeline_run, hosts_file, tmp_path):
-    """lr 1e30: the loss turns NaN/Inf within steps. The run is stopped and fails in one line that
+    """lr 2e9 (the largest specops takes): the loss turns NaN/Inf within steps. The run is stopped and fails in one line that
     points at inspect-data; `inv status` marks it."""
     cfg = tmp_path / "nan.yaml"
-    cfg.write_text(LONG.replace("  log-freq: 1\n", "  log-freq: 1\n  lr: 1.0e+30\n"))
+    cfg.write_text(LONG.replace("  log-freq: 1\n", "  log-freq: 1\n  lr: 2.0e+9\n"))
     rid = "t-nan-" + str(int(time.time()))
     base = ["--host", "box", "--hosts", str(hosts_file)]
     t0 = time.time()
