@@ -66,6 +66,7 @@ if [ "$MODE" = collect ]; then
   done
   (cd /tmp && find lap-runs -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' -o -name '*.png' \) \
      -size -2M -print0 2>/dev/null | xargs -0 -r cp --parents -t "$C") 2>/dev/null
+  cp -r "$B"/lap-* "$C/" 2>/dev/null
   cp "$WD"/.specops/env-cuda.txt "$C/" 2>/dev/null; cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
   find "$C" -type f -size +3M -delete
   tar czf "$OUT/vllm.tgz" -C /tmp h200-vllm-collect; ls -la "$OUT/vllm.tgz"
@@ -294,6 +295,47 @@ s_8b() {
   echo "draft: $ck"
   source "$(dirname "$0")/serve_bench.sh"
   serve_bench "$VER8B" "${ck%/}" "$B/sb8b"
+}
+
+# Issue 31 item 4 through specops, and issue 33's kill-and-restart on a GPU: stage e8b. The 8B verifier
+# (from `v8b`), the demo's rows prepared and extracted, the draft trained detached with --restarts 1
+# --backoff 0; once checkpoint 0 is complete and a step of epoch 1 is logged, the trainer is SIGKILLed
+# (as the OOM killer would): the seconds from the kill to the first training step after the restart
+# go to $B/restart.json. Then `inv evaluate` times the draft by vLLM's own benchmark against the plain
+# verifier, with a sweep of num_speculative_tokens, servers side by side (E8B_EVAL: its flags).
+steps_in() { local c; c=$(grep -c "train/loss=" "$1" 2>/dev/null); echo "${c:-0}"; }
+s_e8b() {
+  echo "gpu memory before: $(gpu_mem) MiB"
+  local t0=$SECONDS
+  while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
+  tail -4 /tmp/v8b.log
+  [ -f "$VER8B/specops-verifier.json" ] || { echo "no 8B verifier at $VER8B"; return 1; }
+  PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
+  rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
+  say "e8b: prepare"; $INV prepare-data --data "$B/convs.jsonl" --dataset v8b --verifier "$VER8B" --seq-length 512 --vllm-arg=--enforce-eager || return 1
+  say "e8b: extract"; $INV extract --dataset v8b --verifier "$VER8B" --vllm-arg=--enforce-eager || return 1
+  say "e8b: train (detached, --restarts 1 --backoff 0)"
+  $INV train --config configs/demo.yaml --dataset v8b --verifier "$VER8B" --run-id v8b-draft --no-serve-check \
+    --restarts 1 --backoff 0 ${V8B_TRAIN:---epochs 3} || return 1
+  local R=$WD/runs/v8b-draft; t0=$SECONDS
+  until [ -f "$R/checkpoints/0/specops-complete.json" ] || [ -f "$R/exit_code" ] || [ $((SECONDS - t0)) -gt 900 ]; do sleep 1; done
+  local n; n=$(steps_in "$R/output.log")
+  t0=$SECONDS; until [ "$(steps_in "$R/output.log")" -gt "$n" ] || [ -f "$R/exit_code" ] || [ $((SECONDS - t0)) -gt 300 ]; do sleep 0.5; done
+  local pid; pid=$($VPY -c "import json,sys; print(json.load(open(sys.argv[1]))['child_pid'])" "$R/job.json")
+  local size; size=$(stat -c %s "$R/output.log"); local tk; tk=$(date +%s.%N)
+  say "e8b: SIGKILL of the trainer (pid $pid) at $(steps_in "$R/output.log") logged steps"
+  kill -KILL "$pid"
+  t0=$SECONDS; until tail -c +$((size + 1)) "$R/output.log" | grep -q "train/loss=" || [ -f "$R/exit_code" ] || [ $((SECONDS - t0)) -gt 600 ]; do sleep 0.2; done
+  local tf; tf=$(date +%s.%N)
+  $VPY -c "import json,sys; k,f=float(sys.argv[1]),float(sys.argv[2]); json.dump({'kill_to_first_step_s': round(f-k,1), 'pid': int(sys.argv[3])}, open(sys.argv[4],'w')); print('kill -> first step after the restart:', round(f-k,1), 's')" "$tk" "$tf" "$pid" "$B/restart.json"
+  say "e8b: restarted: $(cat "$B/restart.json")"; $INV status --run-id v8b-draft
+  t0=$SECONDS; until [ -f "$R/exit_code" ] || [ $((SECONDS - t0)) -gt 1500 ]; do sleep 2; done
+  $INV status --run-id v8b-draft; say "e8b: training ended: exit $(cat "$R/exit_code")"
+  say "e8b: evaluate"
+  $INV evaluate --run-id v8b-draft ${E8B_EVAL:---speedup 1,16 --tune-k 2,4,5 --side-by-side 5 --speedup-requests 12 --repeats 3 --baselines none --vllm-arg=--async-scheduling}
+  show_eval v8b-draft
+  cp -r runs/v8b-draft "$B/lap-v8b-draft" 2>/dev/null; find "$B/lap-v8b-draft" -size +2M -delete 2>/dev/null
+  true
 }
 
 if [ "$MODE" = v8b ]; then
