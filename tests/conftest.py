@@ -15,6 +15,7 @@ inuse, online, kimi, scaleout and slurm tests).
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,13 @@ if WORKER.startswith("gw") and WORKER != "gw0":
     os.environ["SPECOPS_TEST_USER"] = os.environ.get("SPECOPS_TEST_USER", "specops-ci") + WORKER[2:]
 
 from rig import Rig  # noqa: E402  (reads SPECOPS_TEST_USER)
+
+# -- a suite started in the background (`make test &`, nohup, a CI runner without job control) inherits
+# SIGINT ignored, and so would every process it starts: Python then installs no KeyboardInterrupt
+# handler, and the tests that press Ctrl-C on `inv` (test_interrupts, test_fetch) would see it ignored.
+# A handler here (not SIG_IGN) resets to the default in every child at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 
