@@ -77,6 +77,31 @@ def fig(tps, tpot=5.0, acc=None):
             "output_tokens": 512, "seconds": 1.0, "acceptance_length": acc, "acceptance_by_position": None}
 
 
+def test_servers_sharing_a_gpu_get_a_memory_share_and_a_fixed_kv_cache(tmp_path):
+    """--side-by-side N on a GPU: each server 0.9 / N of the memory and its KV cache set outright (its
+    share less the weights and 3 GiB), so servers started together skip vLLM's memory profiling (it
+    failed for two 8B servers started at once on an H200); what the user set is left alone."""
+    gib = 2 ** 30
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "model-00001.safetensors").write_bytes(b"x" * 3000)
+    (tmp_path / "v" / "config.json").write_text("{}")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "model.safetensors").write_bytes(b"x" * 1000)
+    assert sp.weights_bytes(tmp_path / "v", tmp_path / "d", None) == 4000
+    total, weights = 140 * gib, 16 * gib
+    assert sp.shared_gpu_args(4, [], total=total, weights=weights) == [
+        "--gpu-memory-utilization=0.23", f"--kv-cache-memory-bytes={int(140 * gib * 0.9 / 4 - 19 * gib)}"]
+    assert sp.shared_gpu_args(4, [], total=total, weights=weights, tensor_parallel=2)[1] == \
+        f"--kv-cache-memory-bytes={int(140 * gib * 0.9 / 4 - 11 * gib)}"
+    assert sp.shared_gpu_args(8, [], total=20 * gib, weights=weights)[1] == f"--kv-cache-memory-bytes={gib}"  # (floor)
+    assert sp.shared_gpu_args(1, [], total=total, weights=weights) == []
+    assert sp.shared_gpu_args(2, ["--gpu-memory-utilization", "0.3"], total=total, weights=weights) == [
+        f"--kv-cache-memory-bytes={int(140 * gib * 0.45 - 19 * gib)}"]
+    assert sp.shared_gpu_args(2, ["--kv_cache_memory_bytes=8000000000"], total=total, weights=weights) == [
+        "--gpu-memory-utilization=0.45"]
+    assert sp.shared_gpu_args(2, [], total=None, weights=weights) == ["--gpu-memory-utilization=0.45"]
+
+
 def test_median_spread_and_paired_ratio():
     b, d = sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {"method": "eagle3"})
     runs, results = [], {}

@@ -348,8 +348,9 @@ def main():
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
     together = speedup.together_default(a.kind, a.side_by_side)
     shared = together if a.kind == "cuda" else 1
-    mem = ([f"--gpu-memory-utilization={0.9 / shared:.2f}"] if levels and shared > 1 and not any(
-        x.split("=")[0].replace("_", "-") == "--gpu-memory-utilization" for x in a.vllm_arg) else [])
+    mem = (speedup.shared_gpu_args(shared, a.vllm_arg, total=speedup.gpu_total_bytes(),
+                                   weights=speedup.weights_bytes(a.verifier, ckpt), tensor_parallel=a.tensor_parallel)
+           if levels else [])
 
     def argv_for(port, side=None):  # (every side: the same server; the draft's by default)
         side = side or all_sides[1 if levels else 0]

@@ -117,6 +117,40 @@ def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None):
     return out, skipped
 
 
+def weights_bytes(*dirs):
+    """The bytes of the model weights (safetensors, bin, pt) in these folders, not below."""
+    return sum(f.stat().st_size for d in dirs if d and Path(d).is_dir() for f in Path(d).iterdir()
+               if f.suffix in (".safetensors", ".bin", ".pt") and f.is_file())
+
+
+def gpu_total_bytes():
+    """GPU 0's memory in bytes by nvidia-smi, or None where it cannot tell."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return int(out[0]) * 2 ** 20 if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def shared_gpu_args(shared, user_args, *, total, weights, tensor_parallel=1):
+    """The vLLM arguments of one of `shared` servers on one GPU's memory: --gpu-memory-utilization
+    0.9 / shared and an explicit --kv-cache-memory-bytes (its share less the weights, per GPU, and
+    3 GiB for activations and graphs; 1 GiB at least), each unless the user's arguments set it.
+    The explicit KV size is what lets servers start together: vLLM's memory profiling otherwise
+    fails when another process's memory changes meanwhile ("Error in memory profiling", seen on an
+    H200 with two 8B servers started at once)."""
+    if shared <= 1:
+        return []
+    given = {x.split("=")[0].replace("_", "-") for x in user_args}
+    out = [] if "--gpu-memory-utilization" in given else [f"--gpu-memory-utilization={0.9 / shared:.2f}"]
+    if "--kv-cache-memory-bytes" not in given and total:
+        kv = int(total * 0.9 / shared - weights / max(1, tensor_parallel) - 3 * 2 ** 30)
+        out.append(f"--kv-cache-memory-bytes={max(kv, 2 ** 30)}")
+    return out
+
+
 def together_default(kind, side_by_side=0):
     """How many servers are up at once: --side-by-side N, else 2 on a cpu host, 1 on a cuda one."""
     return side_by_side or (2 if kind == "cpu" else 1)
