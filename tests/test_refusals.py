@@ -154,6 +154,33 @@ def test_the_model_length_is_held_against_the_verifiers_positions(tmp_path):
         inputs.check_model_len(65, str(tmp_path), "--max-model-len 65")
 
 
+def test_every_vllm_server_holds_its_length_to_the_verifiers_positions(tmp_path):
+    """A --max-model-len given through --vllm-arg or hosts.yaml vllm_args (read as vLLM 0.32 reads
+    it: `=` or a space, `_`, k = 1000, K = 1024, the last one wins, auto / -1 the model's own) is
+    held against the verifier's positions where every vLLM server's command is built
+    (vllm_server.server_argv: data generation, regenerate, online training, evaluate, the serve
+    preflight), before any server starts."""
+    from specops_host.serve import vllm_server as vs
+
+    assert vs.user_model_len([]) is None and vs.user_model_len(["--enforce-eager"]) is None
+    assert vs.user_model_len(["--max-model-len", "4096"]) == 4096
+    assert vs.user_model_len(["--max_model_len=2k"]) == 2000 and vs.user_model_len(["--max-model-len=2K"]) == 2048
+    assert vs.user_model_len(["--max-model-len=1024", "--max-model-len", "3000"]) == 3000  # (the last wins)
+    assert vs.user_model_len(["--max-model-len=auto"]) is None and vs.user_model_len(["--max-model-len", "-1"]) is None
+    assert vs.user_model_len(["--max-model-len=1.5K"]) is None  # (vLLM refuses it itself: its own line)
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2,
+                                                      "max_position_embeddings": 2048}))
+    argv = vs.server_argv(str(tmp_path), 8000, kind="cpu", max_model_len=2048, user_args=["--max-model-len=2K"])
+    assert argv[argv.index("--max-model-len") + 1] == "2048"
+    with pytest.raises(Refused) as e:
+        vs.server_argv(str(tmp_path), 8000, kind="cpu", max_model_len=512, user_args=["--max_model_len", "4k"])
+    assert str(e.value) == (f"--vllm-arg --max-model-len makes the vLLM server's --max-model-len 4000, but the "
+                            f"verifier holds 2048 positions (max_position_embeddings of {tmp_path}/config.json): "
+                            f"give --max-model-len 2048 or less (nothing was started)")
+    with pytest.raises(Refused, match="--max-model-len 4096, but the verifier holds 2048"):
+        vs.server_argv(str(tmp_path), 8000, kind="cpu", max_model_len=4096)
+
+
 def test_config_loading_errors_are_specops_errors(tmp_path):
     from specops.config import load_config
 

@@ -3,7 +3,7 @@
 Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 -m specops_host.serve.evaluate --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
-        [--max-tokens 64] [--max-model-len 2048] [--tensor-parallel 8] \
+        [--max-tokens 64] [--max-model-len N] [--tensor-parallel 8] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
         [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
         [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
@@ -305,7 +305,8 @@ def main():
     ap.add_argument("--num-spec-tokens", type=int, default=3)
     ap.add_argument("--max-prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="the servers' length (default: 2048, or the verifier's positions where fewer)")
     ap.add_argument("--server-timeout", type=float, default=900)
     ap.add_argument("--tensor-parallel", type=int, default=1, help="GPUs the vLLM server spans")
     ap.add_argument("--trust-remote-code", default="auto", choices=vllm_server.TRUST_CHOICES,
@@ -328,6 +329,9 @@ def main():
         raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs the vLLM server spans)")
     vllm_server.check_user_args(a.vllm_arg)
     levels = concurrency_levels(a.speedup)
+    if a.max_model_len is None:  # (a verifier of fewer positions just works: vLLM refuses a length past them)
+        from specops_host.data.inputs import verifier_positions
+        a.max_model_len = min(2048, verifier_positions(a.verifier)[0] or 2048)
     trust = vllm_server.decide_trust(a.verifier, a.trust_remote_code)
     spec = json.loads((run / "train-spec.json").read_text())
     ckpt = checkpoint_dir(run, a.checkpoint)

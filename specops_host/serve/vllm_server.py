@@ -47,6 +47,36 @@ def check_user_args(args):
     return list(args)
 
 
+_UNIT = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def user_model_len(args):
+    """The --max-model-len the user's vLLM arguments set, in tokens, read as vLLM 0.32 reads it
+    (`--max-model-len N` or `=N`, `--max_model_len`, `2k` = 2000 and `2K` = 2048; the last one
+    wins); None where none is set, where it is `auto` / -1 (the model's own) or unreadable (then
+    vLLM says its own line)."""
+    args, val = list(args), None
+    for i, x in enumerate(args):
+        name, eq, v = x.partition("=")
+        if name.replace("_", "-") == "--max-model-len":
+            val = v if eq else (args[i + 1] if i + 1 < len(args) else None)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)", (val or "").strip())
+    if not m or (m.group(2) in "KMGT" and m.group(2) and "." in m.group(1)):
+        return None
+    return int(float(m.group(1)) * _UNIT.get(m.group(2), 1))
+
+
+def check_model_len(model, max_model_len, user_args, source="--max-model-len"):
+    """The length the server would run at (the user's --max-model-len wins over specops' own, as
+    the user's arguments come last) within the verifier's positions, before any server starts;
+    else Refused in one line (vLLM's own refusal comes after a start of half a minute, as a
+    ValidationError in the server's log)."""
+    from specops_host.data.inputs import check_model_len as within  # (lazy: data imports this module)
+
+    own = user_model_len(user_args)
+    within(own or max_model_len, model, "--vllm-arg --max-model-len" if own else source)
+
+
 def custom_code(model):
     """The files of the model directory that name their own code (`auto_map`): [] when none."""
     out = []
@@ -110,6 +140,7 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
             "--tensor-parallel-size", str(tensor_parallel)]
+    check_model_len(model, max_model_len, user_args)
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
     if trust_remote_code:
