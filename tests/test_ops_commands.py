@@ -385,7 +385,7 @@ def test_slurm_shared_workdir_probe_is_read_by_srun_on_every_node(monkeypatch):
 
 def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the_notify_target():
     """`inv train --restarts ... --notify`: (specops/ops/watch.py) the policy on the start line, the
-    target (a secret) only in the 0600 env file; a Slurm host refuses them (not wired there yet)."""
+    target (a secret) only in the 0600 env file; a Slurm host takes --restarts (Slurm's requeue) alone."""
     from specops.ops import jobs
     from specops.ops import watch as ops_watch
 
@@ -405,10 +405,40 @@ def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the
     assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\n"]
     assert ops_watch.said(looks, target) == ("restarts: up to 3 (back-off 5s, doubling); stall: no step for 900s, "
                                              "then restarted; notify: https://hooks.example/...")
+    # a Slurm host: --restarts N is Slurm's requeue (#SBATCH --requeue, the batch shell recording each
+    # requeued start through specops_host.jobs.requeued); the supervisor's other care is refused there
     slurm = inventory.Host(name="s", address="s", scheduler="slurm")
-    with pytest.raises(SpecopsError, match="a Slurm job is not restarted or watched by specops yet"):
-        ops_watch.settings(RecordingTransport(slurm), restarts=2)
-    assert ops_watch.settings(RecordingTransport(slurm)) == (None, None)
+    for flag in ({"stall_after": 600}, {"restart_on_stall": True}, {"backoff": 5}, {"notify": "https://x/y"}):
+        with pytest.raises(SpecopsError, match="a Slurm job is restarted by Slurm's requeue .--restarts N., not watched"):
+            ops_watch.settings(RecordingTransport(slurm), restarts=2, **flag)
+    looks = ops_watch.settings(RecordingTransport(slurm), restarts=2)[0]
+    assert looks == {"restarts": 2, "slurm": True}
+    assert ops_watch.settings(RecordingTransport(slurm))[0] == {"restarts": 3, "slurm": True}  # (a cuda host's default)
+    assert ops_watch.said(looks, None).startswith("restarts: up to 2, by Slurm's requeue")
+    assert ops_watch.said({"restarts": 0, "slurm": True}, None) == "restarts: off (#SBATCH --no-requeue)"
+
+
+def test_a_slurm_trainings_restarts_are_slurms_requeue():
+    """The batch script of `inv train --restarts N` on a Slurm host: `#SBATCH --requeue` and, first in
+    the batch shell, a requeued start (SLURM_RESTART_COUNT > 0) recorded by the host module, which
+    ends the job past N (its exit code the run's); 0 restarts: `--no-requeue`; other jobs: neither."""
+    from specops.slurm import script
+
+    req = script.Request(nodes=1, partition="debug")
+    job = script.BatchJob(name="specops-r1", workdir="/w", run_dir="/w/runs/r1", command=["/v/bin/python3", "-m", "x"],
+                          request=req, requeue=2)
+    text = script.render(job)
+    assert "#SBATCH --requeue\n" in text and "--no-requeue" not in text
+    assert ('if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then\n'
+            '  /v/bin/python3 -m specops_host.jobs.requeued --run-dir /w/runs/r1 --of 2 --count "$SLURM_RESTART_COUNT"; rc=$?\n'
+            '  if [ "$rc" != 0 ]; then echo "$rc" > /w/runs/r1/exit_code; exit "$rc"; fi\n'
+            '  export SPECOPS_RESTART="$SLURM_RESTART_COUNT"\n'
+            'fi\n') in text
+    assert text.index("specops_host.jobs.requeued") < text.index("srun --ntasks-per-node=1")
+    none = script.render(script.BatchJob(name="n", workdir="/w", run_dir="/w/runs/n", command=["p"], request=req, requeue=0))
+    assert "#SBATCH --no-requeue\n" in none and "requeued" not in none and "SBATCH --requeue" not in none
+    plain = script.render(script.BatchJob(name="n", workdir="/w", run_dir="/w/runs/n", command=["p"], request=req))
+    assert "requeue" not in plain
 
 
 def test_every_ops_module_has_its_commands_written_out_here():

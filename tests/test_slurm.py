@@ -4,6 +4,7 @@ before anything is queued, and a training submitted, followed, stopped (interrup
 and fetched; a failing job reports its exit code."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -210,6 +211,43 @@ def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_
         j = jobs.status(t, rid)[0]
         assert j.state == "succeeded" and j.slurm_job_id == ids[1] and f"Slurm job {ids[1]} COMPLETED, exit 0" \
             in j.detail, j.describe
+
+
+def test_a_requeued_training_resumes_and_says_its_restart(slurm, cluster_hosts, cluster_checked, pipeline_run,
+                                                          tmp_path):
+    """`inv train --restarts 1` on a Slurm host: `#SBATCH --requeue`; the job requeued mid-training
+    (`scontrol requeue`, as a preemption or a node failure) starts again, its batch shell records the
+    restart (run.json `restarts`, cause and step), the trainer resumes from its last checkpoint and
+    the run ends succeeded with every epoch; `inv status` says `restart 1 of 1: requeued by Slurm`."""
+    from conftest import cpu_train_config
+
+    cfg = tmp_path / "four.yaml"
+    cfg.write_text(cpu_train_config(4))
+    rid = "s-requeue-" + str(int(time.time()))
+    base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
+    r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--restarts", "1",
+            "--no-serve-check")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "restarts: up to 1, by Slurm's requeue" in r.stdout, r.stdout[-2000:]
+    h = inventory.load(str(cluster_hosts)).get("cluster")
+    with connect(h) as t:
+        jid = json.loads(t.read_bytes(jobs.run_path(t, rid, "slurm.json")))["job_ids"][-1]
+        assert "#SBATCH --requeue" in (t.read_bytes(jobs.run_path(t, rid, "slurm-job.sh")) or b"").decode()
+        log = jobs.run_path(t, rid, "output.log")
+        done0 = jobs.run_path(t, rid, "checkpoints", "0", "specops-complete.json")
+        wait_for(lambda: t.exists(done0, "-f"), 300, "checkpoint 0 marked complete")
+        slurm.cmd("scontrol", "requeue", jid)
+        wait_for(lambda: b"restart 1 of 1: requeued by Slurm" in (t.read_bytes(log) or b""), 240, "the requeued start")
+        wait_for(lambda: jobs.status(t, rid)[0].ended, 400, "the run's end")
+        j = jobs.status(t, rid)[0]
+        assert j.state == "succeeded" and j.slurm_job_id == jid, j.describe + jobs.tail(t, rid, 30)
+        assert re.search(r"restart 1 of 1: requeued by Slurm (at step \d+|before any step)", j.describe), j.describe
+        run = json.loads(t.read_bytes(jobs.run_path(t, rid, "run.json")))
+        assert [x["cause"] for x in run["restarts"]] == ["requeued by Slurm"], run["restarts"]
+        assert [s.get("restart") for s in run["starts"]] == [None, 1], run["starts"]
+        text = (t.read_bytes(log) or b"").decode(errors="replace")
+        assert "resuming from checkpoint" in text.split("restart 1 of 1: requeued by Slurm", 1)[1], text[-3000:]
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "3", "model.safetensors"), "-f"), "no final checkpoint"
 
 
 def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):

@@ -61,7 +61,8 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     if notify and watch:
         env[host_notify.VAR] = notify
     if t.host.is_slurm:
-        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before)
+        return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before,
+                      requeue=watch.get("restarts") if watch else None)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
@@ -84,10 +85,11 @@ GPU_LOCK = "train"
 
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
            nodes: Optional[int] = None, lock: Optional[str] = None, array: int = 0,
-           before: Sequence[tuple] = ()) -> Started:
+           before: Sequence[tuple] = (), requeue: Optional[int] = None) -> Started:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
     shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
-    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs."""
+    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs. requeue:
+    a training's restarts (script.BatchJob.requeue)."""
     s = t.host.slurm
     lock = None if lock == GPU_LOCK else lock
     for j in cluster.status(t) if lock else []:
@@ -96,7 +98,8 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
                                f"({j.detail}) (nothing was submitted)")
     job = script.BatchJob(name=f"specops-{run_id}", workdir=t.workdir, run_dir=run_path(t, run_id), command=list(argv),
                           request=script.Request.of(s, nodes=nodes), setup=tuple(s.setup),
-                          env_file=run_path(t, run_id) + ".env" if env else None, array=array, before=tuple(before))
+                          env_file=run_path(t, run_id) + ".env" if env else None, array=array, before=tuple(before),
+                          requeue=requeue)
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
     return cluster.submit(t, job, text, run_id, kind, lock=lock)

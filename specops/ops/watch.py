@@ -52,15 +52,15 @@ def settings(t: Transport, *, restarts: Optional[int] = None, stall_after: Optio
     (None, None) on a Slurm host (not supported there yet: said in a note, or refused when asked for)."""
     h = t.host
     target = notify if notify is not None else h.notify
-    if h.is_slurm:
-        asked = [f for f, v in (("--restarts", restarts), ("--restart-on-stall", restart_on_stall),
-                                ("--stall-after", stall_after), ("--notify", notify)) if v not in (None, False, 0)]
+    if h.is_slurm:  # (Slurm requeues the job: `#SBATCH --requeue`, the batch script resuming; specops watches nothing there)
+        asked = [f for f, v in (("--restart-on-stall", restart_on_stall), ("--stall-after", stall_after),
+                                ("--backoff", backoff), ("--notify", notify)) if v not in (None, False, 0)]
         if asked:
-            raise Refused(f"{', '.join(asked)}: a Slurm job is not restarted or watched by specops yet (Slurm's own "
-                          f"--requeue is not wired either); drop them for {h.name}")
-        if h.notify or h.restarts:
-            t.note(f"{h.name}: hosts.yaml restarts/notify do not apply to a Slurm job yet (not restarted, not told)")
-        return None, None
+            raise Refused(f"{', '.join(asked)}: a Slurm job is restarted by Slurm's requeue (--restarts N), not "
+                          f"watched by specops: stalls are not found and nobody is told there yet; drop them for {h.name}")
+        if h.notify:
+            t.note(f"{h.name}: hosts.yaml notify does not apply to a Slurm job yet (nobody is told)")
+        return {"restarts": restarts if restarts is not None else h.restarts_default, "slurm": True}, None
     n = restarts if restarts is not None else h.restarts_default
     if restart_on_stall and n == 0:
         raise Refused(f"--restart-on-stall: {h.name} allows no restart (hosts.yaml restarts: 0, or a cpu host's "
@@ -87,6 +87,9 @@ def said(watch: Optional[dict], target: Optional[str]) -> str:
     if not watch:
         return ""
     n = watch["restarts"]
+    if watch.get("slurm"):
+        return (f"restarts: up to {n}, by Slurm's requeue (a preemption, a node failure, `scontrol requeue`), "
+                f"each resuming from the last complete checkpoint" if n else "restarts: off (#SBATCH --no-requeue)")
     parts = [f"restarts: up to {n} (back-off {watch['backoff']:g}s, doubling)" if n else "restarts: off",
              "stall: " + (f"no step for {watch['stall_after']:g}s" if watch.get("stall_after")
                           else "no step for 20x the median step time (>= 300s)")

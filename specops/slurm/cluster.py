@@ -26,6 +26,8 @@ from specops.slurm.script import BatchJob, Request, render, srun_prefix
 from specops_host.jobs import errlines, loglines
 
 RECORD, SCRIPT = "slurm.json", "slurm-job.sh"
+#: a requeued training's last restart (specops_host/jobs/requeued.py writes it)
+RESTART = "slurm-restart.json"
 VERDICT = ".specops/slurm-shared.json"
 #: seconds between two looks at Slurm while `inv stop` waits for the job to end
 POLL = 1.0
@@ -178,16 +180,23 @@ def slurm_jobs(t: Transport, ids: list[str]) -> dict[str, queue.SlurmJob]:
 def _list_runs(t: Transport) -> list[tuple[dict, int, Optional[int]]]:
     """(record, log bytes, exit code file) of every run with a Slurm record."""
     cmd = (f"cd {_q(t.workdir)}/runs 2>/dev/null || exit 0; for d in */; do d=${{d%/}}; "
-           f"[ -f \"$d/{RECORD}\" ] || continue; printf '%s\\t%s\\t%s\\n' \"$(cat \"$d/{RECORD}\")\" "
-           f"\"$(stat -c %s \"$d/output.log\" 2>/dev/null || echo 0)\" \"$(cat \"$d/exit_code\" 2>/dev/null)\"; done")
+           f"[ -f \"$d/{RECORD}\" ] || continue; printf '%s\\t%s\\t%s\\t%s\\n' \"$(cat \"$d/{RECORD}\")\" "
+           f"\"$(stat -c %s \"$d/output.log\" 2>/dev/null || echo 0)\" \"$(cat \"$d/exit_code\" 2>/dev/null)\" "
+           f"\"$(cat \"$d/{RESTART}\" 2>/dev/null | tr -d '\\n\\t')\"; done")
     out = []
     for line in t.fact(cmd).stdout.splitlines():
         bits = line.split("\t")
-        if len(bits) == 3:
+        if len(bits) == 4:
             try:
                 rec = json.loads(bits[0])
             except json.JSONDecodeError:
                 continue
+            try:
+                restart = json.loads(bits[3]) if bits[3].strip() else None
+            except json.JSONDecodeError:
+                restart = None
+            if isinstance(restart, dict):
+                rec["restart"] = restart
             code = bits[2].strip()
             out.append((rec, int(bits[1] or 0), int(code) if code.lstrip("-").isdigit() else None))
     return sorted(out, key=lambda x: x[0].get("submitted", 0))
@@ -220,6 +229,12 @@ def _tail(t: Transport, log: str, size: int) -> str:
 def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[queue.SlurmJob]) -> Job:
     jid = rec["job_ids"][-1]
     state, detail, exit_code = _state(jid, code, sj, rec.get("stopped"))
+    r = rec.get("restart")
+    if isinstance(r, dict) and r.get("n"):  # (Slurm requeued it: restart n of N, or why they stopped)
+        step = r.get("step")
+        detail += "; " + (f"restarts stopped: {r['gave_up']}" if r.get("gave_up") else
+                          f"restart {r['n']} of {r.get('of', '?')}: {r.get('cause', 'requeued')} "
+                          + (f"at step {step:,}" if isinstance(step, int) else "before any step"))
     tail = _tail(t, f"{run_dir(t, rec['run_id'])}/output.log", size)
     err = None
     if state in (JobState.FAILED, JobState.KILLED):

@@ -88,6 +88,10 @@ class BatchJob:
     array: int = 0
     #: (label, argv) run in the batch shell before srun; a step that fails ends the job with its code
     before: Sequence[tuple] = field(default_factory=tuple)
+    #: a training's restarts: None says nothing (Slurm's default), 0 `--no-requeue`, N `--requeue`
+    #: and the batch shell of a requeued start (SLURM_RESTART_COUNT > 0) records it through
+    #: specops_host/jobs/requeued.py, which ends the job (exit 3) once past N
+    requeue: Optional[int] = None
 
     @property
     def output(self) -> str:
@@ -114,9 +118,19 @@ def render(job: BatchJob) -> str:
     """The sbatch script: the header from the request, srun starting one task per node."""
     head = [f"--job-name={job.name}", *job.request.options(), f"--chdir={job.workdir}", f"--output={job.output}",
             "--open-mode=append"] + ([f"--array=0-{job.array - 1}"] if job.array else [])
+    if job.requeue is not None:
+        head.append("--requeue" if job.requeue > 0 else "--no-requeue")
     q = shlex.quote
     ex = shell_arg(job.exit_file)
     steps = []
+    if job.requeue:  # (a requeued start: recorded, or the job ended once past the restarts allowed)
+        rec = shlex.join([job.command[0], "-m", "specops_host.jobs.requeued", "--run-dir", job.run_dir,
+                          "--of", str(job.requeue)])
+        steps += ['if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+                  f'  {rec} --count "$SLURM_RESTART_COUNT"; rc=$?',
+                  f'  if [ "$rc" != 0 ]; then echo "$rc" > {ex}; exit "$rc"; fi',
+                  '  export SPECOPS_RESTART="$SLURM_RESTART_COUNT"',  # (train/run.py: which restart, in run.json)
+                  'fi']
     for label, argv in job.before:  # (one task on the allocation's first node, its setup lines first)
         steps += [f"echo {q(f'[specops] {label}')}",
                   f"srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c {q(job.node_shell(argv))} & wait $!",
