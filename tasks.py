@@ -235,6 +235,7 @@ LOOKED_AFTER = {
                 "to N times (default: hosts.yaml restarts, else 3 on a cuda host, 0 on a cpu host)",
     "stall_after": "seconds without a training step before the run is `stalled` (its stacks written into the run) "
                    "(default: 20x its median step time, at least 300)",
+    "first_step_after": "seconds a training's start may go without a sign of life before its first step, then it is `stalled` as above (default: 3600, or --stall-after if larger)",
     "restart_on_stall": "restart a stalled trainer (counts as a restart)",
     "backoff": "seconds before the first restart, doubling, at most 600 (default 30)",
     "notify": "tell of the end, a failure, a restart, a stall: a webhook URL (Slack, Teams: JSON {\"text\": ...}) "
@@ -267,7 +268,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
           nproc=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=29500, hidden_states="auto",
           layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None, serve_check=True,
           continue_on_new_data=False, nodes=None, restarts=None, stall_after=None, restart_on_stall=False,
-          backoff=None, notify=None):
+          backoff=None, notify=None, first_step_after=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
@@ -281,7 +282,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
              rdzv_port=rdzv_port, hidden_states=hidden_states, layers=layers, disk_budget=disk_budget,
              server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_arg, serve_check=serve_check,
              continue_on_new_data=continue_on_new_data, nodes=nodes, restarts=restarts, stall_after=stall_after,
-             restart_on_stall=restart_on_stall, backoff=backoff, notify=notify)
+             restart_on_stall=restart_on_stall, backoff=backoff, notify=notify, first_step_after=first_step_after)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={

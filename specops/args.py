@@ -114,6 +114,7 @@ FLAGS: dict[str, Number] = {
     "disk_budget": _f("the GiB of hidden states the disk may hold", 500, gt=0),
     "restarts": _i("how many times a failed training restarts", 3, ge=0, le=100),
     "stall_after": _f("seconds without a training step before the run counts as stalled", 1800, gt=0),
+    "first_step_after": _f("seconds a training may go quiet before its first step", 3600, gt=0),
     "backoff": _f("seconds before the first restart (doubling, at most 600)", 30, ge=0),
 }
 

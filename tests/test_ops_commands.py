@@ -394,7 +394,9 @@ def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the
     t = RecordingTransport(h, answers=[(r"jobs\.job start", 0, '@@SPECOPS-PAYLOAD-BEGIN@@{"ok": true, "run_id": "r1", '
                                                               '"pid": 5}@@SPECOPS-PAYLOAD-END@@\n')])
     looks, target = ops_watch.settings(t, stall_after=900, restart_on_stall=True, backoff=5)
-    assert looks == {"restarts": 3, "stall_after": 900, "restart_on_stall": True, "backoff": 5.0}
+    assert looks == {"restarts": 3, "stall_after": 900, "restart_on_stall": True, "backoff": 5.0,
+                     "first_step_after": None}
+    assert ops_watch.start_args(ops_watch.settings(t, first_step_after=1200)[0])[-2:] == ["--first-step-after", "1200"]
     assert target == "https://hooks.example/T0/SECRET"
     jobs.start(t, "r1", ["python", "-m", "x"], kind="train", lock="train", term="child", watch=looks, notify=target)
     start = next(c for c in t.commands if "jobs.job start" in c)

@@ -42,7 +42,9 @@ def test_progress_times_steps_and_sets_the_stall_limit(tmp_path):
     log.write_bytes(b"")
     pr = watch.Progress(log, 0, now=0.0)
     p = watch.Policy()
-    assert pr.limit(p) is None and pr.limit(watch.Policy(stall_after=45)) is None  # (no step yet: a start is long)
+    # (no step yet: a start is long, but one quiet for an hour, or --first-step-after, is a stall too)
+    assert pr.limit(p) == watch.FIRST_STEP_S == 3600 and pr.limit(watch.Policy(stall_after=45)) == 3600
+    assert pr.limit(watch.Policy(stall_after=7200)) == 7200 and pr.limit(watch.Policy(first_step_after=90)) == 90
     for i, now in enumerate((10.0, 12.0, 14.0, 16.0)):
         pr.take(f"INFO train/loss=1.0, epoch=0,\n global_step={i}\n".encode(), now)
     assert pr.steps == 4 and pr.last_step == 3 and pr.median_step() == 2.0
@@ -216,6 +218,23 @@ def test_supervisor_finds_a_stall_writes_stacks_and_restarts_it(tmp_path):
     assert stacks and "State:" in stacks[0].read_text()
     status = job(tmp_path, "status", "--run-id", "s").stdout
     assert '"state": "succeeded"' in status and "restart 1 of 1: stalled" in status
+
+
+def test_a_start_that_hangs_before_its_first_step_is_a_stall_and_restarted(tmp_path):
+    """--first-step-after S: an attempt that goes S seconds without a sign of life before its first
+    step (a trainer hung in its start: NCCL init, a collective, a load) is stalled, its stacks
+    written, and restarted with --restart-on-stall; the restarted one steps and ends."""
+    (tmp_path / "t.py").write_text("import os, sys, time\nif not os.environ.get('SPECOPS_RESTART'):\n"
+                                   "    time.sleep(600)\n" + STEPS.split("\n", 1)[1])
+    job(tmp_path, "start", "--run-id", "f", "--kind", "train", "--watch", "--restarts", "1", "--backoff", "0.1",
+        "--first-step-after", "1.5", "--restart-on-stall", "--", sys.executable, "t.py")
+    assert wait_end(tmp_path, "f") == 0
+    log = (tmp_path / "runs/f/output.log").read_text()
+    assert "stalled: no training step for" in log and "(before any step; limit 2s)" in log, log
+    assert "restart 1 of 1 in 0.1s: stalled (no training step for" in log and "global_step=12" in log, log
+    assert list((tmp_path / "runs/f/stacks").iterdir())
+    status = job(tmp_path, "status", "--run-id", "f").stdout
+    assert '"state": "succeeded"' in status and "restart 1 of 1: stalled" in status and "before any step" in status
 
 
 def test_stop_during_the_back_off_ends_the_run_without_a_restart(tmp_path):

@@ -296,6 +296,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
           serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
+          first_step_after: Optional[float] = None,
           backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False) -> dict:
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
@@ -318,6 +319,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     h = t.host
     looks, target = watch.settings(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
+                                   first_step_after=first_step_after,
                                    backoff=backoff, notify=notify)
     extra = None
     if h.is_slurm:  # (the partition first, before the data is read or anything written)
@@ -339,7 +341,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
     before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
-    if looks and (looks["restarts"] or target or looks["stall_after"] or looks["restart_on_stall"]):
+    if looks and (looks["restarts"] or target or looks.get("stall_after") or looks.get("restart_on_stall")):
         t.note(f"looked after on {h.name}: {watch.said(looks, target)}")
     if spec.hidden_states == "online":
         t.would("the job would start the vLLM server: "

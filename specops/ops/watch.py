@@ -25,7 +25,8 @@ def problem(target: Optional[str]) -> Optional[str]:
     return None if target is None else host_notify.problem(target)
 
 
-def check_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff=None, notify=None, **_) -> None:
+def check_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff=None, notify=None,
+                first_step_after=None, **_) -> None:
     """`inv train`'s settings of its supervisor, before anything connects (the numbers: specops/args.py)."""
     why = problem(notify)
     if why:
@@ -35,9 +36,10 @@ def check_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff
                       "--restarts N (N >= 1) or drop --restart-on-stall", code=2)
 
 
-def group_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff=None, notify=None, **_) -> None:
+def group_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff=None, notify=None,
+                first_step_after=None, **_) -> None:
     """A group's training (one torchrun per host) is not restarted as one yet."""
-    given = [f for f, v in (("--restarts", restarts), ("--stall-after", stall_after),
+    given = [f for f, v in (("--restarts", restarts), ("--stall-after", stall_after), ("--first-step-after", first_step_after),
                             ("--restart-on-stall", restart_on_stall), ("--backoff", backoff), ("--notify", notify))
              if v not in (None, False, 0)]
     if given:
@@ -47,13 +49,14 @@ def group_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff
 
 def settings(t: Transport, *, restarts: Optional[int] = None, stall_after: Optional[float] = None,
              restart_on_stall: bool = False, backoff: Optional[float] = None,
-             notify: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
+             notify: Optional[str] = None, first_step_after: Optional[float] = None) -> tuple[Optional[dict], Optional[str]]:
     """(the supervisor's `watch` settings, the notification target) for a training on t's host;
     (None, None) on a Slurm host (not supported there yet: said in a note, or refused when asked for)."""
     h = t.host
     target = notify if notify is not None else h.notify
     if h.is_slurm:  # (Slurm requeues the job: `#SBATCH --requeue`, the batch script resuming; specops watches nothing there)
         asked = [f for f, v in (("--restart-on-stall", restart_on_stall), ("--stall-after", stall_after),
+                                ("--first-step-after", first_step_after),
                                 ("--backoff", backoff), ("--notify", notify)) if v not in (None, False, 0)]
         if asked:
             raise Refused(f"{', '.join(asked)}: a Slurm job is restarted by Slurm's requeue (--restarts N), not "
@@ -66,6 +69,7 @@ def settings(t: Transport, *, restarts: Optional[int] = None, stall_after: Optio
         raise Refused(f"--restart-on-stall: {h.name} allows no restart (hosts.yaml restarts: 0, or a cpu host's "
                       f"default): give --restarts N")
     watch = {"restarts": n, "stall_after": stall_after, "restart_on_stall": bool(restart_on_stall),
+             "first_step_after": first_step_after,
              "backoff": 30.0 if backoff is None else float(backoff)}
     return watch, target
 
@@ -77,6 +81,8 @@ def start_args(watch: Optional[dict]) -> list[str]:
     out = ["--watch", "--restarts", str(watch["restarts"]), "--backoff", f"{watch['backoff']:g}"]
     if watch.get("stall_after"):
         out += ["--stall-after", f"{watch['stall_after']:g}"]
+    if watch.get("first_step_after"):
+        out += ["--first-step-after", f"{watch['first_step_after']:g}"]
     if watch.get("restart_on_stall"):
         out.append("--restart-on-stall")
     return out
@@ -93,6 +99,7 @@ def said(watch: Optional[dict], target: Optional[str]) -> str:
     parts = [f"restarts: up to {n} (back-off {watch['backoff']:g}s, doubling)" if n else "restarts: off",
              "stall: " + (f"no step for {watch['stall_after']:g}s" if watch.get("stall_after")
                           else "no step for 20x the median step time (>= 300s)")
+             + (f" (before the first step: {watch['first_step_after']:g}s)" if watch.get("first_step_after") else "")
              + (", then restarted" if watch.get("restart_on_stall") else ", reported"),
              f"notify: {host_notify.shown(target)}" if target else "notify: none"]
     return "; ".join(parts)

@@ -313,6 +313,8 @@ def main():
     s.add_argument("--restarts", type=int, default=0, help="with --watch: restarts after an abnormal end")
     s.add_argument("--stall-after", type=float, default=None, help="with --watch: seconds without a step (default: "
                                                                      "20x the median step time, at least 300)")
+    s.add_argument("--first-step-after", type=float, default=None,
+                   help="with --watch: seconds a start may go quiet before its first step (default: 3600 or --stall-after)")
     s.add_argument("--restart-on-stall", action="store_true")
     s.add_argument("--backoff", type=float, default=watch.BACKOFF_S, help="the first back-off (doubling, <= 600 s)")
     s.add_argument("argv", nargs=argparse.REMAINDER)
@@ -334,7 +336,7 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
-        looks = {"watch": {"restarts": a.restarts, "stall_after": a.stall_after,
+        looks = {"watch": {"restarts": a.restarts, "stall_after": a.stall_after, "first_step_after": a.first_step_after,
                            "restart_on_stall": a.restart_on_stall, "backoff": a.backoff}} if a.watch else None
         res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
                         fail_on=a.fail_on, extra=looks)

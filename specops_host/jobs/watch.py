@@ -40,6 +40,9 @@ MAX_BACKOFF_S = 600.0
 #: the default stall limit: this many median step times, at least STALL_FLOOR_S, once STEPS_TIMED are timed
 STALL_TIMES = 20
 STALL_FLOOR_S = 300.0
+#: before an attempt's first step: this long without a sign of life (any log output that counts:
+#: BEAT) is a stall too (a trainer hung in its start: NCCL init, a collective), unless --first-step-after says
+FIRST_STEP_S = 3600.0
 STEPS_TIMED = 3
 #: a training step in the log (speculators' metric record), its step number, and other signs of life
 STEP = re.compile(rb"train/loss=")
@@ -57,8 +60,11 @@ def say(text):
 class Policy:
     """What the supervisor does on its own: job.json's `watch` and the notification target."""
 
-    def __init__(self, restarts=0, stall_after=None, restart_on_stall=False, backoff=BACKOFF_S, notify_to=None):
+    def __init__(self, restarts=0, stall_after=None, restart_on_stall=False, backoff=BACKOFF_S, notify_to=None,
+                 first_step_after=None):
         self.restarts, self.stall_after, self.restart_on_stall = int(restarts or 0), stall_after, bool(restart_on_stall)
+        #: seconds an attempt may go without a sign of life before its first step (then: stalled)
+        self.first_step_after = float(first_step_after) if first_step_after else max(FIRST_STEP_S, stall_after or 0)
         self.backoff = BACKOFF_S if backoff is None else float(backoff)
         self.notify_to = notify_to
 
@@ -68,7 +74,7 @@ class Policy:
         if w is None:
             return None
         return cls(w.get("restarts"), w.get("stall_after"), w.get("restart_on_stall"), w.get("backoff"),
-                   env.pop(notify.VAR, None) or None)
+                   env.pop(notify.VAR, None) or None, w.get("first_step_after"))
 
     def delay(self, n):
         """The back-off before restart n (1, 2, ...)."""
@@ -147,11 +153,11 @@ class Progress:
         return statistics.median(self.times) if len(self.times) >= STEPS_TIMED else None
 
     def limit(self, policy):
-        """Seconds without progress that make a stall (None: not yet known). The clock starts at the
-        attempt's first step: a trainer's start (the verifier's config, the data, a compile) logs
-        no steps and may be long."""
+        """Seconds without progress that make a stall (None: not yet known). Before the attempt's
+        first step the policy's first_step_after (a trainer's start, the verifier's config, the data,
+        a compile, logs no steps and may be long; a start that hangs is found all the same)."""
         if not self.steps:
-            return None
+            return policy.first_step_after
         if policy.stall_after:
             return float(policy.stall_after)
         m = self.median_step()
