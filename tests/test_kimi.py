@@ -476,7 +476,7 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
         assert r.returncode == 0, r.stdout + r.stderr
         with box(kimi_hosts, "boxlm") as t:
             assert jobs.status(t, rid + "-amx")[0].state == "stopped"
-        base.append("--vllm-arg=--attention-backend=CPU_MLA")  # (what a CPU without AMX gets)
+        base.append("--vllm-arg=--block-size=16")  # (CPU_MLA's only size, as a CPU without AMX gets)
     else:
         print("no AMX on this CPU: vLLM picks CPU_MLA itself")
     t0 = time.time()
@@ -494,7 +494,7 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
         assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
         assert all(j.run_id != rid for j in jobs.status(t))
         text = (t.read_bytes(log) or b"").decode(errors="replace")
-        assert "No common block size" in text and "Using CPU_MLA backend" in text, text[-3000:]  # (its log stays)
+        assert "No common block size" in text, text[-3000:]  # (its log stays)
         key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
         assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
         assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
