@@ -448,16 +448,13 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
 
 def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
                                                                                  kimi_hosts, work):
-    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu 0.32, whose MLA
-    backend depends on the CPU. With AMX (amx_tile in the host's /proc/cpuinfo) vLLM picks AMX_MLA
-    (KV blocks a multiple of 32, as the draft's CPU_ATTN): it serves the draft, the preflight says
-    so and the training starts (then stopped). Without AMX it picks its reference CPU_MLA (blocks of
-    16 only), which shares no KV block size with the draft's attention: vLLM refuses at start. The
-    refusal is always tested, with that real vLLM failure: on an AMX CPU the test asks for CPU_MLA
-    (`--vllm-arg=--attention-backend=CPU_MLA`, what a CPU without AMX gets): the preflight refuses
-    the training in one line, nothing started, its log kept, the failure not cached; then
-    --no-serve-check starts the same training, which trains (offline training needs no vLLM).
-    `boxlm` serves only the language model (--language-model-only), as a Kimi-K2.5 text run would."""
+    """The Kimi-shaped fixture (MLA, --language-model-only as a Kimi-K2.5 text run) with an EAGLE-3
+    draft under vllm-cpu 0.32. With AMX (the host's /proc/cpuinfo) vLLM picks AMX_MLA (KV blocks a
+    multiple of 32, as the draft's CPU_ATTN) and serves it: the training starts (then stopped).
+    Without AMX its CPU_MLA takes blocks of 16 only, which the draft's attention does not: refused.
+    The refusal is always tested with that real failure (on AMX: `--block-size=16`; an
+    `--attention-backend=CPU_MLA` was served): one line, nothing started, its log kept, not cached;
+    then --no-serve-check starts and trains it (offline training needs no vLLM)."""
     from specops.ops import jobs
 
     base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
@@ -477,14 +474,11 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
         with box(kimi_hosts, "boxlm") as t:
             assert jobs.status(t, rid + "-amx")[0].state == "stopped"
         base.append("--vllm-arg=--block-size=16")  # (CPU_MLA's only size, as a CPU without AMX gets)
-    else:
-        print("no AMX on this CPU: vLLM picks CPU_MLA itself")
     t0 = time.time()
     r = inv("train", *base, "--run-id", rid)
     took = time.time() - t0
     err = r.stderr.strip()
-    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stdout[-3000:],
-                                                                                  r.stderr[-3000:])
+    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stdout[-3000:], err)
     assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
                           "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
     assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err
@@ -493,8 +487,7 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
     with box(kimi_hosts, "boxlm") as t:
         assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
         assert all(j.run_id != rid for j in jobs.status(t))
-        text = (t.read_bytes(log) or b"").decode(errors="replace")
-        assert "No common block size" in text, text[-3000:]  # (its log stays)
+        assert "No common block size" in (t.read_bytes(log) or b"").decode(errors="replace")  # (its log stays)
         key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
         assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
         assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
