@@ -448,45 +448,49 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
 
 def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(kimi_data, kimi_verifier,
                                                                                  kimi_hosts, work):
-    """The Kimi-shaped fixture (DeepSeek-V3 MLA) with an EAGLE-3 draft under vllm-cpu. Which MLA
-    backend vLLM 0.32 picks depends on the CPU: without AMX its reference CPU_MLA (KV blocks of 16),
-    which shares no KV block size with the draft's attention (CPU_ATTN: multiples of 32): the
-    preflight refuses the training in one line, nothing started; with AMX (AMX_MLA: multiples of
-    32) vLLM serves the draft, and the preflight says so and the training starts. The test holds
-    specops to whichever vLLM does on this machine (it printed which). `boxlm` serves only the
-    language model (--language-model-only), as a Kimi-K2.5 text run would."""
+    """The Kimi-shaped fixture (MLA, --language-model-only as a Kimi-K2.5 text run) with an EAGLE-3
+    draft under vllm-cpu 0.32. With AMX (the host's /proc/cpuinfo) vLLM picks AMX_MLA (KV blocks a
+    multiple of 32, as the draft's CPU_ATTN) and serves it: the training starts (then stopped).
+    Without AMX its CPU_MLA takes blocks of 16 only, which the draft's attention does not: refused.
+    The refusal is always tested with that real failure (on AMX: `--block-size=16`; an
+    `--attention-backend=CPU_MLA` was served): one line, nothing started, its log kept, not cached;
+    then --no-serve-check starts and trains it (offline training needs no vLLM)."""
     from specops.ops import jobs
 
     base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
             "--dataset", "kimi", "--verifier", kimi_verifier]
     rid = "t-kimi-serve-" + str(int(time.time()))
+    with box(kimi_hosts, "boxlm") as t:
+        amx = "amx_tile" in (t.read_bytes("/proc/cpuinfo") or b"").decode(errors="replace").split()
+    if amx:  # (AMX_MLA: served)
+        t0 = time.time()
+        r = inv("train", *base, "--run-id", rid + "-amx")
+        assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+        assert "draft-serves preflight: vLLM served the verifier with an untrained draft in" in r.stdout, r.stdout
+        assert f"train started on boxlm: run {rid}-amx" in r.stdout, r.stdout
+        print(f"AMX: vLLM served the Kimi shape with a draft (AMX_MLA) in {time.time() - t0:.0f} s")
+        r = inv("stop", "--host", "boxlm", "--hosts", str(kimi_hosts), "--run-id", rid + "-amx", "--grace", "5")
+        assert r.returncode == 0, r.stdout + r.stderr
+        with box(kimi_hosts, "boxlm") as t:
+            assert jobs.status(t, rid + "-amx")[0].state == "stopped"
+        base.append("--vllm-arg=--block-size=16")  # (CPU_MLA's only size, as a CPU without AMX gets)
     t0 = time.time()
     r = inv("train", *base, "--run-id", rid)
     took = time.time() - t0
     err = r.stderr.strip()
-    if r.returncode == 0:  # (AMX_MLA: served)
-        print(f"vLLM served the Kimi shape with a draft on this CPU (AMX) in {took:.0f} s")
-        assert "draft-serves preflight: vLLM served the verifier with an untrained draft in" in r.stdout, r.stdout
-        assert f"train started on boxlm: run {rid}" in r.stdout, r.stdout
-        r = inv("stop", "--host", "boxlm", "--hosts", str(kimi_hosts), "--run-id", rid, "--grace", "5")
-        assert r.returncode == 0, r.stdout + r.stderr
-        with box(kimi_hosts, "boxlm") as t:
-            assert jobs.status(t, rid)[0].state == "stopped"
-        rid += "-b"
-    else:  # (CPU_MLA: refused in one line, nothing started)
-        assert err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
-        assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
-                              "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
-        assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err
-        print(f"refused after {took:.0f} s: {err}")
-        log = err.split("log on the host: ", 1)[1].split(")", 1)[0]
-        with box(kimi_hosts, "boxlm") as t:
-            assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
-            assert all(j.run_id != rid for j in jobs.status(t))
-            assert "No common block size" in (t.read_bytes(log) or b"").decode(errors="replace")  # (its log stays)
-            key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
-            assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
-            assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
+    assert r.returncode != 0 and err.startswith("specops: ") and "\n" not in err, (r.returncode, r.stdout[-3000:], err)
+    assert err.startswith("specops: train refused on boxlm: vLLM could not serve the verifier with an untrained "
+                          "EAGLE-3 draft of this config: ValueError: No common block size for 16"), err
+    assert "nothing was started (--no-serve-check skips it)" in err and "log on the host: " in err, err
+    print(f"refused after {took:.0f} s: {err}")
+    log = err.split("log on the host: ", 1)[1].split(")", 1)[0]
+    with box(kimi_hosts, "boxlm") as t:
+        assert not t.exists(jobs.run_path(t, rid)), "a refused train left a run folder"
+        assert all(j.run_id != rid for j in jobs.status(t))
+        assert "No common block size" in (t.read_bytes(log) or b"").decode(errors="replace")  # (its log stays)
+        key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
+        assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
+        assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
     # --no-serve-check: the same training starts (and trains: offline training has no KV cache)
     r = inv("train", *base, "--run-id", rid, "--no-serve-check", "--epochs", "1", "--max-steps", "1", "--follow")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

