@@ -221,8 +221,8 @@ def test_a_requeued_training_resumes_and_says_its_restart(slurm, cluster_hosts, 
     the run ends succeeded with every epoch; `inv status` says `restart 1 of 1: requeued by Slurm`."""
     from conftest import cpu_train_config
 
-    cfg = tmp_path / "four.yaml"
-    cfg.write_text(cpu_train_config(4))
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text(cpu_train_config(2))
     rid = "s-requeue-" + str(int(time.time()))
     base = ["--host", "cluster", "--hosts", str(cluster_hosts)]
     r = inv("train", *base, "--config", str(cfg), "--dataset", "pipe", "--run-id", rid, "--restarts", "1",
@@ -247,7 +247,7 @@ def test_a_requeued_training_resumes_and_says_its_restart(slurm, cluster_hosts, 
         assert [s.get("restart") for s in run["starts"]] == [None, 1], run["starts"]
         text = (t.read_bytes(log) or b"").decode(errors="replace")
         assert "resuming from checkpoint" in text.split("restart 1 of 1: requeued by Slurm", 1)[1], text[-3000:]
-        assert t.exists(jobs.run_path(t, rid, "checkpoints", "3", "model.safetensors"), "-f"), "no final checkpoint"
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "1", "model.safetensors"), "-f"), "no final checkpoint"
 
 
 def test_pending_job_shows_slurms_reason_and_stops(slurm, cluster_hosts, cluster_checked, pipeline_run, tmp_path):
