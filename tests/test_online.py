@@ -136,7 +136,14 @@ def test_auto_picks_offline_when_the_files_are_there_and_online_over_budget(half
         synth.write_dataset(tmp_path / "huge", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}],
                             seq_lens=[10**12])
         t.sync_up(str(tmp_path / "huge"), f"{work}/data/huge-online")
-        p = train.hidden_states_plan(t, data=f"{work}/data/huge-online", verifier=verifier, layers=LAYERS)
+        # (its row of 10**12 tokens is past the tiny verifier's 2048 positions: refused before any server)
+        with pytest.raises(SpecopsError, match=r"--max-model-len 1000000000001, but the verifier holds 2048 positions"):
+            train.hidden_states_plan(t, data=f"{work}/data/huge-online", verifier=verifier, layers=LAYERS)
+        # (a verifier of enough positions: the plan's decision by the disk)
+        long_v = f"{work}/models/tiny-long-positions"
+        t.check(f"rm -rf {long_v} && cp -r {verifier} {long_v} && sed -i 's/\"max_position_embeddings\": 2048/"
+                f"\"max_position_embeddings\": 2000000000000/' {long_v}/config.json", "the long verifier")
+        p = train.hidden_states_plan(t, data=f"{work}/data/huge-online", verifier=long_v, layers=LAYERS)
         assert p["mode"] == "online" and "over the disk budget" in p["reason"] and "free at" in p["reason"], p
         # an online run's layers must match the files already there
         with pytest.raises(SpecopsError, match=r"hold layers \[1, 3, 4, 6\], this run asks for \[1, 2, 4, 6\]"):

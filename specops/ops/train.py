@@ -63,7 +63,8 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
     args += h.vllm_flags(list(vllm_args or []))
     res = run_script(t, "train.online", args, changes=False, model=HiddenStatesPlan)
     if not res.ok:
-        raise SpecopsError(f"train on {h.name} refused: {res.error} (nothing was started)")
+        raise SpecopsError(f"train on {h.name} refused: {res.error}"
+                           + ("" if res.error.endswith("(nothing was started)") else " (nothing was started)"))
     return res
 
 
