@@ -279,15 +279,18 @@ s_big() {
 VER8B=$WD/models/learnable-llama-8b
 # the 8B verifier's training, started before the wheelhouse arrives (it needs only the torch venv):
 #   bash bench/h200/vllm.sh v8b   (setsid; its log /tmp/v8b.log; stage 8b waits for it)
-s_8b() {
+v8b_ready() {  # wait for the 8B verifier (`v8b`), then the demo's conversations, a fresh v8b dataset and run
   echo "gpu memory before: $(gpu_mem) MiB"
   local t0=$SECONDS
   while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
   tail -4 /tmp/v8b.log
   [ -f "$VER8B/specops-verifier.json" ] || { echo "no 8B verifier at $VER8B"; return 1; }
-  cat "$VER8B/specops-verifier.json" | head -30
   PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
   rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
+}
+s_8b() {
+  v8b_ready || return 1
+  cat "$VER8B/specops-verifier.json" | head -30
   $INV prepare-data --data "$B/convs.jsonl" --dataset v8b --verifier "$VER8B" --seq-length 512 --vllm-arg=--enforce-eager || return 1
   $INV extract --dataset v8b --verifier "$VER8B" --vllm-arg=--enforce-eager || return 1
   $INV train --config configs/demo.yaml --dataset v8b --verifier "$VER8B" --run-id v8b-draft --no-serve-check --follow ${V8B_TRAIN:-} || return 1
@@ -305,13 +308,7 @@ s_8b() {
 # verifier, with a sweep of num_speculative_tokens, servers side by side (E8B_EVAL: its flags).
 steps_in() { local c; c=$(grep -c "train/loss=" "$1" 2>/dev/null); echo "${c:-0}"; }
 s_e8b() {
-  echo "gpu memory before: $(gpu_mem) MiB"
-  local t0=$SECONDS
-  while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
-  tail -4 /tmp/v8b.log
-  [ -f "$VER8B/specops-verifier.json" ] || { echo "no 8B verifier at $VER8B"; return 1; }
-  PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
-  rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
+  v8b_ready || return 1
   say "e8b: prepare"; $INV prepare-data --data "$B/convs.jsonl" --dataset v8b --verifier "$VER8B" --seq-length 512 --vllm-arg=--enforce-eager || return 1
   say "e8b: extract"; $INV extract --dataset v8b --verifier "$VER8B" --vllm-arg=--enforce-eager || return 1
   say "e8b: train (detached, --restarts 1 --backoff 0)"
