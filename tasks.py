@@ -354,22 +354,26 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
 
 
 @task(changes=True, streams=True, help={
-    **COMMON, "host": "the host (default: the built-in local, on CPU; a cuda host trains a 1B verifier on its GPU "
-    "and serves the drafts with CUDA graphs)", "dest": DEST, "steps": "stop training after N steps",
+    **COMMON, "host": "the host (default: the built-in local, on CPU; a cuda host trains an 8B-class or a 1B "
+    "verifier on its GPU and serves the drafts with CUDA graphs)", "dest": DEST, "steps": "stop training after N steps",
+    "size": "the verifier: auto (default: tiny on a cpu host; on a cuda host 8b where GPU 0 has 120 GiB or more, "
+            "else 1b), tiny, 1b or 8b",
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
     "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the verifier "
                "served without it (default 1,16; none skips it; on a CPU near 1, can be below)",
     "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2)"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=2):
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=2,
+         size="auto"):
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 
-    On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of about
-    1B parameters trained on its GPU. Its draft is trained, then served by vLLM: mean acceptance
-    length beside untrained and wrong-layers drafts, and the speedup over the verifier alone.
+    On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of
+    Llama-3.1-8B's shape (1B parameters on a GPU under 120 GiB) trained on its GPU. Its draft is
+    trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts,
+    and the speedup over the verifier alone.
 
     Example: inv demo"""
     on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect_brief, dest=dest, steps=steps,
-             evaluate_drafts=evaluate, speedup=speedup, repeats=repeats)
+             evaluate_drafts=evaluate, speedup=speedup, repeats=repeats, size=size)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={

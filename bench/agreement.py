@@ -2,9 +2,12 @@
 `vllm bench serve` run by hand against the same two servers, on the same prompts.
 
     .venv/bin/python bench/agreement.py --hosts H.yaml --run-id R [--host local] [--levels 1,16]
-        [--repeats 3] [--requests N] [--tokens N] [--vllm-arg=--enforce-eager] [--out bench/results/agreement.md]
+        [--repeats 3] [--requests N] [--tokens N] [--side-by-side N] [--vllm-arg=--enforce-eager]
+        [--from DEST] [--out bench/results/agreement.md]
 
-1. `inv evaluate --speedup LEVELS --repeats N --baselines none` on the run: specops's figures.
+1. `inv evaluate --speedup LEVELS --repeats N --baselines none` on the run: specops's figures
+   (--from DEST: those of an evaluation already fetched to DEST/R/evaluation.json, `inv demo`'s
+   say: its levels, repeats, requests and tokens; give the same --side-by-side and --vllm-arg).
 2. By hand, on this machine (the host must be this one: `local`, or the GPU box the script runs
    on): the two servers `inv evaluate --dry-run` says it starts (the draft's, the verifier
    alone's), started here one beside the other, then `vllm bench serve` (the `vllm` command where
@@ -38,7 +41,7 @@ AGREE = 0.05
 
 
 def inv(*args, timeout=3600):
-    r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "invoke", *args], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO,  # (this venv's: the laptop's)
                        capture_output=True, text=True, timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
     if r.returncode != 0:
         sys.exit(f"agreement: inv {' '.join(args[:1])} failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
@@ -87,18 +90,30 @@ def main():
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--tokens", type=int, default=None)
     ap.add_argument("--vllm-arg", action="append", default=[])
+    ap.add_argument("--side-by-side", type=int, default=None)
+    ap.add_argument("--from", dest="from_dest", default=None)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "agreement.md"))
     a = ap.parse_args()
-    levels = [int(x) for x in a.levels.split(",")]
     box = ["--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id]
+    t0 = time.time()
+    if a.from_dest:  # (an evaluation already made: its settings are the ones matched)
+        dest = Path(a.from_dest)
+        ev = json.loads((dest / a.run_id / "evaluation.json").read_text())
+        sp = ev["speedup"]
+        a.levels = ",".join(str(c) for c in sp["by_concurrency"])
+        a.repeats = int(sp.get("repeats") or a.repeats)
+        a.tokens = sp["max_tokens"]
+    levels = [int(x) for x in a.levels.split(",")]
     timing = ["--speedup", a.levels, "--repeats", str(a.repeats), "--baselines", "none",
               *(["--speedup-requests", str(a.requests)] if a.requests else []),
-              *(["--speedup-tokens", str(a.tokens)] if a.tokens else []), *[f"--vllm-arg={x}" for x in a.vllm_arg]]
-    dest = Path(tempfile.mkdtemp(prefix="agreement-"))
-    t0 = time.time()
-    inv("evaluate", *box, *timing, "--dest", str(dest))
-    ev = json.loads((dest / a.run_id / "evaluation.json").read_text())
-    sp = ev["speedup"]
+              *(["--speedup-tokens", str(a.tokens)] if a.tokens else []),
+              *(["--side-by-side", str(a.side_by_side)] if a.side_by_side else []),
+              *[f"--vllm-arg={x}" for x in a.vllm_arg]]
+    if not a.from_dest:
+        dest = Path(tempfile.mkdtemp(prefix="agreement-"))
+        inv("evaluate", *box, *timing, "--dest", str(dest))
+        ev = json.loads((dest / a.run_id / "evaluation.json").read_text())
+        sp = ev["speedup"]
     print(f"specops: {json.dumps(sp['by_concurrency'])} ({time.time() - t0:.0f}s)", flush=True)
 
     # the same two servers, by hand: the commands specops says it starts
@@ -118,8 +133,7 @@ def main():
                                                    else "cuda"),
            "PYTHONPATH": str(REPO)}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    out_dir = dest / "by-hand"
-    out_dir.mkdir()
+    out_dir = Path(tempfile.mkdtemp(prefix="agreement-by-hand-"))
     procs, ports = {}, {}
     try:
         for side, cmd in (("draft", draft_cmd), ("baseline", base_cmd)):

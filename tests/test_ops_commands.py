@@ -23,7 +23,8 @@ PID = os.getpid()  # (a whole file is sent beside its place as <path>.<laptop pi
 
 
 def host(name="h", workdir="/w", **over):
-    return inventory.Host(name=name, transport="local", profile="cpu", venv="/opt/env", workdir=workdir, **over)
+    return inventory.Host(**{"name": name, "transport": "local", "profile": "cpu", "venv": "/opt/env",
+                             "workdir": workdir, **over})
 
 
 def framed(payload: dict) -> str:
@@ -191,6 +192,23 @@ def test_pipeline_wrong_layers_control_copies_the_best_draft_and_shifts_its_laye
     (where, body), = puts(t)
     assert where == f"{dst}/checkpoints/0/config.json"
     assert json.loads(body)["eagle_aux_hidden_state_layer_ids"] == [2, 4]
+
+
+def test_demo_picks_its_verifier_by_the_gpus_memory_and_refuses_a_gpu_size_on_a_cpu_host():
+    from specops.ops import pipeline
+
+    smi = "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0"
+    for mib, want in (("143771\n", "8b"), ("81559\n", "1b"), ("", "1b")):
+        t = RecordingTransport(host(profile="cuda"), answers=[("nvidia-smi", 0 if mib else 127, mib)])
+        assert pipeline.demo_size(t) == want
+        assert t.commands == [smi]
+    t = RecordingTransport(host(profile="cuda"), answers=[("nvidia-smi", 0, "143771\n")])
+    assert pipeline.demo_size(t, "1b") == "1b" and t.commands == []  # (an explicit size: nothing read)
+    assert pipeline.demo_size(RecordingTransport(host())) == "tiny"
+    with pytest.raises(SpecopsError, match=r"demo --size 8b: h is a cpu host .*drop --size, or use a cuda host"):
+        pipeline.demo_size(RecordingTransport(host()), "8b")
+    with pytest.raises(SpecopsError, match=r"demo --size 2b: choose auto, tiny, 1b, 8b"):
+        pipeline.demo_size(RecordingTransport(host()), "2b")
 
 
 def test_plan_counts_and_cuts_a_host_file_on_the_host(tmp_path):

@@ -32,6 +32,8 @@
 #   kimie      the Kimi-shaped fixture end to end on the GPU: pre-tokenised rows prepared, extracted by
 #              vLLM (MLA, speculators' CUDA connector, --language-model-only), a draft trained, then
 #              `inv evaluate` (its acceptance: about 1 on a random verifier)
+#   demo8      inv demo on the 8B-class verifier `v8b` trains (the demo's pick on an H200), then
+#   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers)
 #   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
 #              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
 #              the speedup on a verifier whose decoding is closer to bound by memory
@@ -55,7 +57,7 @@ if [ "$MODE" = collect ]; then
   end=$((SECONDS + ${2:-540}))
   while [ ! -f "$B/DONE" ] && [ $SECONDS -lt $end ]; do sleep 3; done
   C=/tmp/h200-vllm-collect; rm -rf "$C"; mkdir -p "$C"
-  cp "$B"/*.log "$B"/*.txt "$B"/*.yaml "$B"/*.out "$B"/*.json "$C/" 2>/dev/null
+  cp "$B"/*.log "$B"/*.txt "$B"/*.yaml "$B"/*.out "$B"/*.json "$B"/*.md "$C/" 2>/dev/null
   for r in "$WD"/runs/*/; do
     n=$(basename "$r"); mkdir -p "$C/runs/$n"
     cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null
@@ -333,6 +335,26 @@ s_e8b() {
   show_eval v8b-draft
   cp -r runs/v8b-draft "$B/lap-v8b-draft" 2>/dev/null; find "$B/lap-v8b-draft" -size +2M -delete 2>/dev/null
   true
+}
+
+# Issue 31: the demo on a cuda host picks the 8B-class verifier where GPU 0 has 120 GiB or more (an
+# H200). Stage demo8: `inv demo` once the 8B verifier that `v8b` trains at the demo's path is there
+# (the demo reuses it: same language, same size). Stage agree: bench/agreement.py against the demo's
+# evaluation (--from: its levels, repeats, requests, tokens): the same two servers started by hand,
+# side by side as the demo ran them, `vllm bench serve` by hand, the ratios compared (within 5%?).
+s_demo8() {
+  local t0=$SECONDS
+  while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
+  tail -3 /tmp/v8b.log
+  say "demo8: the 8B verifier ready after $((SECONDS - t0)) s of waiting"
+  s_demo
+}
+s_agree() {
+  local ev; ev=$(ls -t /tmp/lap-runs/*/evaluation.json 2>/dev/null | head -1)
+  [ -n "$ev" ] || { echo "no demo evaluation under /tmp/lap-runs"; return 1; }
+  local r; r=$(basename "$(dirname "$ev")")
+  /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from /tmp/lap-runs \
+    --side-by-side 2 --out "$B/agreement.md"
 }
 
 if [ "$MODE" = v8b ]; then

@@ -29,11 +29,14 @@ from specops_host.fixtures import synthlang
 DEMO_VERIFIER = data.DEMO_VERIFIER
 DEMO_LAYERS = "1,2,3,4"
 DEMO_CONFIG = "configs/demo.yaml"
-#: the demo on a GPU host: a learnable verifier of about a billion parameters trained there (16
-#: layers: decoding bound by memory, as a real verifier's, so the draft's speedup shows), its draft
-#: fed layers 2, 8, 13 (speculators' default picks for 16 layers) + the last
-DEMO_GPU_VERIFIER = "models/learnable-llama-1b"
-DEMO_GPU_LAYERS = "2,8,13,16"
+#: the demo on a GPU host, by verifier size: a learnable verifier trained there (under the workdir)
+#: and the layers its draft is fed (speculators' default picks + the last). 8b: Llama-3.1-8B's
+#: shape, 16 GB in bf16, where decoding is bound by reading the weights and the draft's worth shows
+#: (2.37x at one request on an H200, against 1.72x at best for the 1b, whose ~2 ms step is mostly
+#: vLLM's per-step overhead); its training takes about 100 GB of GPU memory: 1b below DEMO_8B_GIB
+DEMO_GPU = {"tiny": (DEMO_VERIFIER, DEMO_LAYERS), "1b": ("models/learnable-llama-1b", "2,8,13,16"),
+            "8b": ("models/learnable-llama-8b", "2,16,29,32")}
+DEMO_8B_GIB = 120
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
 ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
                    "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
@@ -207,25 +210,29 @@ def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
 def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
                max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
-               speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3) -> dict:
+               speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
+               side_by_side: Optional[int] = None, control_args: Optional[list] = None) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
     the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
     first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
     shows on fewer), the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
-    served_layer_ids too). The trained draft's evaluation.json is
+    served_layer_ids too). side_by_side: the trained draft's timing's servers up at once
+    (evaluate's); control_args: the controls' vLLM arguments beside vllm_args (--enforce-eager on a
+    GPU: they measure acceptance, and start faster without CUDA graphs). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
     from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
-        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw),
-                                            run_id, kind="trained")
+        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats,
+                                                     side_by_side=side_by_side, **kw), run_id, kind="trained")
     t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
            + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
               if out["trained"].get("speedup_at_1") is not None else ""), "done")
-    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts))
+    more = [a for a in (control_args or []) if a not in (vllm_args or [])]
+    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts), vllm_args=[*(vllm_args or []), *more])
     ctl_dest = str(Path(dest) / run_id / "controls")
 
     def wrong_layers(beside):  # (its run id, what was changed, its evaluation or a Pending one)
@@ -346,6 +353,37 @@ def vllm_warm_done(t: Transport, rid: str, timeout: float = 300) -> Optional[dic
     return res
 
 
+def gpu_gib(t: Transport) -> Optional[float]:
+    """GPU 0's memory on the host in GiB (nvidia-smi; a fact, read under --dry-run too), or None
+    where it cannot tell."""
+    r = t.fact("nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0", timeout=60)
+    try:
+        return int(r.stdout.split()[0]) / 1024 if r.ok and r.stdout.split() else None
+    except ValueError:
+        return None
+
+
+def demo_size(t: Transport, size: str = "auto") -> str:
+    """The demo's verifier size on this host: tiny on a cpu host; on a cuda host 8b where GPU 0 has
+    DEMO_8B_GIB or more (said in a line), else 1b. An explicit size is checked: one line when the
+    host cannot train it."""
+    gpu = t.host.profile != "cpu"
+    if size not in ("auto", *DEMO_GPU):
+        raise SpecopsError(f"demo --size {size}: choose auto, {', '.join(DEMO_GPU)}")
+    if not gpu:
+        if size not in ("auto", "tiny"):
+            raise SpecopsError(f"demo --size {size}: {t.host.name} is a cpu host (profile {t.host.profile}), where the "
+                               f"demo's verifier is the tiny one: drop --size, or use a cuda host")
+        return "tiny"
+    if size != "auto":
+        return size
+    gib = gpu_gib(t)
+    pick = "8b" if gib is not None and gib >= DEMO_8B_GIB else "1b"
+    t.note(f"demo: the {pick} verifier (GPU 0 " + (f"has {gib:.0f} GiB" if gib is not None else "memory unknown")
+           + f"; the 8b where {DEMO_8B_GIB} GiB or more: its training takes about 100 GB; --size picks)")
+    return pick
+
+
 #: the demo's speedup: timed twice by vllm bench serve, sides interleaved (its spread shown; `inv evaluate`
 #: repeats 3 times by default): the demo keeps its time goal
 DEMO_REPEATS = 2
@@ -354,7 +392,7 @@ DEMO_REPEATS = 2
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
          evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"),
          seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
-         speedup: str = "1,16", repeats: int = DEMO_REPEATS) -> dict:
+         speedup: str = "1,16", repeats: int = DEMO_REPEATS, size: str = "auto") -> dict:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
@@ -363,21 +401,24 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
     a dry run says it up to the verifier's build (what follows reads it). vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
     seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
-    cuda) the verifier is the 1b one (DEMO_GPU_VERIFIER, trained on the GPU), extraction runs eager
-    and the drafts are served with CUDA graphs (what the speedup is measured with)."""
+    cuda) the verifier is the 8b or the 1b one (demo_size(): DEMO_GPU, trained on the GPU),
+    extraction runs eager, the trained draft is served with CUDA graphs beside the verifier alone
+    (two servers sharing the GPU: the speedup's sides interleaved, paired) and the controls eager
+    (acceptance only)."""
     concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (the speedup timed that many times)")
     repeats = int(repeats)
     t0, load = time.time(), os.getloadavg()
     gpu = t.host.profile != "cpu"
+    size = demo_size(t, size)
     bootstrap.bootstrap(t)
-    vpath = f"{t.workdir}/{DEMO_GPU_VERIFIER if gpu else DEMO_VERIFIER}"
+    vpath = f"{t.workdir}/{DEMO_GPU[size][0]}"
     warm = []  # (vLLM's model-info cache filled beside the verifier's training, when it trains)
     t.would("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
             "served through vLLM (not shown: they depend on it)")
     try:
-        rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size="1b" if gpu else "tiny",
+        rec = ensure_learnable_verifier(t, vpath, seconds=seconds, size=size,
                                         beside=lambda: warm.append(start_vllm_warm(t)))
     except NotDone:  # (a dry run stops here: nothing started, nothing to stop)
         raise
@@ -394,7 +435,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
         res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm",
-                  layers=DEMO_GPU_LAYERS if gpu else DEMO_LAYERS,
+                  layers=DEMO_GPU[size][1],
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
@@ -403,7 +444,8 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         res["num_spec_tokens"] = 3
         res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
-                                       max_tokens=max_tokens, vllm_args=served, speedup=speedup, repeats=repeats)
+                                       max_tokens=max_tokens, vllm_args=served, speedup=speedup, repeats=repeats,
+                                       side_by_side=2 if gpu else None, control_args=eager)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
         # (the table's figures beside the run, as the stage times are: the trained draft's and the controls')
         (Path(res["dest"]) / "acceptance.json").write_text(json.dumps(
