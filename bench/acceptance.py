@@ -47,7 +47,7 @@ def main():
     if not _common.HOST_PY.exists():
         sys.exit(f"no local venv at {_common.HOST_PY}: run `.venv/bin/inv bootstrap --host local` first")
 
-    from specops.ops import data, pipeline
+    from specops.ops import controls, data, pipeline
     from specops import inventory
     from specops.host.connection import connect
 
@@ -82,7 +82,7 @@ def main():
                                skip_bootstrap=True, vllm_args=["--enforce-eager"])
             stages.append(("pipeline (check, prepare + extract, inspect, train, fetch)", time.time() - s))
             s = time.time()
-            acc = pipeline.acceptance(t, res["run_id"], dataset=f"{t.workdir}/data/bench", verifier=vpath,
+            acc = controls.acceptance(t, res["run_id"], dataset=f"{t.workdir}/data/bench", verifier=vpath,
                                       dest=str(work / "runs"), max_prompts=a.prompts, max_tokens=a.tokens,
                                       vllm_args=["--enforce-eager"])
             stages.append(("serve: trained + 2 controls (incl. the untrained draft's 1-step run)", time.time() - s))

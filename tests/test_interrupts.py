@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, wait_for
 from specops.host.connection import connect
-from specops.ops import jobs, pipeline, plan, train
+from specops.ops import controls, jobs, plan, train
 
 
 class Called(Exception):
@@ -42,7 +42,7 @@ def test_plans_and_pipelines_own_their_trainings(monkeypatch):
             return None
 
     with pytest.raises(Called):
-        pipeline.untrained_draft(T(), "r1", dataset="d", verifier="v")
+        controls.untrained_draft(T(), "r1", dataset="d", verifier="v")
     assert seen == [True, True], seen
 
 

@@ -177,13 +177,13 @@ def test_jobs_clean_removes_only_the_old_ended_runs():
 
 
 def test_pipeline_wrong_layers_control_copies_the_best_draft_and_shifts_its_layers():
-    from specops.ops import pipeline
+    from specops.ops import controls
 
     dst = "/w/runs/r1.wrong-layers"
     t = RecordingTransport(host(), files={
         f"{dst}/checkpoints/0/config.json": b'{"eagle_aux_hidden_state_layer_ids": [1, 3]}',
         f"{dst}/train-spec.json": b'{"verifier": "/m/v"}', "/m/v/config.json": b'{"num_hidden_layers": 6}'})
-    assert pipeline.wrong_layers_draft(t, "r1") == "r1.wrong-layers"
+    assert controls.wrong_layers_draft(t, "r1") == "r1.wrong-layers"
     assert t.commands == [
         f"rm -rf {dst} && mkdir -p {dst}/checkpoints {dst}/logs && cd /w/runs/r1/checkpoints && "
         "c=$(if [ -e checkpoint_best ]; then echo checkpoint_best; else ls | grep -E '^[0-9]+$' | sort -n | tail -1; "

@@ -21,7 +21,7 @@ def test_bench_command_line_is_vllm_bench_serve():
         "--result-dir /r/bench --result-filename draft@4-r1.json --metadata side=draft")
     assert "--trust-remote-code" in sp.bench_args(url="u", tokenizer="t", dataset="d", level=1, requests=1, tokens=1,
                                                   result_dir="r", result_file="f", trust_remote_code=True)
-    assert sp.default_requests("cuda", 1) == 32 and sp.default_requests("cuda", 16) == 128
+    assert sp.default_requests("cuda", 1) == 32 and sp.default_requests("cuda", 16) == 512
     assert sp.default_requests("cpu", 1) == 8 and sp.default_requests("cpu", 16) == 32
     assert sp.default_tokens("cuda", 64) == 256 and sp.default_tokens("cpu", 64) == 64
 

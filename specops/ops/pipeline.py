@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Optional
 from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train, watch
 from specops import metrics, paths
 from specops.ops import plan as plans
+from specops.ops.controls import DEMO_CONFIG, acceptance, controls_verdict
 from specops.ops import regenerate as regen
 from specops.args import USAGE, Refused, refusing
 from specops.contract import concurrency_levels
@@ -28,7 +28,6 @@ from specops_host.fixtures import synthlang
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = data.DEMO_VERIFIER
 DEMO_LAYERS = "1,2,3,4"
-DEMO_CONFIG = "configs/demo.yaml"
 #: the demo on a GPU host, by verifier size: a learnable verifier trained there (under the workdir)
 #: and the layers its draft is fed (speculators' default picks + the last). 8b: Llama-3.1-8B's
 #: shape, 16 GB in bf16, where decoding is bound by reading the weights and the draft's worth shows
@@ -37,10 +36,6 @@ DEMO_CONFIG = "configs/demo.yaml"
 DEMO_GPU = {"tiny": (DEMO_VERIFIER, DEMO_LAYERS), "1b": ("models/learnable-llama-1b", "2,8,13,16"),
             "8b": ("models/learnable-llama-8b", "2,16,29,32")}
 DEMO_8B_GIB = 120
-#: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
-ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
-                   "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
-                   "seconds")
 
 
 def demo_conversations(path: Path, n: int = 200, seed: int = 123) -> Path:
@@ -143,159 +138,6 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     t.note(f"pipeline done: run {tr['run_id']} in {got['dest']} ({got['files']} files verified; checkpoints "
            f"{', '.join(ckpts)}; plot {m['plot']})", "done")
     return {"run_id": tr["run_id"], "dest": got["dest"], "metrics": m, "checkpoints": ckpts}
-
-
-def verifier_layers(t: Transport, verifier: str) -> Optional[int]:
-    """num_hidden_layers of the verifier's config.json (or its text_config); None if unreadable."""
-    try:
-        cfg = json.loads(t.read_bytes(f"{verifier}/config.json") or b"{}")
-    except ValueError:
-        return None
-    return (cfg.get("text_config") or {}).get("num_hidden_layers") or cfg.get("num_hidden_layers")
-
-
-def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] = None) -> str:
-    """A control run `<run_id>.wrong-layers` on the host: the run's trained draft (the checkpoint
-    `evaluate` takes as best) whose config declares other aux layer ids than the hidden states it
-    was trained on, so vLLM feeds it the residual stream of other layers. Default: each id one
-    higher (an off-by-one between the extraction's layer numbering and vLLM's; one lower where the
-    last would pass the verifier's depth). Same train spec: same verifier, same held-out prompts.
-    (The order of the ids does not matter: vLLM collects them in layer order.) Returns the
-    control's run id."""
-    src, cid = jobs.run_path(t, run_id), f"{run_id}.wrong-layers"
-    dst = jobs.run_path(t, cid)
-    q = shlex.quote
-    t.check(f"rm -rf {q(dst)} && mkdir -p {q(dst)}/checkpoints {q(dst)}/logs && cd {q(src)}/checkpoints && "
-            f"c=$(if [ -e checkpoint_best ]; then echo checkpoint_best; else ls | grep -E '^[0-9]+$' | sort -n | "
-            f"tail -1; fi) && test -n \"$c\" && cp -rL \"$c\" {q(dst)}/checkpoints/0 && "
-            f"cp {q(src)}/train-spec.json {q(dst)}/train-spec.json", f"copy {run_id}'s draft for the wrong-layers control")
-    cfg_path = f"{dst}/checkpoints/0/config.json"
-    cfg = json.loads(t.read_bytes(cfg_path) or b"{}")
-    trained = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if not trained:
-        raise SpecopsError(f"{run_id}'s draft config has no eagle_aux_hidden_state_layer_ids: not an EAGLE-3 draft")
-    if layer_ids is None:
-        spec = json.loads(t.read_bytes(f"{dst}/train-spec.json") or b"{}")
-        depth = verifier_layers(t, spec.get("verifier", "")) or max(trained)
-        layer_ids = [i + 1 for i in trained] if max(trained) < depth else [i - 1 for i in trained]
-    cfg["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
-    cfg["specops_control"] = {"kind": "wrong-layers", "trained_layer_ids": trained, "served_layer_ids": list(layer_ids),
-                              "source_run": run_id}
-    t.put_text(json.dumps(cfg, indent=1), cfg_path, label="(draft config)")
-    return cid
-
-
-def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG) -> str:
-    """A control run `<run_id>.untrained`: `speculators train --dry-run` on the same data, verifier
-    and config (speculators 0.9.0's own "build the speculator, initialise its weights, save the
-    checkpoint, exit before training", as the draft-serves preflight builds its draft): the draft
-    training starts from (speculators' own initialisation, the verifier's embeddings and lm_head),
-    with no data loaded and no step taken. Its checkpoint is moved to checkpoints/0, where a
-    training's first one would be. Returns the control's run id."""
-    cid = f"{run_id}.untrained"
-    ck = jobs.run_path(t, cid, "checkpoints")
-    t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
-    train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
-                overrides={"dry-run": True}, serve_check=False, own=True)  # (evaluate serves it next)
-    q = shlex.quote(ck)
-    t.check(f"cd {q} && test -f config.json && mkdir 0 && find . -mindepth 1 -maxdepth 1 ! -name 0 "
-            f"-exec mv -t 0 {{}} +", f"{cid}: the dry run's checkpoint as checkpoints/0")
-    return cid
-
-
-def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
-    return {"run_id": run_id, **{k: ev.get(k) for k in ACCEPTANCE_KEYS}, **extra}
-
-
-def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
-               controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
-               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
-               speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
-               side_by_side: Optional[int] = None, control_args: Optional[list] = None) -> dict:
-    """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
-    the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
-    first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
-    shows on fewer), the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
-    each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
-    served_layer_ids too). side_by_side: the trained draft's timing's servers up at once
-    (evaluate's); control_args: the controls' vLLM arguments beside vllm_args (--enforce-eager on a
-    GPU: they measure acceptance, and start faster without CUDA graphs). The trained draft's evaluation.json is
-    dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
-    from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
-
-    kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
-    out = {}
-    with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
-        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats,
-                                                     side_by_side=side_by_side, **kw), run_id, kind="trained")
-    t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
-           + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
-              if out["trained"].get("speedup_at_1") is not None else ""), "done")
-    more = [a for a in (control_args or []) if a not in (vllm_args or [])]
-    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts), vllm_args=[*(vllm_args or []), *more])
-    ctl_dest = str(Path(dest) / run_id / "controls")
-
-    def wrong_layers(beside):  # (its run id, what was changed, its evaluation or a Pending one)
-        cid = wrong_layers_draft(t, run_id)
-        cfg = json.loads(t.read_bytes(jobs.run_path(t, cid, "checkpoints", "0", "config.json")) or b"{}")
-        return cid, cfg.get("specops_control", {}), evaluate(t, cid, checkpoint="0", dest=ctl_dest, beside=beside, **kw)
-
-    # a cpu host: the wrong-layers control is served beside the untrained one (the controls measure
-    # acceptance, not speed; a server's start is one busy interpreter at a time, so two share the
-    # cores); a GPU's two servers would share its memory: one after the other there
-    wrong = None
-    if "untrained" in controls:
-        with t.step("control: the untrained draft (speculators' step 0), served the same way"):
-            if "wrong_layers" in controls and t.host.profile == "cpu":
-                wrong = wrong_layers(beside=True)
-                if isinstance(wrong[2], Pending):
-                    t.note(f"the wrong-layers control is served beside it: run {wrong[2].eid} "
-                           f"(`{t.hint(f'logs -f --run-id {wrong[2].eid}')}` shows its log)")
-            try:
-                cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
-                out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
-                                                      kind="untrained", how="speculators train --dry-run: its initialised draft")
-            except BaseException:
-                if wrong and isinstance(wrong[2], Pending):
-                    jobs.stop(t, wrong[2].eid, grace=30)
-                raise
-        t.note(f"untrained draft: mean acceptance length {out['untrained']['mean_acceptance_length']:.2f}", "done")
-    if "wrong_layers" in controls:
-        with t.step("control: the trained draft fed other layers' hidden states, served the same way"):
-            cid, what, ev = wrong or wrong_layers(beside=False)
-            try:
-                ev = finish(t, ev) if isinstance(ev, Pending) else ev
-            except BaseException:  # (Ctrl-C while waiting for it: it does not go on alone)
-                jobs.stop(t, ev.eid, grace=30)
-                raise
-            out["wrong_layers"] = acceptance_summary(ev, cid, **what)
-        t.note(f"wrong-layers draft: mean acceptance length {out['wrong_layers']['mean_acceptance_length']:.2f}",
-               "done")
-    return out
-
-
-def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
-    """What the controls say about the trained draft's figure, a line each: a control within
-    `margin` of the trained draft's mean acceptance length does not separate them (said so,
-    never claimed as proof)."""
-    m = (acc.get("trained") or {}).get("mean_acceptance_length")
-    if m is None:
-        return []
-    out = []
-    u = (acc.get("untrained") or {}).get("mean_acceptance_length")
-    if u is not None:
-        out.append(f"untrained draft {u:.2f} vs trained {m:.2f}: " + (
-            "the figure comes from training" if u <= m - margin else
-            "as high as the trained draft: this figure does not show what training did"))
-    w = acc.get("wrong_layers") or {}
-    if w.get("mean_acceptance_length") is not None:
-        x = w["mean_acceptance_length"]
-        ids = f" (layers {w.get('served_layer_ids')} for {w.get('trained_layer_ids')})" if w.get("served_layer_ids") else ""
-        out.append(f"fed other layers{ids} {x:.2f} vs {m:.2f}: " + (
-            "the draft depends on the hidden states of the layers it learnt from" if x <= m - margin else
-            "as high as with the right layers: this verifier's neighbouring layers carry nearly the same "
-            "features, so this control does not separate them here"))
-    return out
 
 
 def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,

@@ -202,7 +202,7 @@ def speedup_options(ap):
                     help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
     ap.add_argument("--repeats", type=int, default=3, help="each side timed this many times (sides interleaved)")
     ap.add_argument("--speedup-requests", type=int, default=0,
-                    help="requests per level and side (default: cuda max(32, 8 x level), cpu max(8, 2 x level))")
+                    help="requests per level and side (default: cuda 32 x level, cpu max(8, 2 x level))")
     ap.add_argument("--speedup-tokens", type=int, default=0,
                     help="output tokens per timed request (default: cuda 256, cpu --max-tokens)")
     ap.add_argument("--tune-k", default="", help="the draft also timed at these num_speculative_tokens (1,2,3)")
