@@ -9,7 +9,7 @@
 #
 # Stages of `all` (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   env      GPUs, link topology, versions
-#   build    remote/tiny_verifier.py --shape kimi (hidden 4096, 12 layers, 16 experts: ~5.2 B params)
+#   build    specops_host/fixtures/tiny_verifier.py --shape kimi (hidden 4096, 12 layers, 16 experts: ~5.2 B params)
 #   data     a prepared dataset of $ROWS pre-tokenised rows (specops/synth.write_dataset: pyarrow)
 #   one      CUDA_VISIBLE_DEVICES=0, --tensor-parallel 1
 #   two      CUDA_VISIBLE_DEVICES=0,1, --tensor-parallel 2, SPECOPS_GPU_MEMORY_CAP_GIB=$CAP
@@ -63,16 +63,16 @@ stage() {
 }
 
 cat > "$B/wrap.py" <<'EOF'
-"""remote/datagen.py's main, unchanged, with the placement, the device map actually used and the
-peak GPU memory logged (monkeypatched around hf_placement and decoder_stack)."""
+"""specops_host/data/datagen.py's main, unchanged, with the placement, the device map actually used
+and the peak GPU memory logged (monkeypatched around hf_backend's hf_placement and decoder_stack)."""
 import atexit, json, os, sys
 
 repo = os.environ["KS_REPO"]
-sys.path.insert(0, os.path.join(repo, "remote"))
-import contract  # noqa: E402
-import datagen  # noqa: E402
+sys.path.insert(0, repo)
+from specops_host import contract  # noqa: E402
+from specops_host.data import datagen, hf_backend  # noqa: E402
 
-_place, _stack = datagen.hf_placement, datagen.decoder_stack
+_place, _stack = hf_backend.hf_placement, hf_backend.decoder_stack
 
 
 def hf_placement(*a, **k):
@@ -105,9 +105,9 @@ def peak():
             for i in range(torch.cuda.device_count())}), flush=True)
 
 
-datagen.hf_placement, datagen.decoder_stack = hf_placement, decoder_stack
+hf_backend.hf_placement, hf_backend.decoder_stack = hf_placement, decoder_stack
 atexit.register(peak)
-sys.argv[0] = os.path.join(repo, "remote", "datagen.py")
+sys.argv[0] = os.path.join(repo, "specops_host", "data", "datagen.py")
 contract.main(datagen.main)
 EOF
 
@@ -162,7 +162,7 @@ s_env() {
 }
 
 s_build() {
-  # remote/tiny_verifier.py unchanged, with save_pretrained's shard size raised so that its one-file
+  # specops_host/fixtures/tiny_verifier.py unchanged, with save_pretrained's shard size raised so that its one-file
   # read-back (.text-model/model.safetensors) holds whatever transformers' default shard size is
   cat > "$B/build.py" <<'PYEOF'
 import runpy, sys
@@ -172,9 +172,9 @@ def save_pretrained(self, *a, **k):
     k.setdefault("max_shard_size", "1000GB")
     return _save(self, *a, **k)
 PreTrainedModel.save_pretrained = save_pretrained
-sys.path.insert(0, "remote")
-sys.argv = ["remote/tiny_verifier.py", *sys.argv[1:]]
-runpy.run_path("remote/tiny_verifier.py", run_name="__main__")
+sys.path.insert(0, ".")
+sys.argv = ["specops_host/fixtures/tiny_verifier.py", *sys.argv[1:]]
+runpy.run_module("specops_host.fixtures.tiny_verifier", run_name="__main__", alter_sys=True)
 PYEOF
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES="" $PY "$B/build.py" "$V" --shape kimi --code tests/fixtures/kimi $SHAPE --overwrite || return 1
