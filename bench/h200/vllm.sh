@@ -33,7 +33,9 @@
 #              vLLM (MLA, speculators' CUDA connector, --language-model-only), a draft trained, then
 #              `inv evaluate` (its acceptance: about 1 on a random verifier)
 #   demo8      inv demo on the 8B-class verifier `v8b` trains (the demo's pick on an H200), then
-#   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers)
+#   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers;
+#              AGREE_FROM=/tmp/lap-runs-1b: against demo1's)
+#   demo1      inv demo --size 1b: the 1B verifier's figures by the same method
 #   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
 #              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
 #              the speedup on a verifier whose decoding is closer to bound by memory
@@ -66,7 +68,7 @@ if [ "$MODE" = collect ]; then
     for s in "$r"/evaluation/*/output.log "$r"/evaluation/output.log; do
       [ -f "$s" ] && cp "$s" "$C/runs/$n/eval-$(basename "$(dirname "$s")").log"; done
   done
-  (cd /tmp && find lap-runs -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' -o -name '*.png' \) \
+  (cd /tmp && find lap-runs lap-runs-1b -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' -o -name '*.png' \) \
      -size -2M -print0 2>/dev/null | xargs -0 -r cp --parents -t "$C") 2>/dev/null
   cp -r "$B"/lap-* "$C/" 2>/dev/null
   cp "$WD"/.specops/env-cuda.txt "$C/" 2>/dev/null; cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
@@ -349,12 +351,18 @@ s_demo8() {
   say "demo8: the 8B verifier ready after $((SECONDS - t0)) s of waiting"
   s_demo
 }
-s_agree() {
-  local ev; ev=$(ls -t /tmp/lap-runs/*/evaluation.json 2>/dev/null | head -1)
-  [ -n "$ev" ] || { echo "no demo evaluation under /tmp/lap-runs"; return 1; }
+s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-runs-1b after demo1)
+  local from=${AGREE_FROM:-/tmp/lap-runs}
+  local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
+  [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
   local r; r=$(basename "$(dirname "$ev")")
-  /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from /tmp/lap-runs \
+  /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from "$from" \
     --side-by-side 2 --out "$B/agreement.md"
+}
+s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo)
+  echo "gpu memory before: $(gpu_mem) MiB"
+  $INV demo --size 1b --dest /tmp/lap-runs-1b || return 1
+  for f in /tmp/lap-runs-1b/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','speedup','speedup_at_1')}, indent=1))" "$f"; done
 }
 
 if [ "$MODE" = v8b ]; then
