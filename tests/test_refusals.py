@@ -255,3 +255,9 @@ def test_a_prompts_file_is_read_in_specops_words(tmp_path, text, want):
     assert str(e.value).startswith(f"--prompts {f}: ") and want in str(e.value), str(e.value)
     f.write_text('{"prompt": "hi"}\n{"text": "yo"}\n')
     assert file_prompts(str(f), 1) == ([{"prompt": "hi"}], {"source": str(f)})
+
+
+def test_a_gpu_verifier_size_on_a_cpu_host_is_one_line_before_anything_runs():
+    line = refused(inv("demo", "--size", "8b", "--dry-run"), code=1)
+    assert line == ("specops: demo --size 8b: local is a cpu host (profile cpu), where the demo's verifier is the "
+                    "tiny one: drop --size, or use a cuda host"), line
