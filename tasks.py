@@ -399,7 +399,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     "speedup_requests": "requests per level and side (default: cuda 32 x level, cpu max(8, 2 x level))",
     "speedup_tokens": "output tokens per timed request (default: cuda 256, cpu --max-tokens)",
     "side_by_side": "servers up at once: the verifier alone beside N - 1 other sides, the GPU memory split "
-                    "between them (default: cpu 2, cuda 1; 2 or more: interleaved, paired ratios)"})
+                    "between them (default: cpu 2; cuda 2 where two servers and 4 GiB of KV cache each fit GPU 0 "
+                    "and no --vllm-arg sets the memory, else 1; 2 or more: interleaved, paired ratios)"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, vllm_arg=None,
              repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,

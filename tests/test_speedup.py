@@ -58,6 +58,13 @@ def test_which_servers_are_up_together_and_the_order_of_runs():
                   sp.Side("ngram", "free", {}))
     names = lambda bs: [[s.name for s in x] for x in bs]  # noqa: E731
     assert sp.together_default("cpu") == 2 and sp.together_default("cuda") == 1 and sp.together_default("cuda", 3) == 3
+    gib, h200 = 2 ** 30, 143771 * 2 ** 20
+    assert sp.together_default("cuda", total=h200, weights=16 * gib) == 2  # (an 8B verifier: 46 GiB of KV each)
+    assert sp.together_default("cuda", total=24 * gib, weights=2 * gib) == 2  # (a 1B on a 24 GiB GPU: 5.8 GiB each)
+    assert sp.together_default("cuda", total=24 * gib, weights=16 * gib) == 1
+    assert sp.together_default("cuda", total=h200, weights=600 * gib, tensor_parallel=8) == 1  # (Kimi-K2.5 on 8)
+    assert sp.together_default("cuda", total=h200, weights=16 * gib, user_args=["--gpu-memory-utilization=0.8"]) == 1
+    assert sp.together_default("cuda", 2, total=h200, weights=600 * gib, tensor_parallel=8) == 2  # (asked: as asked)
     assert names(sp.batches([b, d, t, n], 2)) == [["draft", "baseline"], ["eagle3 k=1", "baseline"],
                                                  ["ngram", "baseline"]]
     assert names(sp.batches([b, d, t, n], 1)) == [["draft"], ["baseline"], ["eagle3 k=1"], ["ngram"]]

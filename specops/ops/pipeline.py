@@ -245,8 +245,8 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
     cuda) the verifier is the 8b or the 1b one (demo_size(): DEMO_GPU, trained on the GPU),
     extraction runs eager, the trained draft is served with CUDA graphs beside the verifier alone
-    (two servers sharing the GPU: the speedup's sides interleaved, paired) and the controls eager
-    (acceptance only)."""
+    (two servers sharing the GPU where they fit, as `inv evaluate` does: the speedup's sides
+    interleaved, paired) and the controls eager (acceptance only)."""
     concurrency_levels(speedup)  # (bad levels: one line, before anything runs)
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (the speedup timed that many times)")
@@ -287,7 +287,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
                                        max_tokens=max_tokens, vllm_args=served, speedup=speedup, repeats=repeats,
-                                       side_by_side=2 if gpu else None, control_args=eager)
+                                       control_args=eager)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
         # (the table's figures beside the run, as the stage times are: the trained draft's and the controls')
         (Path(res["dest"]) / "acceptance.json").write_text(json.dumps(

