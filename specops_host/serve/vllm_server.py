@@ -254,8 +254,9 @@ def wait_started(d, port, timeout):
 
 
 #: seconds a starting server's job must read `lost` (no process of it found) before it is believed:
-#: a Slurm array task once read it at its first look while its server was starting (the server came
-#: up, unwatched, and outlived the task)
+#: a Slurm array task once read it at its first look, 0 s after the launch, while its supervisor
+#: and server were alive and tagged (19 minutes later they still were: they had come up unwatched and
+#: outlived the task); a process read in the middle of its exec shows no environment, hence no tag
 LOST_GRACE = 5.0
 
 
