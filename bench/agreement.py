@@ -71,17 +71,14 @@ def healthy(port, proc, timeout=1800):
     sys.exit("agreement: a server was not healthy in time")
 
 
-def spread(xs):
-    """(max - min) / median of one side's tokens/s across repeats."""
-    return (max(xs) - min(xs)) / statistics.median(xs) if xs else 0.0
-
-
 def verdict(gap, *spreads):
-    """yes / NO, with the widest spread across repeats when it exceeds 5% (then the gap is within
-    the noise of the figures compared, not a verdict on the method)."""
+    """yes / NO, with the widest spread across repeats when it exceeds specops's NOISY (then the gap
+    is within the noise of the figures compared, not a verdict on the method)."""
+    from specops_host.serve.speedup import NOISY
+
     wide = max((x for x in spreads if x is not None), default=0.0)
     return ("yes" if abs(gap) <= AGREE else "NO") + (f" (a spread of {100 * wide:.1f}% across repeats: noisy)"
-                                                     if wide > AGREE else "")
+                                                     if wide > NOISY else "")
 
 
 def bench_cmd(python):
@@ -141,6 +138,7 @@ def main():
     requests = {str(c): sp["requests"][str(c)] for c in levels}
     tokens = sp["max_tokens"]
     from specops_host.serve import vllm_server
+    from specops_host.serve.speedup import spread
 
     env = {**os.environ, **vllm_server.server_env(str(run.parent.parent), "cpu" if "--enable-scale-out" in draft_cmd
                                                    else "cuda"),
@@ -191,7 +189,7 @@ def main():
                     f"{mine['ratio']:.3f} ({mine['ratio_min']:.3f}-{mine['ratio_max']:.3f}) | {d:.1f} / {b:.1f} | "
                     f"{hand:.3f} ({min(tps[('draft', c)]):.1f}-{max(tps[('draft', c)]):.1f} / "
                     f"{min(tps[('baseline', c)]):.1f}-{max(tps[('baseline', c)]):.1f}) | {100 * gap:+.1f}% | "
-                    f"{verdict(gap, mine.get('ratio_spread'), spread(tps[('draft', c)]), spread(tps[('baseline', c)]))} |")
+                    f"{verdict(gap, mine.get('ratio_spread'), *(spread(tps[(s, c)])['spread'] for s in procs))} |")
     head = (f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: run {a.run_id} on `{a.host}` "
             f"({_common.machine()}, load {os.getloadavg()[0]:.1f})\n\n"
             f"{a.repeats} repeats, {', '.join(f'{requests[str(c)]} requests at {c}' for c in levels)}, {tokens} tokens "

@@ -144,12 +144,23 @@ def shared_gpu_args(shared, user_args, *, total, weights, tensor_parallel=1):
     H200 with two 8B servers started at once)."""
     if shared <= 1:
         return []
-    given = {x.split("=")[0].replace("_", "-") for x in user_args}
+    given = memory_flags(user_args)
     out = [] if "--gpu-memory-utilization" in given else [f"--gpu-memory-utilization={0.9 / shared:.2f}"]
     if "--kv-cache-memory-bytes" not in given and total:
-        kv = int(total * 0.9 / shared - weights / max(1, tensor_parallel) - 3 * 2 ** 30)
-        out.append(f"--kv-cache-memory-bytes={max(kv, 2 ** 30)}")
+        out.append(f"--kv-cache-memory-bytes={max(kv_share(shared, total, weights, tensor_parallel), 2 ** 30)}")
     return out
+
+
+def memory_flags(user_args):
+    """The memory settings among the user's vLLM arguments (--flag=v or --flag v, _ or -)."""
+    return {x.split("=")[0].replace("_", "-") for x in user_args} & {"--gpu-memory-utilization",
+                                                                       "--kv-cache-memory-bytes"}
+
+
+def kv_share(shared, total, weights, tensor_parallel=1):
+    """The KV cache bytes one of `shared` servers gets on a GPU of `total` bytes: 0.9 / shared of it
+    less the weights (per GPU) and 3 GiB for activations and graphs."""
+    return int(total * 0.9 / shared - weights / max(1, tensor_parallel) - 3 * 2 ** 30)
 
 
 MIN_KV = 4 * 2 ** 30  # the KV cache each of two servers sharing a GPU needs at least, for the default
@@ -164,10 +175,9 @@ def together_default(kind, side_by_side=0, *, total=None, weights=0, tensor_para
         return side_by_side
     if kind == "cpu":
         return 2
-    given = {x.split("=")[0].replace("_", "-") for x in user_args}
-    if given & {"--gpu-memory-utilization", "--kv-cache-memory-bytes"} or not total:
+    if memory_flags(user_args) or not total:
         return 1
-    return 2 if total * 0.9 / 2 - weights / max(1, tensor_parallel) - 3 * 2 ** 30 >= MIN_KV else 1
+    return 2 if kv_share(2, total, weights, tensor_parallel) >= MIN_KV else 1
 
 
 def batches(all_sides, together):
