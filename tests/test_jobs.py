@@ -209,3 +209,22 @@ def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
     assert any(w.startswith("vLLM's model info not cached ahead (ModuleNotFoundError: No module named 'vllm'")
                and w.endswith("each server inspects its architectures itself") for w in warned), warned
     assert bad.get("refused") and bad["error"] == "--archs: give one or more architecture names, e.g. LlamaForCausalLM"
+
+
+def test_a_job_is_running_as_soon_as_start_job_returns(monkeypatch, tmp_path):
+    """Exec closes the pipe Popen waits on before the new program's environment is in place: a
+    look at once could see the supervisor with no tag, and read the job `lost` (a vLLM server's
+    start once failed so, 0 s after its launch, and the server outlived its Slurm task). start_job
+    returns only once the tag shows: here /proc's environment is read as empty three times first."""
+    from specops_host.jobs import job, procs
+    from specops_host.jobs.records import job_state
+
+    blank = iter(range(3))
+    monkeypatch.setattr(job, "environ", lambda pid: {} if next(blank, None) is not None else procs.environ(pid))
+    rec = job.start_job("r1", ["sleep", "30"], kind="test", root=str(tmp_path))
+    try:
+        assert rec["ok"] and next(blank, None) is None  # (every blank read was waited past)
+        assert job_state(tmp_path / "r1")["state"] == "running"
+        assert procs.environ(rec["pid"])[procs.TAG_VAR] == rec["tag"]
+    finally:
+        assert job.stop_job(tmp_path / "r1", grace=5)["ok"]

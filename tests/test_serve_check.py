@@ -206,33 +206,3 @@ def test_a_server_refusing_its_arguments_has_argparse_line_as_root_cause():
     assert vs.root_error(log) == "api_server.py: error: unrecognized arguments: --no-such-vllm-flag"
     assert vs.root_error("ValueError: No common block size for 16\n" + log) == "ValueError: No common block size for 16"
     assert vs.root_error("INFO 12-01 09:45:16 [x.py:1] nothing wrong\n") is None
-
-
-def test_a_starting_server_read_lost_for_a_moment_is_waited_for_and_one_that_stays_lost_fails(monkeypatch, tmp_path):
-    """A Slurm array task once read its starting server's job as `lost` at the first look (no process
-    found), failed at once, and left the server running. `lost` is now believed only when it stays so
-    for LOST_GRACE seconds; then what its group left is reaped and the start fails in one line."""
-    vs = vllm_server
-
-    class Up:
-        status = 200
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-    states, reaped = iter(["lost", "lost", "running"]), []
-    monkeypatch.setattr(vs, "job_state", lambda d: {"state": next(states, "running"), "started": time.time()})
-    monkeypatch.setattr(vs.urllib.request, "urlopen", lambda url, timeout: Up())
-    monkeypatch.setattr(vs, "reap", lambda d: reaped.append(d))
-    monkeypatch.setattr(vs.time, "sleep", lambda s: None)
-    assert vs.wait_healthy(tmp_path, 1, timeout=60) == tmp_path and reaped == []
-
-    clock = iter(range(0, 1000))
-    monkeypatch.setattr(vs.time, "time", lambda: float(next(clock)))
-    monkeypatch.setattr(vs, "job_state", lambda d: {"state": "lost", "started": 0.0})
-    with pytest.raises(vs.ServerDied, match=r"vLLM server exited \(lost\) before it was healthy"):
-        vs.wait_healthy(tmp_path, 1, timeout=600)
-    assert reaped == [tmp_path]

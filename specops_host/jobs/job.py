@@ -47,6 +47,9 @@ CHECKS = {
 }
 
 
+START_VISIBLE = 5.0  # seconds start_job waits at most for its supervisor's tag to show in /proc
+
+
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
               term="group", fail_on=None, tied=False):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
@@ -91,6 +94,12 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd=cwd, close_fds=True, env=env)
         log.close()
+        # (exec closes the pipe Popen waits on before the new program's environment is in place;
+        # until it is, /proc shows the supervisor with no tag and the job reads `lost`: a server's
+        # start was once failed so, 0 s after its launch, and the server outlived its task)
+        until = time.time() + START_VISIBLE
+        while environ(p.pid).get(TAG_VAR) != tag and start_time(p.pid) is not None and time.time() < until:
+            time.sleep(0.005)
         # (p is this process's unreaped child: its pid cannot have changed hands yet)
         rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, pid_start=start_time(p.pid),
                                state=JobState.RUNNING.value))

@@ -253,28 +253,12 @@ def wait_started(d, port, timeout):
         raise
 
 
-#: seconds a starting server's job must read `lost` (no process of it found) before it is believed:
-#: a Slurm array task once read it at its first look, 0 s after the launch, while its supervisor
-#: and server were alive and tagged (19 minutes later they still were: they had come up unwatched and
-#: outlived the task); a process read in the middle of its exec shows no environment, hence no tag
-LOST_GRACE = 5.0
-
-
 def wait_healthy(d, port, timeout):
     t0 = float((job_state(d) or {}).get("started") or time.time())  # (from the launch: its job.json)
     last = time.time()
     url = f"http://127.0.0.1:{port}/health"
-    lost_since = None
     while True:
         st = job_state(d)["state"]
-        if st == "lost":  # (no process found for it: believed only when it stays so for LOST_GRACE)
-            lost_since = lost_since or time.time()
-            if time.time() - lost_since < LOST_GRACE:
-                time.sleep(0.5)
-                continue
-            reap(d)  # (whatever of its group is found by now does not outlive the failure)
-        elif st == "running":
-            lost_since = None
         if st != "running":
             raise died(d, f"vLLM server exited ({st}) before it was healthy")
         try:
