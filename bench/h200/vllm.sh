@@ -283,12 +283,16 @@ s_big() {
 VER8B=$WD/models/learnable-llama-8b
 # the 8B verifier's training, started before the wheelhouse arrives (it needs only the torch venv):
 #   bash bench/h200/vllm.sh v8b   (setsid; its log /tmp/v8b.log; stage 8b waits for it)
-v8b_ready() {  # wait for the 8B verifier (`v8b`), then the demo's conversations, a fresh v8b dataset and run
-  echo "gpu memory before: $(gpu_mem) MiB"
+wait_v8b() {  # wait for the 8B verifier `v8b` trains (20 minutes at most); it must be there after
   local t0=$SECONDS
   while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
   tail -4 /tmp/v8b.log
+  say "the 8B verifier ready after $((SECONDS - t0)) s of waiting"
   [ -f "$VER8B/specops-verifier.json" ] || { echo "no 8B verifier at $VER8B"; return 1; }
+}
+v8b_ready() {  # wait for the 8B verifier (`v8b`), then the demo's conversations, a fresh v8b dataset and run
+  echo "gpu memory before: $(gpu_mem) MiB"
+  wait_v8b || return 1
   PYTHONPATH=$PWD /tmp/lap/bin/python3 -c "import sys; from pathlib import Path; from specops.ops.pipeline import demo_conversations as d; d(Path(sys.argv[1]))" "$B/convs.jsonl"
   rm -rf "$WD/data/v8b" "$WD/runs/v8b-draft"
 }
@@ -345,11 +349,7 @@ s_e8b() {
 # evaluation (--from: its levels, repeats, requests, tokens): the same two servers started by hand,
 # side by side as the demo ran them, `vllm bench serve` by hand, the ratios compared (within 5%?).
 s_demo8() {
-  local t0=$SECONDS
-  while pgrep -f "learnable_verifier $VER8B" > /dev/null && [ $((SECONDS - t0)) -lt 1200 ]; do sleep 5; done
-  tail -3 /tmp/v8b.log
-  say "demo8: the 8B verifier ready after $((SECONDS - t0)) s of waiting"
-  s_demo
+  wait_v8b; s_demo  # (no verifier there: the demo trains it)
 }
 s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-runs-1b after demo1)
   local from=${AGREE_FROM:-/tmp/lap-runs}

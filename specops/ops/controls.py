@@ -87,14 +87,13 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
                max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
                speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
-               side_by_side: Optional[int] = None, control_args: Optional[list] = None) -> dict:
+               control_args: Optional[list] = None) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
     the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
     first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
     shows on fewer), the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
-    served_layer_ids too). side_by_side: the trained draft's timing's servers up at once
-    (evaluate's); control_args: the controls' vLLM arguments beside vllm_args (--enforce-eager on a
+    served_layer_ids too). control_args: the controls' vLLM arguments beside vllm_args (--enforce-eager on a
     GPU: they measure acceptance, and start faster without CUDA graphs). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
     from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
@@ -102,8 +101,8 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
     out = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
-        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats,
-                                                     side_by_side=side_by_side, **kw), run_id, kind="trained")
+        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw),
+                                            run_id, kind="trained")
     t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
            + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
               if out["trained"].get("speedup_at_1") is not None else ""), "done")
