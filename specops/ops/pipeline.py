@@ -28,13 +28,14 @@ from specops_host.fixtures import synthlang
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = data.DEMO_VERIFIER
 DEMO_LAYERS = "1,2,3,4"
-#: the demo on a GPU host, by verifier size: a learnable verifier trained there (under the workdir)
-#: and the layers its draft is fed (speculators' default picks + the last). 8b: Llama-3.1-8B's
+#: the demo's verifier by size (tiny: a cpu host's; 1b, 8b: a GPU host's): a learnable verifier trained
+#: on the host (under the workdir) and the layers its draft is fed (speculators' default picks + the
+#: last). 8b: Llama-3.1-8B's
 #: shape, 16 GB in bf16, where decoding is bound by reading the weights and the draft's worth shows
 #: (2.37x at one request on an H200, against 1.72x at best for the 1b, whose ~2 ms step is mostly
 #: vLLM's per-step overhead); its training takes about 100 GB of GPU memory: 1b below DEMO_8B_GIB
-DEMO_GPU = {"tiny": (DEMO_VERIFIER, DEMO_LAYERS), "1b": ("models/learnable-llama-1b", "2,8,13,16"),
-            "8b": ("models/learnable-llama-8b", "2,16,29,32")}
+DEMO_VERIFIERS = {"tiny": (DEMO_VERIFIER, DEMO_LAYERS), "1b": ("models/learnable-llama-1b", "2,8,13,16"),
+                  "8b": ("models/learnable-llama-8b", "2,16,29,32")}
 DEMO_8B_GIB = 120
 
 
@@ -210,8 +211,8 @@ def demo_size(t: Transport, size: str = "auto") -> str:
     DEMO_8B_GIB or more (said in a line), else 1b. An explicit size is checked: one line when the
     host cannot train it."""
     gpu = t.host.profile != "cpu"
-    if size not in ("auto", *DEMO_GPU):
-        raise SpecopsError(f"demo --size {size}: choose auto, {', '.join(DEMO_GPU)}")
+    if size not in ("auto", *DEMO_VERIFIERS):
+        raise SpecopsError(f"demo --size {size}: choose auto, {', '.join(DEMO_VERIFIERS)}")
     if not gpu:
         if size not in ("auto", "tiny"):
             raise SpecopsError(f"demo --size {size}: {t.host.name} is a cpu host (profile {t.host.profile}), where the "
@@ -243,7 +244,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
     a dry run says it up to the verifier's build (what follows reads it). vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
     seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
-    cuda) the verifier is the 8b or the 1b one (demo_size(): DEMO_GPU, trained on the GPU),
+    cuda) the verifier is the 8b or the 1b one (demo_size(): DEMO_VERIFIERS, trained on the GPU),
     extraction runs eager, the trained draft is served with CUDA graphs beside the verifier alone
     (two servers sharing the GPU where they fit, as `inv evaluate` does: the speedup's sides
     interleaved, paired) and the controls eager (acceptance only)."""
@@ -255,7 +256,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     gpu = t.host.profile != "cpu"
     size = demo_size(t, size)
     bootstrap.bootstrap(t)
-    vpath = f"{t.workdir}/{DEMO_GPU[size][0]}"
+    vpath = f"{t.workdir}/{DEMO_VERIFIERS[size][0]}"
     warm = []  # (vLLM's model-info cache filled beside the verifier's training, when it trains)
     t.would("then: the pipeline on that verifier (prepare + extract, inspect-data, train, fetch) and the drafts "
             "served through vLLM (not shown: they depend on it)")
@@ -277,7 +278,7 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
         res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm",
-                  layers=DEMO_GPU[size][1],
+                  layers=DEMO_VERIFIERS[size][1],
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
