@@ -198,6 +198,7 @@ def speedup(sp: dict) -> None:
           f"{'paired' if sp.get('paired') else 'ratio of medians'}; {sp.get('settings')})",
           ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
            "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
+    drift(sp)
     for sk in sp.get("skipped") or []:
         line(f"not measured: {sk.get('method') or sk.get('side')}: {sk.get('why')}", "yellow")
     for c, b in (sp.get("best") or {}).items():
@@ -305,6 +306,17 @@ def _span(v: Optional[dict]) -> str:
     return f"{v['ratio_min']:.2f}-{v['ratio_max']:.2f}" + (" noisy" if v.get("noisy") else "")
 
 
+def drift(sp: dict) -> None:
+    """Per level where both sides' tokens/s moved more than the noise mark between repeats and the
+    paired ratio did not: the machine's speed moved, not the draft's worth (say so; the ratio stands)."""
+    mark = sp.get("noisy_above", 0.05)
+    for c, v in (sp.get("by_concurrency") or {}).items():
+        wide = max(v.get("draft_spread") or 0, v.get("baseline_spread") or 0)
+        if sp.get("paired") and not v.get("noisy") and wide > mark and v.get("ratio_spread") is not None:
+            line(f"at {c} concurrent: tokens/s moved up to {100 * wide:.1f}% between repeats on both sides (the "
+                 f"machine's speed drifted); the paired speedup held within {100 * v['ratio_spread']:.1f}%")
+
+
 def demo_acceptance(res: dict) -> None:
     """The demo's last word: the trained draft served by vLLM beside its controls, same prompts."""
     acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
@@ -342,6 +354,7 @@ def demo_acceptance(res: dict) -> None:
                          f"concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
                          f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels)
              + f"; {sp.get('repeats', 1)} repeat(s) by vllm bench serve")
+        drift(sp)
         if sp.get("note"):
             line(f"note: {sp['note']}", "yellow")
 

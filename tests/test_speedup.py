@@ -133,6 +133,23 @@ def test_median_spread_and_paired_ratio():
     assert quiet["noisy"] is False and quiet["output_tokens_per_s"]["spread"] == 0.0
 
 
+def test_a_figure_is_noisy_by_its_own_spread_and_drift_of_both_sides_cancels_in_a_paired_ratio():
+    """The H200's 1B demo: both sides 6-8% slower in repeat 2, the paired ratio within 1.7%."""
+    b, d = sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {"method": "eagle3"})
+    runs, results = [], {}
+    for r, (dt, bt) in enumerate([(877.5, 442.1), (825.1, 408.6)]):
+        for side, v in (("draft", dt), ("baseline", bt)):
+            runs.append({"side": side, "level": 1, "repeat": r, "batch": 0, "file": f"{side}-{r}"})
+            results[f"{side}-{r}"] = fig(v)
+    rec = sp.record([b, d], runs, results, [1], paired=True)
+    v, base = rec["draft"]["by_concurrency"]["1"], rec["baseline"]["by_concurrency"]["1"]
+    assert v["output_tokens_per_s"]["spread"] == 0.0616 and base["output_tokens_per_s"]["spread"] == 0.0788
+    assert v["ratio"]["spread"] == 0.0172 and v["noisy"] is False  # the figure: the paired ratio
+    assert base["noisy"] is True  # its tokens/s, the baseline's figure, did move 7.9%
+    # one ratio of the medians inherits both sides' spreads
+    assert sp.record([b, d], runs, results, [1], paired=False)["draft"]["by_concurrency"]["1"]["noisy"] is True
+
+
 def test_best_setting_per_level_and_its_deployment_line():
     rec = {"baseline": {"role": "baseline", "speculative_config": None, "vllm_args": [], "by_concurrency": {}},
            "draft": {"role": "draft", "speculative_config": {"method": "eagle3", "model": "/c", "num_speculative_tokens": 3},
@@ -239,3 +256,20 @@ def test_the_benchmarks_error_line_is_found(tmp_path):
                    "'prompt' column.\nleaked type\n")
     assert sp.last_error(log) == "ValueError: JSONL file must contain a 'prompt' column."
     assert sp.last_error(tmp_path / "none") == ""
+
+
+def test_the_table_says_when_the_machine_drifted_and_the_paired_ratio_held(capsys):
+    from specops import views
+
+    by = {"1": {"draft_tokens_per_s": 851.3, "baseline_tokens_per_s": 425.4, "ratio": 2.002, "ratio_min": 1.985,
+                "ratio_max": 2.019, "ratio_spread": 0.0172, "draft_spread": 0.0616, "baseline_spread": 0.0788,
+                "noisy": False},
+          "16": {"draft_tokens_per_s": 7462.8, "baseline_tokens_per_s": 5946.3, "ratio": 1.251, "ratio_min": 1.193,
+                 "ratio_max": 1.31, "ratio_spread": 0.0932, "draft_spread": 0.2208, "baseline_spread": 0.1283,
+                 "noisy": True}}
+    views.drift({"by_concurrency": by, "paired": True, "noisy_above": 0.05})
+    out = capsys.readouterr().out
+    assert "at 1 concurrent: tokens/s moved up to 7.9% between repeats on both sides" in out
+    assert "the paired speedup held within 1.7%" in out and "at 16" not in out  # (16: the ratio itself is noisy)
+    views.drift({"by_concurrency": by, "paired": False, "noisy_above": 0.05})
+    assert capsys.readouterr().out == ""  # unpaired: the sides' spreads are the ratio's

@@ -282,7 +282,7 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
                  "draft_ttft_ms": (d[c]["ttft_ms"] or {}).get("median"),
                  "baseline_ttft_ms": (b[c]["ttft_ms"] or {}).get("median"),
                  "draft_completed": d[c]["completed"], "baseline_completed": b[c]["completed"],
-                 "noisy": d[c]["noisy"] or b[c]["noisy"]}
+                 "noisy": d[c]["noisy"]}
     out = {"method": "vllm bench serve", "by_concurrency": by, "sides": sides_rec, "paired": paired,
            "repeats": a.repeats, "requests": {str(c): requests(c) for c in levels}, "max_tokens": tokens,
            "prompts": prompts, "noisy_above": speedup.NOISY, "skipped": skipped + failed,

@@ -18,7 +18,7 @@ the N servers (a sweep of k sides costs about k / (N - 1) server starts).
 What is kept (record()): per side and level the median, min, max and relative spread
 ((max - min) / median) of output tokens/s, and the medians of TPOT, ITL and TTFT, the
 benchmark's acceptance length; the ratio to the baseline (median of the per-repeat ratios, with
-its min and max); `noisy` where a spread exceeds NOISY; the benchmark's result files and command
+its min and max); `noisy` where the figure's spread exceeds NOISY (noisy()); the benchmark's result files and command
 lines. With tune: the best side per level and its ready `vllm serve` line.
 """
 
@@ -246,11 +246,26 @@ def figures(res):
             "acceptance_by_position": res.get("spec_decode_per_position_acceptance_rates")}
 
 
+def noisy(v, base_spread, *, paired):
+    """Whether a side's figure at a level moved more than NOISY across repeats. The baseline's
+    figure is its tokens/s. Another side's is its ratio to the baseline: paired, the ratio's own
+    spread (drift of the machine that moves both sides of a pair cancels in it: an H200 whose
+    tokens/s fell 8% on both sides between repeats held a paired ratio within 1.7%); unpaired (one
+    ratio of the medians), the wider of the two sides' tokens/s spreads, which it inherits."""
+    own = (v.get("output_tokens_per_s") or {}).get("spread") or 0
+    if "ratio" not in v:
+        return own > NOISY
+    if paired:
+        return ((v.get("ratio") or {}).get("spread") or 0) > NOISY
+    return max(own, base_spread or 0) > NOISY
+
+
 def record(all_sides, runs, results, levels, *, paired):
     """The `sides` record: {name: {..describe(), "by_concurrency": {level: {...}}}} from the runs
     (plan()'s, every batch's) and their results ({file: figures()})."""
     base = {(r["level"], r["repeat"], r["batch"]): results[r["file"]]["output_tokens_per_s"]
             for r in runs if r["side"] == "baseline"}
+    base_spread = {c: (spread([x for (lv, _, _), x in base.items() if lv == c]) or {}).get("spread") for c in levels}
     out = {}
     for s in all_sides:
         mine = [r for r in runs if r["side"] == s.name]
@@ -272,8 +287,7 @@ def record(all_sides, runs, results, levels, *, paired):
                     b = [x for (lv, _, _), x in base.items() if lv == c]
                     ratios = [v["output_tokens_per_s"]["median"] / statistics.median(b)] if b else []
                 v["ratio"] = spread(ratios)
-            v["noisy"] = any((v.get(k) or {}).get("spread") is not None and v[k]["spread"] > NOISY
-                             for k in ("output_tokens_per_s", "ratio"))
+            v["noisy"] = noisy(v, base_spread.get(c), paired=paired)
             by[str(c)] = v
         out[s.name] = {**s.describe(), "by_concurrency": by}
     return out
