@@ -373,6 +373,15 @@ if [ "$MODE" = v8b ]; then
 fi
 
 say "H200 vLLM bench: stages $STAGES; $(nvidia-smi --query-gpu=name --format=csv,noheader); $(date -u +%FT%TZ)"
+# what the machine did meanwhile, every 5 s (the 1B demo's tokens/s fell 6-22% on both sides between
+# two repeats, 2026-12-04, cause not found: the GPU's clocks, temperature and power, and the load)
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_throttle_reasons.active \
+  --format=csv -l 5 > "$B/gpu-samples.txt" 2>&1 &
+sampler=$!
+( while :; do echo "$(date +%T) $(cat /proc/loadavg) $(ps -eo pcpu=,comm= --sort=-pcpu | head -3 | tr -s ' ' | paste -sd,)"; sleep 5; done ) \
+  > "$B/load-samples.txt" 2>&1 &
+loader=$!
+trap 'kill $sampler $loader 2>/dev/null' EXIT
 for s in $STAGES; do
   if ! stage "$s" "s_$s"; then
     case $s in setup|bootstrap) say "stopping: stage $s failed"; break;; esac
