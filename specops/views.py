@@ -199,6 +199,11 @@ def speedup(sp: dict) -> None:
           ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
            "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
     drift(sp)
+    lost = sum(v.get("unstreamed") or 0 for s in (sp.get("sides") or {}).values() for v in s["by_concurrency"].values())
+    if lost:
+        line(f"TTFT and TPOT leave out {lost} run(s) whose answers reached the benchmark's client in one piece "
+             "(the time to the first token was the whole request's: a host too busy to stream); their tokens/s "
+             "is counted", "yellow")
     for sk in sp.get("skipped") or []:
         line(f"not measured: {sk.get('method') or sk.get('side')}: {sk.get('why')}", "yellow")
     for c, b in (sp.get("best") or {}).items():

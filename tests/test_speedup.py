@@ -273,3 +273,29 @@ def test_the_table_says_when_the_machine_drifted_and_the_paired_ratio_held(capsy
     assert "the paired speedup held within 1.7%" in out and "at 16" not in out  # (16: the ratio itself is noisy)
     views.drift({"by_concurrency": by, "paired": False, "noisy_above": 0.05})
     assert capsys.readouterr().out == ""  # unpaired: the sides' spreads are the ratio's
+
+
+def test_a_run_whose_answers_came_in_one_piece_keeps_its_tokens_per_s_but_not_its_latencies(capsys):
+    """Seen on 2 cores, runs back to back: TTFT the whole request's (178 ms of 179), TPOT 0.001 ms."""
+    whole = {"output_throughput": 714.0, "median_ttft_ms": 178.1, "median_e2el_ms": 179.2, "median_tpot_ms": 0.001,
+             "median_itl_ms": 0.002, "total_output_tokens": 4096, "completed": 32, "duration": 5.7}
+    live = {**whole, "median_ttft_ms": 9.3, "median_tpot_ms": 1.35, "median_itl_ms": 4.5}
+    assert not sp.streamed(whole) and sp.streamed(live)
+    assert sp.streamed({**whole, "total_output_tokens": 32})  # (one token each: the first is the whole)
+    f = sp.figures(whole)
+    assert f["output_tokens_per_s"] == 714.0 and f["streamed"] is False
+    assert f["tpot_ms"] is None and f["itl_ms"] is None and f["ttft_ms"] is None
+    assert sp.figures(live)["tpot_ms"] == 1.35 and sp.figures(live)["ttft_ms"] == 9.3
+    b, d = sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {"method": "eagle3"})
+    runs = [{"side": s, "level": 1, "repeat": r, "batch": 0, "file": f"{s}-{r}"} for r in (0, 1) for s in ("draft", "baseline")]
+    results = {"draft-0": sp.figures(live), "draft-1": sp.figures(whole), "baseline-0": sp.figures(live),
+               "baseline-1": sp.figures(live)}
+    rec = sp.record([b, d], runs, results, [1], paired=True)
+    v = rec["draft"]["by_concurrency"]["1"]
+    assert v["unstreamed"] == 1 and v["tpot_ms"]["n"] == 1 and v["tpot_ms"]["median"] == 1.35
+    assert v["output_tokens_per_s"]["n"] == 2 and rec["baseline"]["by_concurrency"]["1"]["unstreamed"] == 0
+    from specops import views
+
+    views.speedup({"sides": rec, "requests": {"1": 32}, "repeats": 2, "paired": True, "settings": "cpu"})
+    assert "TTFT and TPOT leave out 1 run(s) whose answers reached the benchmark's client in one piece" in \
+        capsys.readouterr().out

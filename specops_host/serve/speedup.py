@@ -237,10 +237,23 @@ def spread(xs):
             "spread": round((max(xs) - min(xs)) / med, 4) if med else None, "n": len(xs)}
 
 
+def streamed(res):
+    """False where the benchmark's client received each answer in one piece: a median time to the
+    first token of 90% or more of the whole request's, answers of more than one token. Seen on a
+    2-core CPU host with two vLLM servers up and runs back to back (in about 1 run of 4: TTFT
+    170 ms = the whole request, TPOT 0.001 ms), never one run per process with seconds between;
+    never on an H200. Its TTFT, TPOT and ITL then describe the client, not the server; its tokens/s
+    (tokens over the run's duration) still holds."""
+    ttft, e2el = res.get("median_ttft_ms"), res.get("median_e2el_ms")
+    per = (res.get("total_output_tokens") or 0) / max(res.get("completed") or 1, 1)
+    return not (per > 1 and ttft and e2el and ttft >= 0.9 * e2el)
+
+
 def figures(res):
-    """The figures kept of one benchmark result JSON."""
-    return {"output_tokens_per_s": res.get("output_throughput"), "tpot_ms": res.get("median_tpot_ms"),
-            "itl_ms": res.get("median_itl_ms"), "ttft_ms": res.get("median_ttft_ms"),
+    """The figures kept of one benchmark result JSON (a run not streamed(): no TTFT, TPOT, ITL)."""
+    live = streamed(res)
+    return {"output_tokens_per_s": res.get("output_throughput"), "streamed": live,
+            **{k: res.get(f"median_{k}") if live else None for k in ("tpot_ms", "itl_ms", "ttft_ms")},
             "completed": res.get("completed"), "output_tokens": res.get("total_output_tokens"),
             "seconds": res.get("duration"), "acceptance_length": res.get("spec_decode_acceptance_length"),
             "acceptance_by_position": res.get("spec_decode_per_position_acceptance_rates")}
@@ -278,7 +291,8 @@ def record(all_sides, runs, results, levels, *, paired):
             v = {"output_tokens_per_s": spread([f["output_tokens_per_s"] for f in figs]),
                  **{k: spread([f[k] for f in figs]) for k in ("tpot_ms", "itl_ms", "ttft_ms")},
                  "acceptance_length": (spread([f["acceptance_length"] for f in figs]) or {}).get("median"),
-                 "completed": sum(f["completed"] or 0 for f in figs), "files": [r["file"] for r in at]}
+                 "completed": sum(f["completed"] or 0 for f in figs), "files": [r["file"] for r in at],
+                 "unstreamed": sum(f.get("streamed") is False for f in figs)}
             if s.role != "baseline":
                 if paired:
                     ratios = [f["output_tokens_per_s"] / base[(c, r["repeat"], r["batch"])] for r, f in zip(at, figs)
