@@ -34,7 +34,8 @@
 #              `inv evaluate` (its acceptance: about 1 on a random verifier)
 #   demo8      inv demo on the 8B-class verifier `v8b` trains (the demo's pick on an H200), then
 #   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers;
-#              AGREE_FROM=/tmp/lap-runs-1b: against demo1's)
+#              AGREE_FROM=/tmp/lap-runs-1b: against demo1's; AGREE_REPEATS=3: against a fresh `inv evaluate`
+#              of the demo's run at 1 and 16 with 3 repeats)
 #   demo1      inv demo --size 1b: the 1B verifier's figures by the same method
 #   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
 #              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
@@ -356,8 +357,13 @@ s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-ru
   local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
   [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
   local r; r=$(basename "$(dirname "$ev")")
-  /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from "$from" \
-    --side-by-side 2 --out "$B/agreement.md"
+  if [ -n "${AGREE_REPEATS:-}" ]; then  # a fresh `inv evaluate` at 1 and 16 with that many repeats, not the demo's 2
+    /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --levels 1,16 \
+      --repeats "$AGREE_REPEATS" --side-by-side 2 --out "$B/agreement.md"
+  else
+    /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from "$from" \
+      --side-by-side 2 --out "$B/agreement.md"
+  fi
 }
 s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo)
   echo "gpu memory before: $(gpu_mem) MiB"
