@@ -357,13 +357,10 @@ s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-ru
   local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
   [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
   local r; r=$(basename "$(dirname "$ev")")
-  if [ -n "${AGREE_REPEATS:-}" ]; then  # a fresh `inv evaluate` at 1 and 16 with that many repeats, not the demo's 2
-    /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --levels 1,16 \
-      --repeats "$AGREE_REPEATS" --side-by-side 2 --out "$B/agreement.md"
-  else
-    /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --from "$from" \
-      --side-by-side 2 --out "$B/agreement.md"
-  fi
+  local src=(--from "$from")  # (AGREE_REPEATS: a fresh `inv evaluate` at 1 and 16, not the demo's 2 repeats)
+  [ -n "${AGREE_REPEATS:-}" ] && src=(--levels 1,16 --repeats "$AGREE_REPEATS")
+  /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" "${src[@]}" \
+    --side-by-side 2 --out "$B/agreement.md"
 }
 s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo)
   echo "gpu memory before: $(gpu_mem) MiB"

@@ -278,7 +278,7 @@ def record(all_sides, runs, results, levels, *, paired):
     (plan()'s, every batch's) and their results ({file: figures()})."""
     base = {(r["level"], r["repeat"], r["batch"]): results[r["file"]]["output_tokens_per_s"]
             for r in runs if r["side"] == "baseline"}
-    base_spread = {c: (spread([x for (lv, _, _), x in base.items() if lv == c]) or {}).get("spread") for c in levels}
+    base_at = {c: [x for (lv, _, _), x in base.items() if lv == c] for c in levels}  # (the baseline's runs per level)
     out = {}
     for s in all_sides:
         mine = [r for r in runs if r["side"] == s.name]
@@ -298,10 +298,10 @@ def record(all_sides, runs, results, levels, *, paired):
                     ratios = [f["output_tokens_per_s"] / base[(c, r["repeat"], r["batch"])] for r, f in zip(at, figs)
                               if base.get((c, r["repeat"], r["batch"]))]
                 else:
-                    b = [x for (lv, _, _), x in base.items() if lv == c]
-                    ratios = [v["output_tokens_per_s"]["median"] / statistics.median(b)] if b else []
+                    ratios = ([v["output_tokens_per_s"]["median"] / statistics.median(base_at[c])]
+                              if base_at[c] else [])
                 v["ratio"] = spread(ratios)
-            v["noisy"] = noisy(v, base_spread.get(c), paired=paired)
+            v["noisy"] = noisy(v, (spread(base_at[c]) or {}).get("spread"), paired=paired)
             by[str(c)] = v
         out[s.name] = {**s.describe(), "by_concurrency": by}
     return out
