@@ -35,7 +35,7 @@
 #   demo8      inv demo on the 8B-class verifier `v8b` trains (the demo's pick on an H200), then
 #   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers;
 #              AGREE_FROM=/tmp/lap-runs-1b: against demo1's; AGREE_REPEATS=3: against a fresh `inv evaluate`
-#              of the demo's run at 1 and 16 with 3 repeats)
+#              of the demo's run at 1 and 16 (AGREE_LEVELS) with 3 repeats)
 #   demo1      inv demo --size 1b: the 1B verifier's figures by the same method
 #   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
 #              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
@@ -357,14 +357,15 @@ s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-ru
   local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
   [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
   local r; r=$(basename "$(dirname "$ev")")
-  local src=(--from "$from")  # (AGREE_REPEATS: a fresh `inv evaluate` at 1 and 16, not the demo's 2 repeats)
-  [ -n "${AGREE_REPEATS:-}" ] && src=(--levels 1,16 --repeats "$AGREE_REPEATS")
+  local src=(--from "$from")  # (AGREE_REPEATS: a fresh `inv evaluate` at AGREE_LEVELS, default 1,16)
+  [ -n "${AGREE_REPEATS:-}" ] && src=(--levels "${AGREE_LEVELS:-1,16}" --repeats "$AGREE_REPEATS")
   /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" "${src[@]}" \
     --side-by-side 2 --out "$B/agreement.md"
 }
-s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo)
+s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo);
+  # DEMO1_ARGS: more of the demo's options (--speedup none where the agree stage times it afresh)
   echo "gpu memory before: $(gpu_mem) MiB"
-  $INV demo --size 1b --dest /tmp/lap-runs-1b || return 1
+  $INV demo --size 1b --dest /tmp/lap-runs-1b ${DEMO1_ARGS:-} || return 1
   for f in /tmp/lap-runs-1b/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','speedup','speedup_at_1')}, indent=1))" "$f"; done
 }
 
