@@ -355,6 +355,8 @@ s_demo8() {
 s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-runs-1b after demo1)
   local from=${AGREE_FROM:-/tmp/lap-runs}
   local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
+  # (AGREE_REPEATS times afresh: the demo's run is enough, evaluated or not: DEMO1_ARGS=--no-evaluate)
+  [ -n "${AGREE_REPEATS:-}" ] && [ -z "$ev" ] && ev=$(ls -td "$from"/*-train/ 2>/dev/null | head -1)/x
   [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
   local r; r=$(basename "$(dirname "$ev")")
   local src=(--from "$from")  # (AGREE_REPEATS: a fresh `inv evaluate` at AGREE_LEVELS, default 1,16)
@@ -363,7 +365,7 @@ s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-ru
     --side-by-side 2 --out "$B/agreement.md"
 }
 s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo);
-  # DEMO1_ARGS: more of the demo's options (--speedup none where the agree stage times it afresh)
+  # DEMO1_ARGS: more of the demo's options (--no-evaluate where the agree stage times it afresh)
   echo "gpu memory before: $(gpu_mem) MiB"
   $INV demo --size 1b --dest /tmp/lap-runs-1b ${DEMO1_ARGS:-} || return 1
   for f in /tmp/lap-runs-1b/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','speedup','speedup_at_1')}, indent=1))" "$f"; done
