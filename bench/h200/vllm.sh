@@ -7,8 +7,10 @@
 #   bash bench/h200/vllm.sh all [STAGES]           # the run itself (what `start` launches)
 #
 # The wheelhouse (`inv wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`,
-# 370 MiB with the laptop wheels the torch venv lacks) arrives in 62 MiB parts, one a device call, under /tmp/parts (bench/h200/parts.sh);
-# `setup` joins them.
+# 431 MiB with the laptop wheels the torch venv lacks) arrives in 60 MiB parts under /tmp/parts, one a
+# device call (`tar cf - -C .whl ... | split -b 60M -d - .parts/part-`, then `cp .parts/part-NN /tmp/parts/`
+# carrying .parts/part-NN); `setup` joins them. A warm machine waits only 30 s for the next call: issue
+# the part calls, `start` and `collect` together, in one batch.
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the wheelhouse; laptop-side venv /tmp/lap from its laptop/ wheels; hosts.yaml
 #   bootstrap  inv bootstrap --wheelhouse W (the profile picked for torch 2.11), again (verify only)
@@ -66,6 +68,7 @@ if [ "$MODE" = collect ]; then
     cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null
     cp "$r"/server/output.log "$C/runs/$n/server.log" 2>/dev/null
     cp "$r"/evaluation/*.json "$C/runs/$n/" 2>/dev/null
+    [ -d "$r"/evaluation/bench ] && cp -r "$r"/evaluation/bench "$C/runs/$n/bench"  # (each vllm bench serve run's JSON)
     for s in "$r"/evaluation/*/output.log "$r"/evaluation/output.log; do
       [ -f "$s" ] && cp "$s" "$C/runs/$n/eval-$(basename "$(dirname "$s")").log"; done
   done
