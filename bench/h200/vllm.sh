@@ -38,6 +38,7 @@
 #   agree      bench/agreement.py against the demo's evaluation (vllm bench serve by hand, same servers;
 #              AGREE_FROM=/tmp/lap-runs-1b: against demo1's; AGREE_REPEATS=3: against a fresh `inv evaluate`
 #              of the demo's run at 1 and 16 (AGREE_LEVELS) with 3 repeats)
+#   cproc      bench/client_process.py on the demo's run: one client process for all runs vs one a run
 #   demo1      inv demo --size 1b: the 1B verifier's figures by the same method
 #   big        the 3B learnable verifier (`inv make-verifier --learnable --size 3b`), the demo's rows
 #              prepared, extracted, a draft trained and `inv evaluate --speedup 1,16` (no controls):
@@ -355,17 +356,28 @@ s_e8b() {
 s_demo8() {
   wait_v8b; s_demo  # (no verifier there: the demo trains it)
 }
-s_agree() {  # AGREE_FROM: the demo's --dest (default /tmp/lap-runs; /tmp/lap-runs-1b after demo1)
+demo_run() {  # the demo's run id under AGREE_FROM (default /tmp/lap-runs; /tmp/lap-runs-1b after demo1):
+  # the newest evaluated one, else (AGREE_REPEATS set: timed afresh; DEMO1_ARGS=--no-evaluate) the newest
   local from=${AGREE_FROM:-/tmp/lap-runs}
   local ev; ev=$(ls -t "$from"/*/evaluation.json 2>/dev/null | head -1)
-  # (AGREE_REPEATS times afresh: the demo's run is enough, evaluated or not: DEMO1_ARGS=--no-evaluate)
   [ -n "${AGREE_REPEATS:-}" ] && [ -z "$ev" ] && ev=$(ls -td "$from"/*-train/ 2>/dev/null | head -1)/x
-  [ -n "$ev" ] || { echo "no demo evaluation under $from"; return 1; }
-  local r; r=$(basename "$(dirname "$ev")")
+  [ -n "$ev" ] || { echo "no demo evaluation under $from" >&2; return 1; }
+  basename "$(dirname "$ev")"
+}
+s_agree() {
+  local from=${AGREE_FROM:-/tmp/lap-runs}
+  local r; r=$(demo_run) || return 1
   local src=(--from "$from")  # (AGREE_REPEATS: a fresh `inv evaluate` at AGREE_LEVELS, default 1,16)
   [ -n "${AGREE_REPEATS:-}" ] && src=(--levels "${AGREE_LEVELS:-1,16}" --repeats "$AGREE_REPEATS")
   /tmp/lap/bin/python3 bench/agreement.py --hosts "$B/hosts.yaml" --host local --run-id "$r" "${src[@]}" \
     --side-by-side 2 --out "$B/agreement.md"
+}
+s_cproc() {  # bench/client_process.py on the demo's run (after agree: its prompts): the draft's server at
+  # 16, the same run 4 times in one client process and in 4 processes, alternating twice: is the draft's
+  # second run slower (8-20% on three machines, 2026-12-04) because of the one process, or with time?
+  local r; r=$(demo_run) || return 1
+  /tmp/lap/bin/python3 bench/client_process.py --hosts "$B/hosts.yaml" --host local --run-id "$r" --level 16 \
+    --runs 4 --blocks 2 --requests 512 --tokens 256 --out "$B/client-process.md"
 }
 s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its verifier trained by the demo);
   # DEMO1_ARGS: more of the demo's options (--no-evaluate where the agree stage times it afresh)

@@ -1,0 +1,125 @@
+"""Does running `vllm bench serve` runs back to back in one process slow the later runs?
+
+    .venv/bin/python bench/client_process.py --hosts H.yaml --run-id R [--host local] [--level 16]
+        [--runs 6] [--blocks 2] [--requests 128] [--tokens 128] [--side draft|baseline]
+        [--vllm-arg=--enforce-eager] [--out bench/results/client-process.md]
+
+specops times a speedup's runs in one process (`specops_host.serve.vllm_bench --runs`: vLLM imported
+once); vLLM's own CLI is one process per run. On the H200 the draft's second run at 16 came out 8-20%
+slower than its first on three machines (bench/results/h200-vllm.md), and on a 2-core CPU some runs'
+answers reached the client in one piece (docs/failures.md row 148). This starts one server (the one
+`inv evaluate --dry-run` says it starts for --side), then times the same run --runs times in one
+process ("one") and in --runs processes ("each"), the two arms alternating --blocks times, and reports
+per arm and run position: output tokens/s, duration, p90 latency, and runs in one piece (median TTFT
+90% or more of the median end-to-end latency). The host must be this machine.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from bench import agreement  # noqa: E402  (its inv, free_port, healthy)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", required=True)
+    ap.add_argument("--host", default="local")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--level", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--blocks", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--side", choices=("draft", "baseline"), default="draft")
+    ap.add_argument("--vllm-arg", action="append", default=[])
+    ap.add_argument("--out", default=str(agreement.REPO / "bench" / "results" / "client-process.md"))
+    a = ap.parse_args()
+    box = ["--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id]
+    plan = agreement.inv("evaluate", *box, "--speedup", str(a.level), "--baselines", "none",
+                         *[f"--vllm-arg={x}" for x in a.vllm_arg], "--dry-run")
+    starts = [shlex.split(ln.split("would start: ", 1)[1]) for ln in plan.splitlines() if "would start: " in ln]
+    cmd = starts[0 if a.side == "draft" else 1]
+    python = cmd[0]
+    port = agreement.free_port()
+    cmd = [str(port) if x == "<port>" else x for x in cmd]
+    work = Path(tempfile.mkdtemp(prefix="client-process-"))
+    tok = cmd[cmd.index("--model") + 1]
+    # (the run's held-out prompts, as `inv evaluate --speedup` wrote them in the host's work dir)
+    prompts = Path(tok).parent.parent / "runs" / a.run_id / "evaluation" / "bench" / "evaluation" / "prompts.jsonl"
+    if not prompts.is_file():
+        sys.exit(f"client_process: no {prompts}: run `inv evaluate --run-id {a.run_id} --speedup {a.level}` once first")
+    from specops_host.serve import vllm_server
+
+    env = {**os.environ, **vllm_server.server_env(str(Path(tok).parent.parent),  # (the host's work dir)
+                                                  "cpu" if "--enable-scale-out" in cmd else "cuda"),
+           "PYTHONPATH": str(agreement.REPO)}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    srv = subprocess.Popen(cmd, env=env, stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT,
+                           cwd=str(agreement.REPO), start_new_session=True)
+    results = {"one": [], "each": []}
+    try:
+        print(f"server healthy after {agreement.healthy(port, srv):.0f}s", flush=True)
+
+        def args(name):
+            return ["--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--model", "verifier",
+                    "--tokenizer", tok, "--dataset-name", "custom", "--dataset-path", str(prompts),
+                    "--skip-chat-template", "--custom-output-len", str(a.tokens), "--ignore-eos", "--temperature", "0",
+                    "--num-prompts", str(a.requests), "--max-concurrency", str(a.level), "--num-warmups", str(a.level),
+                    "--save-result", "--result-dir", str(work), "--result-filename", f"{name}.json"]
+
+        mod = [python, "-m", "specops_host.serve.vllm_bench"]
+        for b in range(a.blocks):
+            for arm in (("one", "each") if b % 2 == 0 else ("each", "one")):
+                names = [f"{arm}-b{b}-r{i}" for i in range(a.runs)]
+                t0 = time.time()
+                if arm == "one":
+                    spec = work / f"{arm}-b{b}.json"
+                    spec.write_text(json.dumps([{"name": n, "args": args(n), "log": str(work / f"{n}.log")} for n in names]))
+                    subprocess.run([*mod, "--runs", str(spec)], check=True, env=env, capture_output=True)
+                else:
+                    for n in names:
+                        with open(work / f"{n}.log", "w") as log:
+                            subprocess.run([*mod, "serve", *args(n)], check=True, env=env, stdout=log, stderr=log)
+                for i, n in enumerate(names):
+                    d = json.loads((work / f"{n}.json").read_text())
+                    lat = sorted(d.get("latencies") or [0])
+                    results[arm].append({"block": b, "pos": i, "tok_s": d["output_throughput"], "dur": d["duration"],
+                                         "p90": lat[int(0.9 * (len(lat) - 1))],
+                                         "piece": d["median_ttft_ms"] >= 0.9 * d["median_e2el_ms"] if d.get("median_e2el_ms") else False})
+                print(f"block {b} {arm}: " + ", ".join(f"{r['tok_s']:.0f}" for r in results[arm][-a.runs:])
+                      + f" tok/s ({time.time() - t0:.0f}s)", flush=True)
+    finally:
+        import signal
+
+        os.killpg(srv.pid, signal.SIGTERM)
+        srv.wait(timeout=60)
+    lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: run {a.run_id} on `{a.host}` "
+             f"({os.cpu_count()} cores), {a.side} server, {a.requests} requests x {a.tokens} tokens at {a.level}, "
+             f"{a.runs} runs an arm, {a.blocks} blocks\n",
+             "| arm | tok/s by run position (median over blocks) | first / rest | p90 latency s (median) | runs in one piece |",
+             "|---|---|---|---|---|"]
+    for arm, rs in results.items():
+        by_pos = [statistics.median(r["tok_s"] for r in rs if r["pos"] == i) for i in range(a.runs)]
+        first, rest = by_pos[0], statistics.median(by_pos[1:]) if a.runs > 1 else by_pos[0]
+        lines.append(f"| {arm} | {', '.join(f'{x:.0f}' for x in by_pos)} | {first / rest:.3f} | "
+                     f"{statistics.median(r['p90'] for r in rs):.2f} | {sum(r['piece'] for r in rs)} of {len(rs)} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(a.out, "a") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
