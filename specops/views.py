@@ -198,7 +198,7 @@ def speedup(sp: dict) -> None:
           f"{'paired' if sp.get('paired') else 'ratio of medians'}; {sp.get('settings')})",
           ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
            "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
-    drift(sp)
+    spreads(sp)
     lost = sum(v.get("unstreamed") or 0 for s in (sp.get("sides") or {}).values() for v in s["by_concurrency"].values())
     if lost:
         line(f"TTFT and TPOT leave out {lost} run(s) whose answers reached the benchmark's client in one piece "
@@ -311,13 +311,19 @@ def _span(v: Optional[dict]) -> str:
     return f"{v['ratio_min']:.2f}-{v['ratio_max']:.2f}" + (" noisy" if v.get("noisy") else "")
 
 
-def drift(sp: dict) -> None:
-    """Per level where both sides' tokens/s moved more than the noise mark between repeats and the
-    paired ratio did not: the machine's speed moved, not the draft's worth (say so; the ratio stands)."""
+def spreads(sp: dict) -> None:
+    """Per level, what its spread across repeats means. Where both sides' tokens/s moved more than the
+    noise mark and the paired ratio did not: the machine's speed moved, not the draft's worth (the
+    ratio stands). Where the speedup itself is marked noisy: not a result yet, and what narrows it."""
     mark = sp.get("noisy_above", 0.05)
     for c, v in (sp.get("by_concurrency") or {}).items():
         wide = max(v.get("draft_spread") or 0, v.get("baseline_spread") or 0)
-        if sp.get("paired") and not v.get("noisy") and wide > mark and v.get("ratio_spread") is not None:
+        if v.get("noisy"):
+            moved = v.get("ratio_spread") if sp.get("paired") and v.get("ratio_spread") is not None else wide
+            line(f"at {c} concurrent: the speedup moved {100 * moved:.1f}% across {sp.get('repeats', 1)} repeats "
+                 f"(over {100 * mark:.0f}%): not a result yet; more repeats or longer runs (`inv evaluate --repeats`, "
+                 "`--speedup-requests`, `--speedup-tokens`) or a machine with cores to spare narrow it", "yellow")
+        elif sp.get("paired") and wide > mark and v.get("ratio_spread") is not None:
             line(f"at {c} concurrent: tokens/s moved up to {100 * wide:.1f}% between repeats on both sides (the "
                  f"machine's speed drifted); the paired speedup held within {100 * v['ratio_spread']:.1f}%")
 
@@ -359,7 +365,7 @@ def demo_acceptance(res: dict) -> None:
                          f"concurrent ({by[c].get('draft_tokens_per_s', 0):.1f} vs "
                          f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels)
              + f"; {sp.get('repeats', 1)} repeat(s) by vllm bench serve")
-        drift(sp)
+        spreads(sp)
         if sp.get("note"):
             line(f"note: {sp['note']}", "yellow")
 
