@@ -73,6 +73,17 @@ def healthy(port, proc, timeout=1800):
     sys.exit("agreement: a server was not healthy in time")
 
 
+def server_env(cmd, work):
+    """The environment specops gives a vLLM server of `cmd` on the host whose work dir is `work`
+    (this repo importable, for the benchmark's module)."""
+    from specops_host.serve import vllm_server
+
+    env = {**os.environ, **vllm_server.server_env(str(work), "cpu" if "--enable-scale-out" in cmd else "cuda"),
+           "PYTHONPATH": str(REPO)}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env
+
+
 def verdict(gap, *spreads):
     """yes / NO, with the widest spread across repeats when it exceeds specops's NOISY (then the gap
     is within the noise of the figures compared, not a verdict on the method)."""
@@ -139,13 +150,9 @@ def main():
     one = json.loads((dest / a.run_id / bench_files[0]).read_text())
     requests = {str(c): sp["requests"][str(c)] for c in levels}
     tokens = sp["max_tokens"]
-    from specops_host.serve import vllm_server
     from specops_host.serve.speedup import spread
 
-    env = {**os.environ, **vllm_server.server_env(str(run.parent.parent), "cpu" if "--enable-scale-out" in draft_cmd
-                                                   else "cuda"),
-           "PYTHONPATH": str(REPO)}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env = server_env(draft_cmd, run.parent.parent)
     out_dir = Path(tempfile.mkdtemp(prefix="agreement-by-hand-"))
     procs, ports = {}, {}
     try:

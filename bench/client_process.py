@@ -60,12 +60,7 @@ def main():
     prompts = Path(tok).parent.parent / "runs" / a.run_id / "evaluation" / "bench" / "evaluation" / "prompts.jsonl"
     if not prompts.is_file():
         sys.exit(f"client_process: no {prompts}: run `inv evaluate --run-id {a.run_id} --speedup {a.level}` once first")
-    from specops_host.serve import vllm_server
-
-    env = {**os.environ, **vllm_server.server_env(str(Path(tok).parent.parent),  # (the host's work dir)
-                                                  "cpu" if "--enable-scale-out" in cmd else "cuda"),
-           "PYTHONPATH": str(agreement.REPO)}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env = agreement.server_env(cmd, Path(tok).parent.parent)  # (the host's work dir)
     srv = subprocess.Popen(cmd, env=env, stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT,
                            cwd=str(agreement.REPO), start_new_session=True)
     results = {"one": [], "each": []}

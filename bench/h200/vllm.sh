@@ -383,7 +383,8 @@ s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its ve
   # DEMO1_ARGS: more of the demo's options (--no-evaluate where the agree stage times it afresh)
   echo "gpu memory before: $(gpu_mem) MiB"
   $INV demo --size 1b --dest /tmp/lap-runs-1b ${DEMO1_ARGS:-} || return 1
-  for f in /tmp/lap-runs-1b/*/evaluation.json; do echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','speedup','speedup_at_1')}, indent=1))" "$f"; done
+  for f in /tmp/lap-runs-1b/*/evaluation.json; do [ -f "$f" ] || continue; echo "== $f"; $VPY -c "import json,sys; e=json.load(open(sys.argv[1])); print(json.dumps({k: e.get(k) for k in ('mean_acceptance_length','speedup','speedup_at_1')}, indent=1))" "$f"; done
+  true  # (--no-evaluate: no evaluation.json, and the demo's own rc said how it went)
 }
 
 if [ "$MODE" = v8b ]; then
