@@ -32,6 +32,11 @@ import time  # noqa: E402
 from bench import agreement  # noqa: E402  (its inv, free_port, healthy)
 
 
+def ran(p, arm):
+    if p.returncode != 0:
+        sys.exit(f"client_process: a `{arm}` run failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", required=True)
@@ -82,11 +87,12 @@ def main():
                 if arm == "one":
                     spec = work / f"{arm}-b{b}.json"
                     spec.write_text(json.dumps([{"name": n, "args": args(n), "log": str(work / f"{n}.log")} for n in names]))
-                    subprocess.run([*mod, "--runs", str(spec)], check=True, env=env, capture_output=True)
+                    ran(subprocess.run([*mod, "--runs", str(spec)], env=env, capture_output=True, text=True), arm)
                 else:
                     for n in names:
-                        with open(work / f"{n}.log", "w") as log:
-                            subprocess.run([*mod, "serve", *args(n)], check=True, env=env, stdout=log, stderr=log)
+                        p = subprocess.run([*mod, "serve", *args(n)], env=env, capture_output=True, text=True)
+                        (work / f"{n}.log").write_text(p.stdout + p.stderr)
+                        ran(p, arm)
                 for i, n in enumerate(names):
                     d = json.loads((work / f"{n}.json").read_text())
                     lat = sorted(d.get("latencies") or [0])
