@@ -103,6 +103,17 @@ def bench_cmd(python):
     return [python, "-m", "specops_host.serve.vllm_bench", "serve"]
 
 
+def run_args(port, tokenizer, prompts, tokens, requests, level, result):
+    """`vllm bench serve`'s arguments for one run as specops makes it: the run's prompts file, exactly
+    `tokens` per answer at temperature 0, `level` at once with as many warm-ups, the result JSON saved."""
+    result = Path(result)
+    return ["--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--model", "verifier",
+            "--tokenizer", str(tokenizer), "--dataset-name", "custom", "--dataset-path", str(prompts),
+            "--skip-chat-template", "--custom-output-len", str(tokens), "--ignore-eos", "--temperature", "0",
+            "--num-prompts", str(requests), "--max-concurrency", str(level), "--num-warmups", str(level),
+            "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", required=True)
@@ -170,12 +181,8 @@ def main():
             for c in levels:
                 for side in (("draft", "baseline") if r % 2 == 0 else ("baseline", "draft")):
                     f = f"{side}@{c}-r{r + 1}.json"
-                    cmd = bench_cmd(python) + [
-                        "--backend", "vllm", "--base-url", f"http://127.0.0.1:{ports[side]}", "--model", "verifier",
-                        "--tokenizer", one["tokenizer_id"], "--dataset-name", "custom", "--dataset-path", str(prompts),
-                        "--skip-chat-template", "--custom-output-len", str(tokens), "--ignore-eos", "--temperature",
-                        "0", "--num-prompts", str(requests[str(c)]), "--max-concurrency", str(c), "--num-warmups",
-                        str(c), "--save-result", "--result-dir", str(out_dir), "--result-filename", f]
+                    cmd = bench_cmd(python) + run_args(ports[side], one["tokenizer_id"], prompts, tokens,
+                                                       requests[str(c)], c, out_dir / f)
                     cmds.append(shlex.join(cmd))
                     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO))
                     if p.returncode != 0:

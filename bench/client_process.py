@@ -73,11 +73,7 @@ def main():
         print(f"server healthy after {agreement.healthy(port, srv):.0f}s", flush=True)
 
         def args(name):
-            return ["--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--model", "verifier",
-                    "--tokenizer", tok, "--dataset-name", "custom", "--dataset-path", str(prompts),
-                    "--skip-chat-template", "--custom-output-len", str(a.tokens), "--ignore-eos", "--temperature", "0",
-                    "--num-prompts", str(a.requests), "--max-concurrency", str(a.level), "--num-warmups", str(a.level),
-                    "--save-result", "--result-dir", str(work), "--result-filename", f"{name}.json"]
+            return agreement.run_args(port, tok, prompts, a.tokens, a.requests, a.level, work / f"{name}.json")
 
         mod = [python, "-m", "specops_host.serve.vllm_bench"]
         for b in range(a.blocks):

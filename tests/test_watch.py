@@ -237,6 +237,31 @@ def test_a_start_that_hangs_before_its_first_step_is_a_stall_and_restarted(tmp_p
     assert '"state": "succeeded"' in status and "restart 1 of 1: stalled" in status and "before any step" in status
 
 
+DEAF = ("import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: print('SIGTERM: saving a checkpoint first', flush=True))\n"
+        "for i in range(10000):\n    print(f'train/loss={\"1.0\" if i < 3 else \"nan\"}, global_step={i}', flush=True)"
+        "; time.sleep(0.05)\n")
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["plain", "watched"])
+def test_a_nan_run_that_does_not_heed_sigterm_gets_it_again_then_sigkill(tmp_path, watch):
+    """The suite's NaN training (lr 2e9) once trained all its 200 epochs after the fail-on match: speculators
+    took the SIGTERM as 'save a checkpoint, then stop', and did not stop. Now: SIGTERM, again after the grace
+    (speculators' sign to exit at once), SIGKILL after another: with or without the supervisor's watch."""
+    (tmp_path / "t.py").write_text(DEAF)
+    job(tmp_path, "start", "--run-id", "n", "--kind", "train", "--fail-on", "nonfinite-loss", "--fail-grace", "1",
+        "--term", "child", *(["--watch"] if watch else []), "--", sys.executable, "t.py")
+    t0 = time.time()
+    assert wait_end(tmp_path, "n", timeout=60) == 1
+    assert time.time() - t0 < 30
+    log = (tmp_path / "runs/n/output.log").read_text()
+    assert "train/loss=nan in the log: stopping the command (it learns nothing)" in log, log
+    assert log.count("SIGTERM: saving a checkpoint first") == 2, log
+    assert "the command still runs 1s after its SIGTERM: SIGTERM again (a trainer's sign to exit at once)" in log
+    assert "the command still runs 1s after a second SIGTERM: SIGKILL" in log
+    assert "NonFiniteLossError: train/loss=nan in the log" in log.strip().splitlines()[-1]
+
+
 def test_stop_during_the_back_off_ends_the_run_without_a_restart(tmp_path):
     (tmp_path / "t.py").write_text("raise SystemExit(5)\n")
     job(tmp_path, "start", "--run-id", "b", "--kind", "train", "--watch", "--restarts", "2", "--backoff", "30",

@@ -51,7 +51,7 @@ START_VISIBLE = 5.0  # seconds start_job waits at most for its supervisor's tag 
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
-              term="group", fail_on=None, tied=False):
+              term="group", fail_on=None, tied=False, fail_grace=None):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
     term: what `stop` sends SIGTERM to first: the whole process group, or only the command
     ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves).
@@ -82,6 +82,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
                "tag": tag, "state": JobState.STARTING.value, **({"fail_on": fail_on} if fail_on else {}),
+               **({"fail_grace": fail_grace} if fail_grace else {}),
                **(extra or {})}
         write_json(d / "job.json", rec)
         log = open(d / "output.log", "ab")
@@ -162,6 +163,34 @@ def term_command(child):
     kill_all(ranks or [child], signal.SIGTERM)
 
 
+FAIL_GRACE_S = 60.0  # after a fail-on match's SIGTERM, the seconds before the next signal
+
+
+class FailStop:
+    """Ends a command whose log matched its fail-on check: SIGTERM (term_command) at the first
+    call; still running `grace` seconds later, SIGTERM again (speculators saves a checkpoint on the
+    first and exits at once on the second; a NaN run whose first SIGTERM went unheeded trained all
+    its 200 epochs, 7.6 minutes, in the suite); `grace` seconds after that, SIGKILL. Call it at
+    every poll once the match is found."""
+
+    def __init__(self, pid, grace=FAIL_GRACE_S):
+        self.pid, self.grace, self.sent, self.at = pid, grace, 0, 0.0
+
+    def __call__(self, now=None):
+        now = time.monotonic() if now is None else now
+        if self.sent >= 3 or (self.sent and now - self.at < self.grace):
+            return
+        if self.sent == 1:
+            print(f"[specops] the command still runs {self.grace:g}s after its SIGTERM: SIGTERM again (a trainer's "
+                  "sign to exit at once)", flush=True)
+        if self.sent < 2:
+            term_command(self.pid)
+        else:
+            print(f"[specops] the command still runs {self.grace:g}s after a second SIGTERM: SIGKILL", flush=True)
+            kill_all([*children(self.pid), self.pid], signal.SIGKILL)
+        self.sent, self.at = self.sent + 1, now
+
+
 def scan(log, pos, pattern, overlap=256):
     """(the first match of pattern in log from byte pos, the position to scan from next)."""
     try:
@@ -204,6 +233,7 @@ def supervise(d, env_file=None, tied_to=None):
         (d / "exit_code").write_text("129\n")
         return 0
     check = CHECKS.get(rec.get("fail_on"))
+    grace = float(rec.get("fail_grace") or FAIL_GRACE_S)
     policy = watch.Policy.of(rec, env)  # (a training's: restarts, stalls, notifications: jobs/watch.py)
 
     def start(n):
@@ -234,9 +264,10 @@ def supervise(d, env_file=None, tied_to=None):
         first = start(0)
         if first is None:
             return 127
-        rc, found = watch_command(d, first[0], check, first[1])
+        rc, found = watch_command(d, first[0], check, first[1], every=min(5.0, grace), grace=grace)
     else:
-        rc, found = watch.Supervisor(d, rec, policy, start, cleanup, check=check, scan=scan, term=term_command).run()
+        rc, found = watch.Supervisor(d, rec, policy, start, cleanup, check=check, scan=scan,
+                                     term=lambda pid: FailStop(pid, grace)).run()
         if rc == 127 and (d / "exit_code").is_file():
             return 127
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} exit code {rc}", flush=True)
@@ -254,9 +285,10 @@ def supervise(d, env_file=None, tied_to=None):
     return 0
 
 
-def watch_command(d, child, check, pos, every=5.0):
+def watch_command(d, child, check, pos, every=5.0, grace=FAIL_GRACE_S):
     """Wait for the command; with a check, scan its log (from byte pos: this start's) as it grows:
-    the first match stops the command (SIGTERM, as `stop` does). Returns (exit code, the match or None)."""
+    the first match stops the command (FailStop: SIGTERM, again after grace, then SIGKILL). Returns
+    (exit code, the match or None)."""
     log, found = d / "output.log", None
     while True:
         try:
@@ -270,7 +302,9 @@ def watch_command(d, child, check, pos, every=5.0):
             found, pos = scan(log, pos, check[0])
             if found:
                 print(f"[specops] {found} in the log: stopping the command (it learns nothing)", flush=True)
-                term_command(child.pid)
+                end = FailStop(child.pid, grace)
+        if found:
+            end()
     if check and found is None:
         found, _ = scan(log, pos, check[0])
     return rc, found
@@ -318,6 +352,9 @@ def main():
     s.add_argument("--env-file", default=None)
     s.add_argument("--term", choices=["group", "child"], default="group")
     s.add_argument("--fail-on", choices=sorted(CHECKS), default=None)
+    s.add_argument("--fail-grace", type=float, default=None,
+                   help=f"after a --fail-on match's SIGTERM: seconds to a second SIGTERM, then to SIGKILL "
+                        f"(default {FAIL_GRACE_S:g})")
     s.add_argument("--watch", action="store_true", help="the supervisor looks after the command: jobs/watch.py")
     s.add_argument("--restarts", type=int, default=0, help="with --watch: restarts after an abnormal end")
     s.add_argument("--stall-after", type=float, default=None, help="with --watch: seconds without a step (default: "
@@ -348,7 +385,7 @@ def main():
         looks = {"watch": {"restarts": a.restarts, "stall_after": a.stall_after, "first_step_after": a.first_step_after,
                            "restart_on_stall": a.restart_on_stall, "backoff": a.backoff}} if a.watch else None
         res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
-                        fail_on=a.fail_on, extra=looks)
+                        fail_on=a.fail_on, fail_grace=a.fail_grace, extra=looks)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":

@@ -39,7 +39,7 @@ def update_json(path, **fields):
 #: ("? job.json unreadable: ..."), and nothing is signalled on its word
 FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
           "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
-          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "failed_why": str,
+          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "fail_grace": (int, float), "failed_why": str,
           "watch": dict, "restart": dict, "stall": dict, "backoff_until": (int, float), "gave_up": str}
 
 def record_problem(rec, name):

@@ -233,7 +233,8 @@ def dump_stacks(d, pids, wait_s=3.0):
 class Supervisor:
     """The loop (see the module's doc). start(n) starts attempt n (0: the first) and returns
     (Popen, log position) or None; cleanup() ends what an attempt left; check: job.py's fail-on check,
-    scan(log, pos, pattern) its reader and term(pid) how it stops the command."""
+    scan(log, pos, pattern) its reader and term(pid) what stops the command once the check matched
+    (job.FailStop: a callable, called at every poll from then on)."""
 
     def __init__(self, d, rec, policy, start, cleanup, check=None, scan=None, term=None):
         self.d, self.rec, self.policy = Path(d), rec, policy
@@ -288,7 +289,9 @@ class Supervisor:
                 found, scan_pos = self.scan(self.d / "output.log", scan_pos, self.check[0])
                 if found:
                     say(f"{found} in the log: stopping the command (it learns nothing)")
-                    self.term(child.pid)
+                    end = self.term(child.pid)
+            if found:
+                end()
             if prog.read(now) and stall_at is not None:
                 say(f"training steps again (step {prog.last_step}) after {now - stall_at:.0f}s without one")
                 self.note(stall=None)
