@@ -245,9 +245,10 @@ DEAF = ("import signal, sys, time\n"
 
 @pytest.mark.parametrize("watch", [False, True], ids=["plain", "watched"])
 def test_a_nan_run_that_does_not_heed_sigterm_gets_it_again_then_sigkill(tmp_path, watch):
-    """The suite's NaN training (lr 2e9) once trained all its 200 epochs after the fail-on match: speculators
-    took the SIGTERM as 'save a checkpoint, then stop', and did not stop. Now: SIGTERM, again after the grace
-    (speculators' sign to exit at once), SIGKILL after another: with or without the supervisor's watch."""
+    """The suite's NaN training (lr 2e9) once trained all its 200 epochs after the fail-on match: speculators'
+    interruption, raised from its SIGTERM handler while a log line was printing, was swallowed by logging.
+    Now: SIGTERM, again after the grace (speculators' sign to exit at once), SIGKILL after another: with or
+    without the supervisor's watch."""
     (tmp_path / "t.py").write_text(DEAF)
     job(tmp_path, "start", "--run-id", "n", "--kind", "train", "--fail-on", "nonfinite-loss", "--fail-grace", "1",
         "--term", "child", *(["--watch"] if watch else []), "--", sys.executable, "t.py")
