@@ -84,6 +84,16 @@ def server_env(cmd, work):
     return env
 
 
+def stop_servers(procs):
+    """Each server started here (its own session): SIGTERM to its group, SIGKILL after 30 s."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, 15)
+            p.wait(30)
+        except (OSError, subprocess.TimeoutExpired):
+            os.killpg(p.pid, 9)
+
+
 def verdict(gap, *spreads):
     """yes / NO, with the widest spread across repeats when it exceeds specops's NOISY (then the gap
     is within the noise of the figures compared, not a verdict on the method)."""
@@ -189,12 +199,7 @@ def main():
                         sys.exit(f"agreement: vllm bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
                     tps[(side, c)].append(json.loads((out_dir / f).read_text())["output_throughput"])
     finally:
-        for p in procs.values():
-            try:
-                os.killpg(p.pid, 15)
-                p.wait(30)
-            except (OSError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, 9)
+        stop_servers(procs.values())
     rows = []
     for c in levels:
         d, b = statistics.median(tps[("draft", c)]), statistics.median(tps[("baseline", c)])

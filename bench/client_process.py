@@ -98,10 +98,7 @@ def main():
                 print(f"block {b} {arm}: " + ", ".join(f"{r['tok_s']:.0f}" for r in results[arm][-a.runs:])
                       + f" tok/s ({time.time() - t0:.0f}s)", flush=True)
     finally:
-        import signal
-
-        os.killpg(srv.pid, signal.SIGTERM)
-        srv.wait(timeout=60)
+        agreement.stop_servers([srv])
     lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: run {a.run_id} on `{a.host}` "
              f"({os.cpu_count()} cores), {a.side} server, {a.requests} requests x {a.tokens} tokens at {a.level}, "
              f"{a.runs} runs an arm, {a.blocks} blocks\n",
