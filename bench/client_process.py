@@ -73,7 +73,9 @@ def main():
         print(f"server healthy after {agreement.healthy(port, srv):.0f}s", flush=True)
 
         def args(name):
-            return agreement.run_args(port, tok, prompts, a.tokens, a.requests, a.level, work / f"{name}.json")
+            # (e2el asked by name: vLLM 0.26 saves neither it nor the per-request latencies by default)
+            return [*agreement.run_args(port, tok, prompts, a.tokens, a.requests, a.level, work / f"{name}.json"),
+                    "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90"]
 
         mod = [python, "-m", "specops_host.serve.vllm_bench"]
         for b in range(a.blocks):
@@ -91,10 +93,9 @@ def main():
                         ran(p, arm)
                 for i, n in enumerate(names):
                     d = json.loads((work / f"{n}.json").read_text())
-                    lat = sorted(d.get("latencies") or [0])
                     results[arm].append({"block": b, "pos": i, "tok_s": d["output_throughput"], "dur": d["duration"],
-                                         "p90": lat[int(0.9 * (len(lat) - 1))],
-                                         "piece": d["median_ttft_ms"] >= 0.9 * d["median_e2el_ms"] if d.get("median_e2el_ms") else False})
+                                         "p90": d["p90_e2el_ms"] / 1000,
+                                         "piece": d["median_ttft_ms"] >= 0.9 * d["median_e2el_ms"]})
                 print(f"block {b} {arm}: " + ", ".join(f"{r['tok_s']:.0f}" for r in results[arm][-a.runs:])
                       + f" tok/s ({time.time() - t0:.0f}s)", flush=True)
     finally:

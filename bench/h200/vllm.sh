@@ -7,8 +7,8 @@
 #   bash bench/h200/vllm.sh all [STAGES]           # the run itself (what `start` launches)
 #
 # The wheelhouse (`inv wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`,
-# 431 MiB with the laptop wheels the torch venv lacks) arrives in 60 MiB parts under /tmp/parts, one a
-# device call (`tar cf - -C .whl ... | split -b 60M -d - .parts/part-`, then `cp .parts/part-NN /tmp/parts/`
+# 431 MiB with the laptop wheels the torch venv lacks) arrives in 56 MiB parts under /tmp/parts, one a
+# device call (the tracked tree and one part stay under a call's 64 MiB) (`tar cf - -C .whl ... | split -b 56M -d - .parts/part-`, then `cp .parts/part-NN /tmp/parts/`
 # carrying .parts/part-NN); `setup` joins them. A warm machine waits only 30 s for the next call: issue
 # the part calls, `start` and `collect` together, in one batch.
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
