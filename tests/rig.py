@@ -34,6 +34,25 @@ def pip_find_links() -> str | None:
     return p.stdout.strip() or None if p.returncode == 0 else None
 
 
+def remove_at_exit(path: Path, stop=None) -> Path:
+    """`path` (a temp dir of the tests) removed when this process exits, after `stop()`, unless
+    SPECOPS_KEEP_RIG=1 keeps it to look into; without this every suite run left its rigs' work
+    dirs (up to 2 GB each) in /tmp."""
+    import atexit
+
+    def remove():
+        if stop:
+            try:
+                stop()
+            except Exception:  # noqa: BLE001  (exiting: remove what can be removed)
+                pass
+        if os.environ.get("SPECOPS_KEEP_RIG") != "1":
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +79,7 @@ class Rig:
     def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
                  max_startups: str = "100:30:200", max_sessions: int = 100, env: dict | None = None):
         extra_env = env
-        self.root = Path(tempfile.mkdtemp(prefix="specops-rig-"))
+        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-rig-")), lambda: self.stop())
         self.root.chmod(0o755)
         self.address, self.netns = address, netns
         self.port = port or free_port()

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rig import free_port
+from rig import free_port, remove_at_exit
 
 NODES = ("node1", "node2")
 PARTITION = "debug"
@@ -34,7 +34,7 @@ def have_slurm() -> bool:
 
 class SlurmRig:
     def __init__(self, user: str):
-        self.root = Path(tempfile.mkdtemp(prefix="specops-slurm-"))
+        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-slurm-")), lambda: self.stop())
         self.root.chmod(0o755)
         self.user = user
         self.conf = self.root / "slurm.conf"

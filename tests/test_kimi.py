@@ -379,7 +379,7 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
 
 COMPARE = """import sys, glob, torch
 from safetensors.torch import load_file
-med, frac, n = 0.0, 0.0, 0
+med, frac, n, wrong = 0.0, 0.0, 0, 1e9
 for f in sorted(glob.glob(sys.argv[1] + '/hidden_states/hs_*.safetensors')):
     a = load_file(f); b = load_file(f.replace(sys.argv[1], sys.argv[2]))
     assert torch.equal(a['token_ids'], b['token_ids']), f
@@ -387,7 +387,9 @@ for f in sorted(glob.glob(sys.argv[1] + '/hidden_states/hs_*.safetensors')):
     x, y = a['hidden_states'].float(), b['hidden_states'].float()
     d = (x - y).norm(dim=-1) / y.norm(dim=-1)  # per token and layer
     med = max(med, float(d.median())); frac = max(frac, float((d > 0.05).float().mean())); n += 1
-print('FILES', n, 'MEDIAN', med, 'FAR', frac)
+    s = (x[:, :-1] - y[:, 1:]).norm(dim=-1) / y[:, 1:].norm(dim=-1)  # (the control: each layer against the next's)
+    wrong = min(wrong, float(s.median()))
+print('FILES', n, 'MEDIAN', med, 'FAR', frac, 'WRONG', wrong)
 """
 
 
@@ -395,8 +397,8 @@ def compare(t, work, cpu_box, a, b):
     path = f"{work}/compare_kimi.py"
     t.check(f"cat > {path} <<'EOF'\n{COMPARE}EOF", "compare script")
     out = t.check(f"{cpu_box['venv']}/bin/python3 {path} {a} {b}", "compare").stdout
-    m = re.search(r"FILES (\d+) MEDIAN ([\d.e-]+) FAR ([\d.e-]+)", out)
-    return int(m.group(1)), float(m.group(2)), float(m.group(3))
+    m = re.search(r"FILES (\d+) MEDIAN ([\d.e-]+) FAR ([\d.e-]+) WRONG ([\d.e-]+)", out)
+    return int(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4))
 
 
 def test_vllm_cpu_serves_the_kimi_shape_and_agrees_with_hf(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
@@ -413,12 +415,14 @@ def test_vllm_cpu_serves_the_kimi_shape_and_agrees_with_hf(kimi_data, kimi_verif
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "vLLM server healthy" in r.stdout and f"layers {KIMI_IDS}" in r.stdout
     with box(kimi_hosts) as t:
-        n, median, far = compare(t, work, cpu_box, f"{work}/data/kimi-vllm", f"{work}/data/kimi")
+        n, median, far, wrong = compare(t, work, cpu_box, f"{work}/data/kimi-vllm", f"{work}/data/kimi")
         log = t.run(f"cat {work}/runs/*/server/output.log 2>/dev/null | grep -c 'KimiK25ForConditionalGeneration'"
                     ).stdout.strip()
     print(f"vLLM vs HF on the Kimi shape: {n} files, worst median per-token difference {median:.4f}, "
-          f"worst share of tokens over 5%: {far:.2f}")
-    assert n == 12 and median < 0.03 and far < 0.25
+          f"worst share of tokens over 5%: {far:.2f}; each layer against the next's (a wrong layer): {wrong:.3f}")
+    # (seen in 18 suite runs: 0.0274 in 16, 0.0279 and 0.0312 once each, vLLM's CPU batching moving
+    # bf16 sums; a wrong layer 0.628 in all: the bar sits well between)
+    assert n == 12 and median < 0.06 and far < 0.25 and wrong > 0.3
     assert log and int(log) > 0  # (vLLM's native Kimi-K2.5 class served it)
 
 
@@ -439,9 +443,9 @@ def test_vllm_cpu_tensor_parallel_2_matches_one_way(pipeline_run, hosts_file, ri
     server = next(ln for ln in r.stdout.splitlines() if "vLLM server: $" in ln)
     assert "--tensor-parallel-size 2" in server and server.endswith("--gpu-memory-utilization 0.3"), server
     with box(hf, "tp2") as t:
-        n, median, far = compare(t, work, cpu_box, f"{work}/data/pipe-tp2", f"{work}/data/pipe")
-    print(f"vLLM tp=2 vs tp=1: {n} files, worst median per-token difference {median:.4f}")
-    assert n > 0 and median < 0.02 and far < 0.05
+        n, median, far, wrong = compare(t, work, cpu_box, f"{work}/data/pipe-tp2", f"{work}/data/pipe")
+    print(f"vLLM tp=2 vs tp=1: {n} files, worst median per-token difference {median:.4f}, a wrong layer {wrong:.3f}")
+    assert n > 0 and median < 0.02 and far < 0.05 and wrong > 0.3
 
 
 # -- the draft-serves preflight (issue 21) on the Kimi shape ------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, inv
+from rig import remove_at_exit
 from specops.ops import wheelhouse as wh
 from specops.errors import SpecopsError
 
@@ -22,7 +23,7 @@ PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 #: a host script run from another folder (`python -m specops_host...`) finds the package here: a folder
 #: holding the host package alone, as a host's workdir does (the repo's root would also show pip this
 #: checkout's own specops.egg-info, which an editable install writes there, and `pip check` would blame it)
-HOST_ROOT = Path(tempfile.mkdtemp(prefix="specops-host-pkg-"))
+HOST_ROOT = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-host-pkg-")))
 (HOST_ROOT / "specops_host").symlink_to(REPO / "specops_host")
 HOST_PKG_ENV = {**os.environ, "PYTHONPATH": str(HOST_ROOT)}
 
