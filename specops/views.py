@@ -199,6 +199,7 @@ def speedup(sp: dict) -> None:
           ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
            "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
     spreads(sp)
+    inexact(sp)
     lost = sum(v.get("unstreamed") or 0 for s in (sp.get("sides") or {}).values() for v in s["by_concurrency"].values())
     if lost:
         line(f"TTFT and TPOT leave out {lost} run(s) whose answers reached the benchmark's client in one piece "
@@ -328,6 +329,14 @@ def spreads(sp: dict) -> None:
                  f"machine's speed drifted); the paired speedup held within {100 * v['ratio_spread']:.1f}%")
 
 
+def inexact(sp: dict) -> None:
+    """Prompts whose text (the benchmark's dataset) does not tokenize back to their ids."""
+    if sp.get("prompts_inexact"):
+        line(f"{sp['prompts_inexact']} of {sp.get('prompts')} prompts do not tokenize back to their ids through the "
+             "verifier's tokenizer: the speedup's runs saw other prompts than acceptance's (and its acceptance "
+             "length may differ)", "yellow")
+
+
 def demo_acceptance(res: dict) -> None:
     """The demo's last word: the trained draft served by vLLM beside its controls, same prompts."""
     acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
@@ -366,6 +375,7 @@ def demo_acceptance(res: dict) -> None:
                          f"{by[c].get('baseline_tokens_per_s', 0):.1f} tokens/s)" for c in levels)
              + f"; {sp.get('repeats', 1)} repeat(s) by vllm bench serve")
         spreads(sp)
+        inexact(sp)
         if sp.get("note"):
             line(f"note: {sp['note']}", "yellow")
 

@@ -243,9 +243,11 @@ def check_speedup_options(a, levels):
 
 def bench_dataset(prompts, verifier, trust, path):
     """The prompts as `vllm bench serve`'s custom dataset ({"prompt": text} per line): token ids
-    decoded by the verifier's tokenizer (special tokens kept: the chat template is in them; the
-    leading BOS left to the server's tokenizer, which adds it)."""
-    tok = None
+    decoded by the verifier's tokenizer (special tokens kept: the chat template is in them), the
+    leading BOS written out only where the tokenizer does not add it itself (the server tokenizes the
+    text with the tokenizer's defaults). Each text is checked to tokenize back to its ids. Returns the
+    path and how many did not: those prompts differ from the ones acceptance was measured on."""
+    tok, inexact = None, 0
     with open(path, "w") as f:
         for p in prompts:
             text = p["prompt"]
@@ -255,11 +257,16 @@ def bench_dataset(prompts, verifier, trust, path):
 
                     tok = AutoTokenizer.from_pretrained(verifier, trust_remote_code=trust)
                 ids = list(text)
-                if ids and tok.bos_token_id is not None and ids[0] == tok.bos_token_id:
-                    ids = ids[1:]
-                text = tok.decode(ids, skip_special_tokens=False)
+                bos = tok.bos_token_id is not None and ids[:1] == [tok.bos_token_id]
+                text = tok.decode(ids[1:] if bos else ids, skip_special_tokens=False)
+                if tok(text)["input_ids"] != ids:
+                    whole = tok.decode(ids, skip_special_tokens=False)  # (a tokenizer that adds no BOS)
+                    if bos and tok(whole)["input_ids"] == ids:
+                        text = whole
+                    else:
+                        inexact += 1
             f.write(json.dumps({"prompt": text}) + "\n")
-    return path
+    return path, inexact
 
 
 def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, paired, deploy, requests, tokens,
@@ -437,7 +444,7 @@ def main():
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             out_dir.mkdir(parents=True)
-            dataset = bench_dataset(prompts, a.verifier, trust, out_dir / "prompts.jsonl")
+            dataset, inexact = bench_dataset(prompts, a.verifier, trust, out_dir / "prompts.jsonl")
             runs, results, failed = speedup.measure(
                 all_sides=all_sides, levels=levels, repeats=a.repeats, together=together,
                 up=up, launch=launch, wait=wait, stop=lambda srv: vllm_server.stop(srv.dir), out_dir=out_dir,
@@ -454,6 +461,7 @@ def main():
                                             paired=together > 1, deploy=deploy, requests=requests,
                                             tokens=tokens, argv=argv, run=run, out_dir=out_dir,
                                             prompts=len(prompts))
+            res["speedup"]["prompts_inexact"] = inexact
             res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
     finally:
         for srv in up.values():
