@@ -280,6 +280,17 @@ def test_the_table_says_when_the_machine_drifted_and_when_a_figure_is_not_a_resu
     assert "tokens/s moved" not in out and "at 16 concurrent: the speedup moved 22.1% across 2 repeats" in out
 
 
+def test_the_table_says_when_the_speedup_saw_other_prompts_than_acceptance(capsys):
+    from specops import views
+
+    views.inexact({"prompts": 27, "prompts_inexact": 27})
+    assert ("27 of 27 prompts do not tokenize back to their ids through the verifier's tokenizer: the speedup's "
+            "runs saw other prompts than acceptance's") in capsys.readouterr().out
+    views.inexact({"prompts": 27, "prompts_inexact": 0})
+    views.inexact({"prompts": 27})  # (an evaluation.json from before the count)
+    assert capsys.readouterr().out == ""
+
+
 def test_a_run_whose_answers_came_in_one_piece_keeps_its_tokens_per_s_but_not_its_latencies(capsys):
     """Seen on 2 cores, runs back to back: TTFT the whole request's (178 ms of 179), TPOT 0.001 ms."""
     whole = {"output_throughput": 714.0, "median_ttft_ms": 178.1, "median_e2el_ms": 179.2, "median_tpot_ms": 0.001,
