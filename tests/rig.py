@@ -79,7 +79,7 @@ class Rig:
     def __init__(self, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
                  max_startups: str = "100:30:200", max_sessions: int = 100, env: dict | None = None):
         extra_env = env
-        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-rig-")), lambda: self.stop())
+        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-rig-")), self.stop)
         self.root.chmod(0o755)
         self.address, self.netns = address, netns
         self.port = port or free_port()

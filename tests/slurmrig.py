@@ -34,7 +34,7 @@ def have_slurm() -> bool:
 
 class SlurmRig:
     def __init__(self, user: str):
-        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-slurm-")), lambda: self.stop())
+        self.root = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-slurm-")), self.stop)
         self.root.chmod(0o755)
         self.user = user
         self.conf = self.root / "slurm.conf"

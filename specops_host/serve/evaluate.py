@@ -270,7 +270,7 @@ def bench_dataset(prompts, verifier, trust, path):
 
 
 def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, paired, deploy, requests, tokens,
-                   argv, run, out_dir, prompts):
+                   argv, run, out_dir, prompts, prompts_inexact=0):
     """evaluation.json's `speedup` (docs/evaluation.md)."""
     sides_rec = speedup.record(all_sides, runs, results, levels, paired=paired)
     d, b = sides_rec["draft"]["by_concurrency"], sides_rec["baseline"]["by_concurrency"]
@@ -292,7 +292,7 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
                  "noisy": d[c]["noisy"]}
     out = {"method": "vllm bench serve", "by_concurrency": by, "sides": sides_rec, "paired": paired,
            "repeats": a.repeats, "requests": {str(c): requests(c) for c in levels}, "max_tokens": tokens,
-           "prompts": prompts, "noisy_above": speedup.NOISY, "skipped": skipped + failed,
+           "prompts": prompts, "prompts_inexact": prompts_inexact, "noisy_above": speedup.NOISY, "skipped": skipped + failed,
            "files": sorted({str((out_dir / r["file"]).relative_to(run)) for r in runs}),
            "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens)}
     if a.kind == "cpu":
@@ -460,8 +460,7 @@ def main():
             res["speedup"] = speedup_record(a, levels, measured, runs, results, failed, skipped,
                                             paired=together > 1, deploy=deploy, requests=requests,
                                             tokens=tokens, argv=argv, run=run, out_dir=out_dir,
-                                            prompts=len(prompts))
-            res["speedup"]["prompts_inexact"] = inexact
+                                            prompts=len(prompts), prompts_inexact=inexact)
             res["speedup_at_1"] = res["speedup"]["by_concurrency"].get("1", {}).get("ratio")
     finally:
         for srv in up.values():
