@@ -20,11 +20,9 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shlex  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -33,32 +31,19 @@ from specops_host.serve import evaluate  # noqa: E402  (held_out_prompts, parse_
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", required=True)
-    ap.add_argument("--host", default="local")
-    ap.add_argument("--run-id", required=True)
+    ap = agreement.box_parser("acceptance-gap.md")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--long", type=int, default=256)
-    ap.add_argument("--vllm-arg", action="append", default=[])
-    ap.add_argument("--out", default=str(agreement.REPO / "bench" / "results" / "acceptance-gap.md"))
     a = ap.parse_args()
-    plan = agreement.inv("evaluate", "--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id, "--speedup", "1",
-                         "--baselines", "none", *[f"--vllm-arg={x}" for x in a.vllm_arg], "--dry-run")
-    cmd = [shlex.split(ln.split("would start: ", 1)[1]) for ln in plan.splitlines() if "would start: " in ln][0]
-    port = agreement.free_port()
-    cmd = [str(port) if x == "<port>" else x for x in cmd]
-    work = Path(cmd[cmd.index("--model") + 1]).parent.parent  # (the host's work dir)
-    run = work / "runs" / a.run_id
-    text_file = run / "evaluation" / "bench" / "evaluation" / "prompts.jsonl"
-    if not text_file.is_file():
-        sys.exit(f"acceptance_gap: no {text_file}: run `inv evaluate --run-id {a.run_id} --speedup 1` once first")
-    spec = json.loads((run / "train-spec.json").read_text())
+    cmd = agreement.planned_servers(a, "--speedup", "1", "--baselines", "none")[0]
+    text_file = agreement.bench_prompts(cmd, a.run_id, "acceptance_gap", 1)
+    work = agreement.host_work(cmd)
+    spec = json.loads((work / "runs" / a.run_id / "train-spec.json").read_text())
     ids = [p["prompt"] for p in evaluate.held_out_prompts(spec, a.prompts)[0]]
     texts = [json.loads(x)["prompt"] for x in text_file.read_text().splitlines() if x.strip()][:len(ids)]
     logs = Path(tempfile.mkdtemp(prefix="acceptance-gap-"))
-    srv = subprocess.Popen(cmd, env=agreement.server_env(cmd, work), stdout=open(logs / "server.log", "w"),
-                           stderr=subprocess.STDOUT, cwd=str(agreement.REPO), start_new_session=True)
+    srv, port = agreement.start_server(cmd, agreement.server_env(cmd, work), logs / "server.log")
     base = f"http://127.0.0.1:{port}"
     rows = []
     try:

@@ -124,21 +124,59 @@ def run_args(port, tokenizer, prompts, tokens, requests, level, result):
             "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
-def main():
+def box_parser(out):
+    """The arguments every script here takes: the host, its hosts file, the run, vLLM arguments and
+    the results table appended to (`out`, under bench/results/)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", required=True)
     ap.add_argument("--host", default="local")
     ap.add_argument("--run-id", required=True)
+    ap.add_argument("--vllm-arg", action="append", default=[])
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / out))
+    return ap
+
+
+def box_args(a):
+    return ["--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id]
+
+
+def planned_servers(a, *timing):
+    """The servers `inv evaluate ... --dry-run` says it starts (the draft's first, then the verifier
+    alone), each an argv with `<port>` left in."""
+    plan = inv("evaluate", *box_args(a), *timing, *[f"--vllm-arg={x}" for x in a.vllm_arg], "--dry-run")
+    return [shlex.split(ln.split("would start: ", 1)[1]) for ln in plan.splitlines() if "would start: " in ln]
+
+
+def start_server(cmd, env, log):
+    """`cmd` on a free port, in its own session (stop_servers ends it), its output in `log`: (proc, port)."""
+    port = free_port()
+    proc = subprocess.Popen([str(port) if x == "<port>" else x for x in cmd], env=env, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, cwd=str(REPO), start_new_session=True)
+    return proc, port
+
+
+def host_work(cmd):
+    """The host's work dir, from a planned server's `--model` (WORK/models/NAME)."""
+    return Path(cmd[cmd.index("--model") + 1]).parent.parent
+
+
+def bench_prompts(cmd, run_id, script, level):
+    """The run's held-out prompts as `inv evaluate --speedup` wrote them in the host's work dir."""
+    path = host_work(cmd) / "runs" / run_id / "evaluation" / "bench" / "evaluation" / "prompts.jsonl"
+    if not path.is_file():
+        sys.exit(f"{script}: no {path}: run `inv evaluate --run-id {run_id} --speedup {level}` once first")
+    return path
+
+
+def main():
+    ap = box_parser("agreement.md")
     ap.add_argument("--levels", default="1,16")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--tokens", type=int, default=None)
-    ap.add_argument("--vllm-arg", action="append", default=[])
     ap.add_argument("--side-by-side", type=int, default=None)
     ap.add_argument("--from", dest="from_dest", default=None)
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "agreement.md"))
     a = ap.parse_args()
-    box = ["--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id]
     t0 = time.time()
     if a.from_dest:  # (an evaluation already made: its settings are the ones matched)
         dest = Path(a.from_dest)
@@ -151,19 +189,16 @@ def main():
     timing = ["--speedup", a.levels, "--repeats", str(a.repeats), "--baselines", "none",
               *(["--speedup-requests", str(a.requests)] if a.requests else []),
               *(["--speedup-tokens", str(a.tokens)] if a.tokens else []),
-              *(["--side-by-side", str(a.side_by_side)] if a.side_by_side else []),
-              *[f"--vllm-arg={x}" for x in a.vllm_arg]]
+              *(["--side-by-side", str(a.side_by_side)] if a.side_by_side else [])]
     if not a.from_dest:
         dest = Path(tempfile.mkdtemp(prefix="agreement-"))
-        inv("evaluate", *box, *timing, "--dest", str(dest))
+        inv("evaluate", *box_args(a), *timing, *[f"--vllm-arg={x}" for x in a.vllm_arg], "--dest", str(dest))
         ev = json.loads((dest / a.run_id / "evaluation.json").read_text())
         sp = ev["speedup"]
     print(f"specops: {json.dumps(sp['by_concurrency'])} ({time.time() - t0:.0f}s)", flush=True)
 
     # the same two servers, by hand: the commands specops says it starts
-    plan = inv("evaluate", *box, *timing, "--dry-run")
-    starts = [ln.split("would start: ", 1)[1] for ln in plan.splitlines() if "would start: " in ln]
-    draft_cmd, base_cmd = (shlex.split(x) for x in starts[:2])
+    draft_cmd, base_cmd = planned_servers(a, *timing)[:2]
     run = Path(ev["checkpoint"]).parent.parent
     bench_files = sp["files"]
     prompts = dest / a.run_id / Path(bench_files[0]).parent / "prompts.jsonl"
@@ -178,11 +213,7 @@ def main():
     procs, ports = {}, {}
     try:
         for side, cmd in (("draft", draft_cmd), ("baseline", base_cmd)):
-            ports[side] = free_port()
-            cmd = [str(ports[side]) if x == "<port>" else x for x in cmd]
-            log = open(out_dir / f"{side}-server.log", "w")
-            procs[side] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                           start_new_session=True)
+            procs[side], ports[side] = start_server(cmd, env, out_dir / f"{side}-server.log")
         for side in procs:
             print(f"by hand: {side} server healthy after {healthy(ports[side], procs[side]):.0f}s", flush=True)
         tps = {(s, c): [] for s in procs for c in levels}

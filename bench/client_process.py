@@ -20,10 +20,8 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shlex  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -38,36 +36,21 @@ def ran(p, arm):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", required=True)
-    ap.add_argument("--host", default="local")
-    ap.add_argument("--run-id", required=True)
+    ap = agreement.box_parser("client-process.md")
     ap.add_argument("--level", type=int, default=16)
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--side", choices=("draft", "baseline"), default="draft")
-    ap.add_argument("--vllm-arg", action="append", default=[])
-    ap.add_argument("--out", default=str(agreement.REPO / "bench" / "results" / "client-process.md"))
     a = ap.parse_args()
-    box = ["--host", a.host, "--hosts", a.hosts, "--run-id", a.run_id]
-    plan = agreement.inv("evaluate", *box, "--speedup", str(a.level), "--baselines", "none",
-                         *[f"--vllm-arg={x}" for x in a.vllm_arg], "--dry-run")
-    starts = [shlex.split(ln.split("would start: ", 1)[1]) for ln in plan.splitlines() if "would start: " in ln]
-    cmd = starts[0 if a.side == "draft" else 1]
+    cmd = agreement.planned_servers(a, "--speedup", str(a.level), "--baselines", "none")[0 if a.side == "draft" else 1]
     python = cmd[0]
-    port = agreement.free_port()
-    cmd = [str(port) if x == "<port>" else x for x in cmd]
     work = Path(tempfile.mkdtemp(prefix="client-process-"))
     tok = cmd[cmd.index("--model") + 1]
-    # (the run's held-out prompts, as `inv evaluate --speedup` wrote them in the host's work dir)
-    prompts = Path(tok).parent.parent / "runs" / a.run_id / "evaluation" / "bench" / "evaluation" / "prompts.jsonl"
-    if not prompts.is_file():
-        sys.exit(f"client_process: no {prompts}: run `inv evaluate --run-id {a.run_id} --speedup {a.level}` once first")
-    env = agreement.server_env(cmd, Path(tok).parent.parent)  # (the host's work dir)
-    srv = subprocess.Popen(cmd, env=env, stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT,
-                           cwd=str(agreement.REPO), start_new_session=True)
+    prompts = agreement.bench_prompts(cmd, a.run_id, "client_process", a.level)
+    env = agreement.server_env(cmd, agreement.host_work(cmd))
+    srv, port = agreement.start_server(cmd, env, work / "server.log")
     results = {"one": [], "each": []}
     try:
         print(f"server healthy after {agreement.healthy(port, srv):.0f}s", flush=True)
