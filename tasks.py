@@ -221,7 +221,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
                   learnable=False, seconds=None, size="tiny"):
     """Build a small verifier with a local tokenizer on the host (no model hub needed).
 
-    Random, or --learnable (trained on the synthetic language of specops_host/fixtures/synthlang.py: what the
+    Random, or --learnable (trained on the synthetic language of remote/specops_host/fixtures/synthlang.py: what the
     demo uses). Next: `inv pipeline --verifier PATH --data ...` or set `verifier:` in hosts.yaml.
 
     Example: inv make-verifier --host gpu1 --learnable --size 1b"""
@@ -229,7 +229,7 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
              overwrite=overwrite, learnable=learnable, seconds=seconds, size=size)
 
 
-#: a training's supervisor on the host (specops/ops/watch.py, specops_host/jobs/watch.py)
+#: a training's supervisor on the host (specops/ops/watch.py, remote/specops_host/jobs/watch.py)
 LOOKED_AFTER = {
     "restarts": "restart an abnormal end (exit, signal; never after `inv stop`) from the last complete checkpoint up "
                 "to N times (default: hosts.yaml restarts, else 3 on a cuda host, 0 on a cpu host)",

@@ -4,8 +4,8 @@
                                          [--tokens 64] [--seconds 90] [--out bench/results/acceptance.md]
 
 On the built-in `local` host (its venv ~/.cache/specops/ml-env, a fresh workdir: default a temp
-dir, deleted at the end): builds the learnable verifier (specops_host/fixtures/learnable_verifier.py: a tiny
-Llama trained on the synthetic language of specops_host/fixtures/synthlang.py, CPU, <= --seconds), runs the
+dir, deleted at the end): builds the learnable verifier (remote/specops_host/fixtures/learnable_verifier.py: a tiny
+Llama trained on the synthetic language of remote/specops_host/fixtures/synthlang.py, CPU, <= --seconds), runs the
 pipeline on --conversations conversations of that language with configs/demo.yaml (prepare +
 extract through vLLM, inspect, train, fetch), then serves through vLLM (CPU, eager, 3 draft
 tokens, greedy) on the same held-out prompts (the run's validation split):
@@ -111,7 +111,7 @@ def main():
         f"{time.strftime('%Y-%m-%d %H:%M')}; load average {load0:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end (the machine was shared).",
         "",
-        f"Verifier: learnable (specops_host/fixtures/learnable_verifier.py), {rec['layers']} layers (first "
+        f"Verifier: learnable (remote/specops_host/fixtures/learnable_verifier.py), {rec['layers']} layers (first "
         f"{rec.get('frozen_layers')} kept at random init), hidden {rec['hidden']}, {rec['params']} parameters, "
         f"{rec['steps']} steps in {rec['train_seconds']} s, greedy agreement {rec['greedy_agreement']} "
         f"(language {rec['language']['fingerprint']}). Draft: configs/demo.yaml on {a.conversations} "

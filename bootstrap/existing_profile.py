@@ -9,7 +9,7 @@ version, except the KEEP packages (vLLM pins them to versions that the venv's ot
 cannot have: pip's resolver cannot produce any set against the freeze with them pinned). Of pip's
 answer the profile lists what the venv lacks, less the OMIT packages (optional kernels vLLM
 declares but the stages specops runs never import) and what only they need. The venv keeps its
-own version of every KEEP package; `inv bootstrap` (specops_host/install/profile.py) accepts exactly
+own version of every KEEP package; `inv bootstrap` (remote/specops_host/install/profile.py) accepts exactly
 the `pip check` lines about them and about the omitted packages, and no other.
 
 Each KEEP and OMIT entry is written into the profile with what it costs (`#@ keep:` / `#@ omit:`

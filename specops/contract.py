@@ -1,4 +1,4 @@
-"""The laptop's side of the laptop-host contract: specops_host/contract.py, imported from the
+"""The laptop's side of the laptop-host contract: remote/specops_host/contract.py, imported from the
 installed host package (the host imports the same file after `push`), so both sides share one name
 rule, one set of job states and one payload frame; its refusals raised here as SpecopsError."""
 

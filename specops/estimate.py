@@ -29,7 +29,7 @@ from typing import Optional
 STAGES = {"offline": ("prepare + extract", "train"), "online": ("prepare", "train")}
 #: validation runs a forward only: this many times the training's tokens/s (an assumption, said so)
 VAL_SPEEDUP = 3.0
-#: auto's disk budget: the free space less 10% (specops_host/train/online.py's HEADROOM)
+#: auto's disk budget: the free space less 10% (remote/specops_host/train/online.py's HEADROOM)
 HEADROOM = 1.10
 #: speculators' default train_data_ratio (the rest of the rows is held out for validation)
 TRAIN_RATIO = 0.9
@@ -134,7 +134,7 @@ def data_hours(m: dict, *, scale: float, mode: str) -> dict:
 
 def auto_choice(need_bytes: float, *, free_bytes: Optional[float], disk_budget: Optional[float],
                 hours: dict) -> dict:
-    """What `--hidden-states auto` picks (specops_host/train/online.py's rule: offline when the hidden states
+    """What `--hidden-states auto` picks (remote/specops_host/train/online.py's rule: offline when the hidden states
     fit the disk budget, else online) and why, with both numbers; plus which mode is faster."""
     if disk_budget is not None:
         budget, what = float(disk_budget), "--disk-budget"

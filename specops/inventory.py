@@ -272,7 +272,7 @@ class Host(BaseModel):
         return trust if isinstance(trust, str) else str(trust).lower()
 
     def vllm_flags(self, extra: Optional[list[str]] = None) -> list[str]:
-        """The arguments of specops_host/data/datagen.py and specops_host/serve/evaluate.py that carry this host's vLLM
+        """The arguments of remote/specops_host/data/datagen.py and remote/specops_host/serve/evaluate.py that carry this host's vLLM
         settings, then a run's own `--vllm-arg`s (last: they win)."""
         out = ["--tensor-parallel", str(self.tensor_parallel), "--trust-remote-code", self.trust_flag]
         for a in [*self.vllm_args, *(extra or [])]:

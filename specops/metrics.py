@@ -1,6 +1,6 @@
 """Training metrics of a fetched run: metrics.jsonl and a PNG of loss and per-position accuracy.
 
-speculators writes its metrics through its TensorBoard logger (specops_host/train/run.py always passes
+speculators writes its metrics through its TensorBoard logger (remote/specops_host/train/run.py always passes
 ``--logger tensorboard``): runs/R/logs/R/events.out.tfevents.*. They are read here with the
 ``tensorboard`` package's own event-file reader (no torch, no TensorFlow).
 

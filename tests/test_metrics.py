@@ -1,5 +1,5 @@
 """Training metrics from TensorBoard event files (specops/metrics.py) and the status line
-(specops_host/jobs/loglines.py, specops_host/jobs/records.py's last_line).
+(remote/specops_host/jobs/loglines.py, remote/specops_host/jobs/records.py's last_line).
 
 The event files are real: written with tensorboard's EventFileWriter, the writer under
 torch.utils.tensorboard.SummaryWriter (what speculators' TensorBoard logger uses), each scalar

@@ -1,7 +1,7 @@
 """Every bad input is a cheap one-line refusal (issue 34, item 4): training configs, empty names,
 layer ids and shards, hosts.yaml's Slurm time and vllm_args, data files, and --seq-length against
 the verifier's positions. Through the real CLI where the refusal comes before anything connects;
-the host's checks (specops_host/data/inputs.py) called as its scripts call them."""
+the host's checks (remote/specops_host/data/inputs.py) called as its scripts call them."""
 
 import json
 

@@ -1,6 +1,6 @@
 """The draft-serves preflight (issue 21): before a training starts, vLLM serves the verifier with
 an untrained EAGLE-3 draft of the run's configuration (`speculators train --dry-run`) for one
-short request (specops_host/check/serve.py); `inv check --serve` runs the same. A pass is cached on
+short request (remote/specops_host/check/serve.py); `inv check --serve` runs the same. A pass is cached on
 the host per verifier, draft config and vLLM version; a draft vLLM cannot serve is refused in
 one line with vLLM's root cause, before any run folder or job exists.
 

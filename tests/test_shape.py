@@ -114,7 +114,7 @@ def test_only_views_write_to_the_screen():
 
 
 def test_every_remote_entry_point_is_the_contract_wrapper():
-    scripts = [p for p in (REPO / "specops_host").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
+    scripts = [p for p in (REPO / "remote" / "specops_host").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
     assert len(scripts) >= 10
     trainers = ("cpu.py", "online_cli.py", "hooked.py")  # (speculators' own CLI in-process: its exit code is the job's)
     bad = [p.name for p in scripts if p.name not in trainers
@@ -182,7 +182,7 @@ def test_every_task_is_its_flags_its_help_and_one_call():
     assert "lambda" not in src and "raise Exit" not in src and "Exit" not in src
 
 
-HOST = REPO / "specops_host"
+HOST = REPO / "remote" / "specops_host"
 
 
 def test_no_host_module_over_500_lines():

@@ -492,7 +492,7 @@ def test_extract_array_two_shards_end_to_end(slurm, cluster_hosts, cluster_check
 
 def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster_checked, pipeline_run):
     """--hidden-states online on a slurm host: one batch job on one node; its first step the
-    draft-serves preflight, then specops_host/train/run.py, which starts the vLLM server, the trainer once the
+    draft-serves preflight, then remote/specops_host/train/run.py, which starts the vLLM server, the trainer once the
     server is healthy, and stops the server when the trainer ends or Slurm signals the job."""
     before = queued(slurm)
     rid = "s-online-dry"
@@ -501,7 +501,7 @@ def test_online_training_is_one_allocation_dry_run(slurm, cluster_hosts, cluster
                 "--config", "configs/demo.yaml", "--dataset", "pipe", "--run-id", rid, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     out = r.stdout
-    script = out.split("echo '[specops] draft-serves preflight (specops_host/check/serve.py) before the trainer'\n", 1)[1]
+    script = out.split("echo '[specops] draft-serves preflight (remote/specops_host/check/serve.py) before the trainer'\n", 1)[1]
     step, rest = script.split('\nrc=$?; if [ "$rc" != 0 ]; then echo "$rc" > ', 1)
     assert step.startswith("srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 bash -c "), step
     assert "-m specops_host.check.serve --spec " in step and f"runs/{rid}/train-spec.json --job-step " in step \
@@ -623,7 +623,7 @@ def test_online_run_cancelled_hard_leaves_nothing_running(slurm, cluster_hosts, 
 
 
 def test_online_run_whose_step_is_killed_leaves_nothing_running(slurm, cluster_hosts, cluster_checked, pipeline_run):
-    """The step's own process (specops_host/train/run.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
+    """The step's own process (remote/specops_host/train/run.py) SIGKILLed (the OOM killer, a node's admin): Slurm's
     tracking loses its orphans (here proctrack/linuxproc; proctrack/pgid never sees the server's
     session), so the server is tied to it and the trainer gets SIGTERM when it dies: both gone."""
     h = inventory.load(str(cluster_hosts)).get("cluster")

@@ -1,5 +1,5 @@
 """The Slurm layer's pure parts: the sbatch script from typed inputs, scontrol/sinfo parsing and a
-request judged against a partition; specops_host/jobs/launch.py's node fields from a Slurm task's environment
+request judged against a partition; remote/specops_host/jobs/launch.py's node fields from a Slurm task's environment
 (no network, no Slurm: the integration tests run them against a real one)."""
 
 import shlex

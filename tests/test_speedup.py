@@ -1,4 +1,4 @@
-"""The speedup's timing (specops_host/serve/speedup.py): the exact `vllm bench serve` command lines
+"""The speedup's timing (remote/specops_host/serve/speedup.py): the exact `vllm bench serve` command lines
 built, the sides of a sweep, which servers are up together, the order of the runs, the median /
 spread / ratio kept, the best setting and its deployment line; the laptop's refusals, one line
 before any server."""

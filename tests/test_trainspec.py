@@ -1,5 +1,5 @@
 """The train spec, both sides: the laptop's pydantic TrainSpec (specops/payloads.py) and the host's
-stdlib reader (specops_host/train/spec.py) agree on every field's name, whether it is required, its
+stdlib reader (remote/specops_host/train/spec.py) agree on every field's name, whether it is required, its
 default and which JSON types it takes; a spec that breaks the contract is refused in one line
 naming the field, on either side."""
 

@@ -169,7 +169,7 @@ def test_push_restores_a_host_script_edited_or_deleted_there(light_host):
     r = inv("status", "--host", "light", "--hosts", hf)  # (any command: the connection pushes first)
     assert r.returncode == 0 and "ModuleNotFoundError" not in r.stdout + r.stderr, r.stdout + r.stderr
     with connect(light_host) as t:
-        local = (Path(__file__).parents[1] / "specops_host" / "jobs" / "errlines.py").read_bytes()
+        local = (Path(__file__).parents[1] / "remote" / "specops_host" / "jobs" / "errlines.py").read_bytes()
         assert t.read_bytes(f"{t.workdir}/specops_host/jobs/errlines.py") == local
 
 

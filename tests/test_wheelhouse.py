@@ -1,5 +1,5 @@
 """Air-gapped installs: the wheelhouse resolver (real pip against a local mirror of real wheels,
-no network) and the host-side top-up of an existing venv (specops_host/install/profile.py --existing,
+no network) and the host-side top-up of an existing venv (remote/specops_host/install/profile.py --existing,
 in a real venv), plus the input checks."""
 
 import base64
@@ -24,7 +24,7 @@ PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 #: holding the host package alone, as a host's workdir does (the repo's root would also show pip this
 #: checkout's own specops.egg-info, which an editable install writes there, and `pip check` would blame it)
 HOST_ROOT = remove_at_exit(Path(tempfile.mkdtemp(prefix="specops-host-pkg-")))
-(HOST_ROOT / "specops_host").symlink_to(REPO / "specops_host")
+(HOST_ROOT / "specops_host").symlink_to(REPO / "remote" / "specops_host")
 HOST_PKG_ENV = {**os.environ, "PYTHONPATH": str(HOST_ROOT)}
 
 

@@ -54,7 +54,7 @@ def main():
     server, gen = commands(log, src, dst, port)
     server += shlex.split(os.environ.get("EXTRA_SERVER_ARGS", ""))  # e.g. --enforce-eager: its start, compared
     sys.path.insert(0, str(REPO / "remote"))
-    import vllm_server  # the environment specops gives its servers (caches under the workdir)
+    from specops_host.serve import vllm_server  # the environment specops gives its servers (caches under the workdir)
 
     env = {**os.environ, **vllm_server.server_env(os.getcwd(), "cuda")}
     Path(dst, ".hs_stage").mkdir(exist_ok=True)

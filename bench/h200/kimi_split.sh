@@ -9,7 +9,7 @@
 #
 # Stages of `all` (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   env      GPUs, link topology, versions
-#   build    specops_host/fixtures/tiny_verifier.py --shape kimi (hidden 4096, 12 layers, 16 experts: ~5.2 B params)
+#   build    remote/specops_host/fixtures/tiny_verifier.py --shape kimi (hidden 4096, 12 layers, 16 experts: ~5.2 B params)
 #   data     a prepared dataset of $ROWS pre-tokenised rows (specops/synth.write_dataset: pyarrow)
 #   one      CUDA_VISIBLE_DEVICES=0, --tensor-parallel 1
 #   two      CUDA_VISIBLE_DEVICES=0,1, --tensor-parallel 2, SPECOPS_GPU_MEMORY_CAP_GIB=$CAP
@@ -68,7 +68,7 @@ and the peak GPU memory logged (monkeypatched around hf_backend's hf_placement a
 import atexit, json, os, sys
 
 repo = os.environ["KS_REPO"]
-sys.path.insert(0, repo)
+sys.path.insert(0, os.path.join(repo, "remote"))
 from specops_host import contract  # noqa: E402
 from specops_host.data import datagen, hf_backend  # noqa: E402
 
@@ -107,7 +107,7 @@ def peak():
 
 hf_backend.hf_placement, hf_backend.decoder_stack = hf_placement, decoder_stack
 atexit.register(peak)
-sys.argv[0] = os.path.join(repo, "specops_host", "data", "datagen.py")
+sys.argv[0] = os.path.join(repo, "remote", "specops_host", "data", "datagen.py")
 contract.main(datagen.main)
 EOF
 
@@ -162,7 +162,7 @@ s_env() {
 }
 
 s_build() {
-  # specops_host/fixtures/tiny_verifier.py unchanged, with save_pretrained's shard size raised so that its one-file
+  # remote/specops_host/fixtures/tiny_verifier.py unchanged, with save_pretrained's shard size raised so that its one-file
   # read-back (.text-model/model.safetensors) holds whatever transformers' default shard size is
   cat > "$B/build.py" <<'PYEOF'
 import runpy, sys
@@ -172,8 +172,8 @@ def save_pretrained(self, *a, **k):
     k.setdefault("max_shard_size", "1000GB")
     return _save(self, *a, **k)
 PreTrainedModel.save_pretrained = save_pretrained
-sys.path.insert(0, ".")
-sys.argv = ["specops_host/fixtures/tiny_verifier.py", *sys.argv[1:]]
+sys.path.insert(0, "remote")
+sys.argv = ["remote/specops_host/fixtures/tiny_verifier.py", *sys.argv[1:]]
 runpy.run_module("specops_host.fixtures.tiny_verifier", run_name="__main__", alter_sys=True)
 PYEOF
   # shellcheck disable=SC2086

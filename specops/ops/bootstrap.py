@@ -1,7 +1,7 @@
 """bootstrap: create/refresh the host venv from a pinned profile and push specops_host/.
 
 Steps, each small and idempotent: workdir, push, venv (``base_python -m venv``: the only
-bare interpreter specops ever starts on a host), install (specops_host/install/profile.py, which
+bare interpreter specops ever starts on a host), install (remote/specops_host/install/profile.py, which
 does nothing but verify when the venv's stamp matches the profile).
 """
 
@@ -63,7 +63,7 @@ NOT_INSTALLED = Install(ok=True, action="not installed (a dry run)")
 
 def install(t: Transport, profile: profiles.Profile, *, force: bool = False,
             wheelhouse: Optional[str] = None) -> Install:
-    """The profile into the host venv (specops_host/install/profile.py). Under --dry-run: said, and
+    """The profile into the host venv (remote/specops_host/install/profile.py). Under --dry-run: said, and
     NOT_INSTALLED stands for its reply (what follows, e.g. a pipeline's plan, goes on)."""
     log = f"{paths.LOGS}/install-{profile.name}.log"
     args = ["--profile", f"{paths.PROFILES}/{profile.name}.txt", "--sha256", profile.sha256, "--log", log]

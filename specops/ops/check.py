@@ -1,4 +1,4 @@
-"""check: the preflight run by the host venv's interpreter (specops_host/check/preflight.py), shown as a table."""
+"""check: the preflight run by the host venv's interpreter (remote/specops_host/check/preflight.py), shown as a table."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def verdict(name: str, res: Check) -> None:
         raise SpecopsError(f"check {name}: {len(bad)} hard check(s) failed", detail=lines)
 
 
-# -- deep check: real training steps on a tiny fixture (specops_host/check/deep.py) -----------------
+# -- deep check: real training steps on a tiny fixture (remote/specops_host/check/deep.py) -----------------
 #: speculators 0.9.0's defaults for the settings the deep check varies.
 DEFAULTS = {"draft-attn-impl": "simple_flex_attention", "loss-implementation": "fused"}
 VERDICT = f"{paths.STATE}/deep-check.json"
@@ -205,7 +205,7 @@ def refuse_failed_settings(t: Transport, flags: dict) -> None:
                 + "; nothing was started (re-run `inv check --deep` after changing versions)")
 
 
-# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (specops_host/check/serve.py) --
+# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (remote/specops_host/check/serve.py) --
 SERVE_SKIP = "--no-serve-check skips it"
 #: the preflight's reply under --dry-run (said, not served: the gate lets the job's plan go on)
 NOT_SERVED = ServeCheck(ok=True, skipped="a dry run serves nothing")
@@ -248,7 +248,7 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
 
 def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
           fresh: bool = False, said: Optional[str] = None, standin=None) -> ServeCheck:
-    """Serve the verifier with an untrained draft of spec's configuration (specops_host/check/serve.py):
+    """Serve the verifier with an untrained draft of spec's configuration (remote/specops_host/check/serve.py):
     its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
     log}; {ok, skipped} where it cannot run there). Under --dry-run: said (`said`), and `standin`
     is the reply (run_script's)."""
@@ -289,7 +289,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
         return None
     res = serve(t, spec, vllm_args=vllm_args, standin=NOT_SERVED,
                 said=f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
-                     f"through vLLM (specops_host/check/serve.py), before the job starts ({SERVE_SKIP})")
+                     f"through vLLM (remote/specops_host/check/serve.py), before the job starts ({SERVE_SKIP})")
     if res is NOT_SERVED:
         return None
     if res.ok:

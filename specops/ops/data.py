@@ -1,4 +1,4 @@
-"""The data stage on a host: prepare-data, extract, convert-data (specops_host/data/datagen.py does the work)."""
+"""The data stage on a host: prepare-data, extract, convert-data (remote/specops_host/data/datagen.py does the work)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
 
 
 def convert(t: Transport, src: str, dst: str) -> Converted:
-    """A legacy data dir converted (specops_host/data/convert_data.py)."""
+    """A legacy data dir converted (remote/specops_host/data/convert_data.py)."""
     res = run_script(t, "data.convert_data", ["--src", t.expand(src), "--dst", t.expand(dst)], model=Converted,
                      what=f"the conversion to {dst}", writes=[t.expand(dst)])
     if not res.ok:
@@ -215,13 +215,13 @@ def make_tiny_verifier(t: Transport, path: str, *, layers: Optional[int] = None,
 
 #: where the learnable verifier lives on a host (the demo's; make-verifier --learnable's default)
 DEMO_VERIFIER = "models/learnable-llama"
-#: specops_host/fixtures/learnable_verifier.py's --size presets -> their default training budget (seconds)
+#: remote/specops_host/fixtures/learnable_verifier.py's --size presets -> their default training budget (seconds)
 LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0, "8b": 900.0}
 
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
                             steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt:
-    """Train a tiny Llama on the synthetic language on the host's CPU (specops_host/fixtures/learnable_verifier.py,
+    """Train a tiny Llama on the synthetic language on the host's CPU (remote/specops_host/fixtures/learnable_verifier.py,
     at most `seconds` of training) and publish it at path with its tokenizer and chat template.
     Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
     greedy_agreement, language{fingerprint, ...}). An existing model is

@@ -103,7 +103,7 @@ TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens"
 def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
                 baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
                 speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None) -> list[str]:
-    """The host's options of the speedup's timing (specops_host/serve/evaluate.py); bad values
+    """The host's options of the speedup's timing (remote/specops_host/serve/evaluate.py); bad values
     one line, before any server starts."""
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (each side timed that many times)")

@@ -3,7 +3,7 @@
 Over SSH the bytes move through specops.host.transfer: several streams when one stream is
 window-bound (a long round trip), split by files (rsync groups) and, for large files, by byte
 ranges; a killed fetch resumes its pieces; the stream count follows the measured link or
-``streams=N``. The host computes a sha256 manifest meanwhile (specops_host/fetch/manifest.py, cached by
+``streams=N``. The host computes a sha256 manifest meanwhile (remote/specops_host/fetch/manifest.py, cached by
 size+mtime+ctime) and every local file is checked against it (a file that arrived as pieces was
 hashed on arrival: its digest seeds the local cache, so it is not read again); a mismatch (say,
 a checkpoint still being written) is fetched again, up to ``tries`` times. The `local` host
@@ -42,7 +42,7 @@ def local_manifest(root: Path) -> dict:
 
 
 def seed_local_cache(root: Path, hashed: dict[str, str]) -> None:
-    """Record digests computed on arrival in the local manifest's cache (specops_host/fetch/manifest.py's seed)."""
+    """Record digests computed on arrival in the local manifest's cache (remote/specops_host/fetch/manifest.py's seed)."""
     if hashed:
         host_manifest.seed(root, hashed, cache_name=LOCAL_CACHE)
 
@@ -263,7 +263,7 @@ def interrupted_line(t: Transport, rid: str, target: Path) -> str:
             f"`{t.hint(f'fetch --run-id {rid}')}` resumes (files already there are not sent again)")
 
 
-#: the run's record on the host (specops_host/train/run.py writes it and keeps its other fields on a resume)
+#: the run's record on the host (remote/specops_host/train/run.py writes it and keeps its other fields on a resume)
 RUN_RECORD = "run.json"
 #: its field for the checkpoint `inv evaluate --checkpoints ... --pick` chose by served acceptance
 PICK = "best_served"
@@ -279,7 +279,7 @@ def checkpoint_names(listing: dict, under: str = "checkpoints/") -> list[str]:
     """The complete checkpoint directories in a listing (transfer.remote_listing): real directories
     under `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks
     to them) and, in a run whose saves carry markers, their specops-complete.json
-    (specops_host/train/ckpt.py); numbers ascending, then the other names."""
+    (remote/specops_host/train/ckpt.py); numbers ascending, then the other names."""
     return checkpoint_split(listing, under)[0]
 
 

@@ -1,4 +1,4 @@
-"""inspect-data: prove the real data layout (specops_host/data/inspect_data.py) and judge it."""
+"""inspect-data: prove the real data layout (remote/specops_host/data/inspect_data.py) and judge it."""
 
 from __future__ import annotations
 

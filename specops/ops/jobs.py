@@ -1,4 +1,4 @@
-"""Detached jobs on a host (specops_host/jobs/job.py does the work there): start, status, stop, follow."""
+"""Detached jobs on a host (remote/specops_host/jobs/job.py does the work there): start, status, stop, follow."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
           watch: Optional[dict] = None, notify: Optional[str] = None) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
-    specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
+    remote/specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
     slurm.nodes), or each task's of a job array (`array` tasks: script.BatchJob.array); `before`:
     (label, argv) steps of the batch shell before it (script.BatchJob.before).

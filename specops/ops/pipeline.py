@@ -1,6 +1,6 @@
 """pipeline: bootstrap, check, prepare, extract, inspect, train, fetch on one host; and the
 demo: the same on the built-in `local` host with a tiny verifier that learnt a synthetic
-language (specops_host/fixtures/synthlang.py) on the host's CPU, ending with the draft served through vLLM:
+language (remote/specops_host/fixtures/synthlang.py) on the host's CPU, ending with the draft served through vLLM:
 its acceptance beside an untrained draft's and a wrong-layers draft's, measured in the same run."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ DEMO_8B_GIB = 120
 
 def demo_conversations(path: Path, n: int = 200, seed: int = 123) -> Path:
     """The demo's chat dataset (role/content turns), written in the learnable verifier's language
-    (specops_host/fixtures/synthlang.py); also what the tests train on."""
+    (remote/specops_host/fixtures/synthlang.py); also what the tests train on."""
     with open(path, "w") as f:
         for conv in synthlang.conversations(n, seed):
             f.write(json.dumps({"conversations": conv}) + "\n")

@@ -1,7 +1,7 @@
 """plan: know the bill before the GPUs run. The real stages, briefly, on the host, on a sample of
 the real rows, with the real verifier and draft configuration (the stage ops themselves: the data
-job of specops_host/data/datagen.py with prepare + extract, a few training steps offline and online through
-specops_host/train/run.py / specops_host/train/online.py), then the whole run extrapolated (specops/estimate.py) and
+job of remote/specops_host/data/datagen.py with prepare + extract, a few training steps offline and online through
+remote/specops_host/train/run.py / remote/specops_host/train/online.py), then the whole run extrapolated (specops/estimate.py) and
 kept with the dataset as plan.json; `versus` reads it back beside a finished run's job times."""
 
 from __future__ import annotations

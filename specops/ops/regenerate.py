@@ -1,4 +1,4 @@
-"""regenerate: the verifier's own responses for a dataset's prompts (specops_host/data/regenerate.py runs
+"""regenerate: the verifier's own responses for a dataset's prompts (remote/specops_host/data/regenerate.py runs
 `speculators regenerate-responses` against a managed vLLM server of the verifier), as a
 detached job. The output, <workdir>/regenerated/NAME.jsonl on the host, holds pre-tokenised rows
 (input_ids, loss_mask over the response) that `inv prepare-data --data <that path>` takes."""

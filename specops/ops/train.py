@@ -1,6 +1,6 @@
-"""train: `speculators train` as a detached job (specops_host/train/run.py), on hidden states read from the
+"""train: `speculators train` as a detached job (remote/specops_host/train/run.py), on hidden states read from the
 dataset's files (offline) or generated for each step by the verifier's vLLM server that the job
-starts beside the trainer (online: specops_host/train/online.py); `auto` picks one from the disk budget."""
+starts beside the trainer (online: remote/specops_host/train/online.py); `auto` picks one from the disk budget."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
                        server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
                        nproc: Optional[int] = None, vllm_args: Optional[list] = None,
                        run_id: Optional[str] = None) -> HiddenStatesPlan:
-    """Ask the host (specops_host/train/online.py, read-only) which hidden states a run on `data` uses and why:
+    """Ask the host (remote/specops_host/train/online.py, read-only) which hidden states a run on `data` uses and why:
     {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
     rows, files, missing, need_bytes, budget_bytes, layer_ids, server (online: its settings),
     nproc, notes, server_command}. Refuses (SpecopsError) what cannot start; changes nothing."""
@@ -157,7 +157,7 @@ def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) ->
 
 def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> TrainSpec:
     """The train spec of an online run: the trainer's flags, and the server's settings
-    (specops_host/train/online.py)."""
+    (remote/specops_host/train/online.py)."""
     h = t.host
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
@@ -204,7 +204,7 @@ RDZV_PORT = 29500
 
 def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> str:
     """A slurm host: online hidden states put the vLLM server and the trainer in one allocation of one
-    node (specops_host/train/run.py starts the server first, the trainer once it is healthy, and stops the
+    node (remote/specops_host/train/run.py starts the server first, the trainer once it is healthy, and stops the
     server when the trainer ends or Slurm signals the job); several nodes train offline."""
     n = nodes or t.host.slurm.nodes
     if hidden_states == "online" and n > 1:
@@ -220,13 +220,13 @@ def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> st
 def serve_step(t: Transport, rid: str, spec_path: str, vllm_args: Optional[list]) -> tuple:
     """A Slurm job's draft-serves preflight: a step on the allocation's first node before the
     trainer (the login node has no GPU to serve on); a failure ends the job with vLLM's root cause
-    in one line of its log (specops_host/check/serve.py --job-step)."""
+    in one line of its log (remote/specops_host/check/serve.py --job-step)."""
     t.note(f"draft-serves preflight: a step of the Slurm job before the trainer, on its node (vLLM serves the "
            f"verifier with an untrained draft: about 80 s on a 2-core CPU node, a minute or two on a GPU, at once "
            f"when the same setting passed before; {SERVE_SKIP})")
     argv = [*paths.host_argv(t.expand(t.host.python), "check.serve"), "--spec", spec_path,
             "--job-step", jobs.run_path(t, rid, "serve-check.json"), *t.host.vllm_flags(list(vllm_args or []))]
-    return ("draft-serves preflight (specops_host/check/serve.py) before the trainer", argv)
+    return ("draft-serves preflight (remote/specops_host/check/serve.py) before the trainer", argv)
 
 
 def refuse_running(t: Transport, rid: str) -> list:
@@ -305,7 +305,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     pipeline's or the demo's training), not the user's: Ctrl-C or SIGTERM stops it (and its vLLM
     server) and says so, where `inv train --follow` detaches from the user's run.
     serve_check: once the inputs are checked and before the job starts, vLLM serves the verifier
-    with an untrained draft of the run's configuration for one short request (specops_host/check/serve.py;
+    with an untrained draft of the run's configuration for one short request (remote/specops_host/check/serve.py;
     a pass is cached on the host per verifier, draft config and vLLM version); a draft vLLM cannot
     serve is refused with its root cause, nothing started.
     hidden_states: offline | online | auto (default); layers: the layer ids an online run's server

@@ -1,5 +1,5 @@
 """A training that looks after itself: the settings `inv train` gives its supervisor on the host
-(specops_host/jobs/watch.py: restarts after an abnormal end, a stall found, notifications).
+(remote/specops_host/jobs/watch.py: restarts after an abnormal end, a stall found, notifications).
 
 --restarts N (default: hosts.yaml `restarts`, else 3 on a cuda host, 0 on a cpu host),
 --stall-after S (default: 20x the run's median step time, at least 300 s), --restart-on-stall,
@@ -105,7 +105,7 @@ def said(watch: Optional[dict], target: Optional[str]) -> str:
     return "; ".join(parts)
 
 
-# -- complete checkpoints, as a listing shows them (specops_host/train/ckpt.py writes the markers) --
+# -- complete checkpoints, as a listing shows them (remote/specops_host/train/ckpt.py writes the markers) --
 def checkpoint_split(listing: dict, under: str = "checkpoints/") -> tuple[list[str], list[str]]:
     """(complete checkpoints, incomplete ones: a save that did not finish, or set aside as incomplete-N-<time>)."""
     names = {rel[len(under):].split("/")[0] for rel, e in listing.items()

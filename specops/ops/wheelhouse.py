@@ -90,7 +90,7 @@ def check_python(python: str) -> str:
 
 
 def parse_profile(text: str) -> list[tuple[str, Optional[str]]]:
-    """-> [(requirement, index URL or None)] (the same reading as specops_host/install/profile.py)."""
+    """-> [(requirement, index URL or None)] (the same reading as remote/specops_host/install/profile.py)."""
     out = []
     for raw in text.splitlines():
         line = raw.strip()
@@ -142,7 +142,7 @@ def laptop_requirements() -> list[str]:
 
 
 def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
-    """An existing host venv read over the connection t (specops_host/install/profile.py
+    """An existing host venv read over the connection t (remote/specops_host/install/profile.py
     --list-installed, changes nothing): {"installed": {name: version}, "source": "HOST:VENV",
     "python": its version, "platform": its wheel platform (platform if given, else
     host_platform() of the host's glibc and machine)}. Refuses a venv of another Python."""

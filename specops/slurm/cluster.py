@@ -26,7 +26,7 @@ from specops.slurm.script import BatchJob, Request, render, srun_prefix
 from specops_host.jobs import errlines, loglines
 
 RECORD, SCRIPT = "slurm.json", "slurm-job.sh"
-#: a requeued training's last restart (specops_host/jobs/requeued.py writes it)
+#: a requeued training's last restart (remote/specops_host/jobs/requeued.py writes it)
 RESTART = "slurm-restart.json"
 VERDICT = ".specops/slurm-shared.json"
 #: seconds between two looks at Slurm while `inv stop` waits for the job to end

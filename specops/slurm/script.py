@@ -1,7 +1,7 @@
 """The sbatch script of a run, rendered from typed inputs (no connection, no I/O).
 
 One task per node (`srun --ntasks-per-node=1`); each runs the host's setup lines, then the run's
-node command (the host venv's interpreter, e.g. `specops_host/train/run.py --spec ...`), which reads its
+node command (the host venv's interpreter, e.g. `remote/specops_host/train/run.py --spec ...`), which reads its
 rank from Slurm's environment (SLURM_NNODES, SLURM_NODEID) and the rendezvous address from
 SPECOPS_RDZV_ADDR: the first node of the allocation, as `scontrol show node` gives its address.
 The batch shell records srun's exit code in RUN/exit_code. A hard cancel (`scancel JOBID`, the time
@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from specops.inventory import Slurm
 
-#: the variable the batch shell sets to the first node's address (specops_host/jobs/launch.py reads it)
+#: the variable the batch shell sets to the first node's address (remote/specops_host/jobs/launch.py reads it)
 RDZV_VAR = "SPECOPS_RDZV_ADDR"
 #: in an argument of an array job's command: the task's index (the shell's $SLURM_ARRAY_TASK_ID)
 ARRAY_TASK = "{array_task}"
@@ -90,7 +90,7 @@ class BatchJob:
     before: Sequence[tuple] = field(default_factory=tuple)
     #: a training's restarts: None says nothing (Slurm's default), 0 `--no-requeue`, N `--requeue`
     #: and the batch shell of a requeued start (SLURM_RESTART_COUNT > 0) records it through
-    #: specops_host/jobs/requeued.py, which ends the job (exit 3) once past N
+    #: remote/specops_host/jobs/requeued.py, which ends the job (exit 3) once past N
     requeue: Optional[int] = None
 
     @property

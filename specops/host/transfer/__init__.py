@@ -26,7 +26,7 @@ multiply that.
   pieces done next to it (.json): a killed transfer resumes its pieces (a re-run skips files whose
   size and mtime match, like rsync). The file's sha256 follows its contiguous prefix as it fills
   (done when the last piece lands); then the file gets the host's mtime and mode and is renamed
-  into place. fetch checks every file against the host's sha256 manifest (specops_host/fetch/manifest.py);
+  into place. fetch checks every file against the host's sha256 manifest (remote/specops_host/fetch/manifest.py);
   the digests computed on arrival spare it reading the files again.
 - Uploads (Upload, upload_file): the same the other way; ranges (UP_RANGE) go to
   DIR/.specops-up.KEY.I on the host (``head -c N >>``: a killed upload resumes each range), are

@@ -7,9 +7,9 @@ Launch (what `inv bootstrap` sends, from the host workdir):
 If the venv's stamp holds the same profile hash and every pin is installed, nothing is
 installed ("unchanged"). Otherwise the installer runs (output to --log), pins are verified, and
 the stamp <venv>/.specops-stamp.json is written. One payload on stdout. The installer: uv for an
-exact profile without a wheelhouse (specops_host/install/uv.py: pip's settings, pip's rule, several
+exact profile without a wheelhouse (remote/specops_host/install/uv.py: pip's settings, pip's rule, several
 times faster; pip takes over any group uv fails), pip otherwise and with --installer pip. While it
-runs, a progress line every --progress-every seconds (specops_host/install/pipprogress.py).
+runs, a progress line every --progress-every seconds (remote/specops_host/install/pipprogress.py).
 
 --existing (a host's preinstalled venv, `venv_existing: true`): top up only. Every package
 already there is pinned to its installed version (a constraints file), so nothing present is

@@ -359,7 +359,7 @@ def died_line(err, server_dir):
 
 
 def end_with_session(every=1.0):
-    """A synchronous script (specops_host/check/serve.py) run over SSH: its stdout is the laptop's session
+    """A synchronous script (remote/specops_host/check/serve.py) run over SSH: its stdout is the laptop's session
     (a pipe or socket to sshd). Once nothing reads it (the laptop interrupted, killed, or the
     connection cut: sshd is gone), this process gets SIGHUP, so server_job's `finally` stops its
     server, its output then going to /dev/null. Nothing is watched when stdout is not a pipe or
@@ -392,7 +392,7 @@ def end_with_session(every=1.0):
 
 
 def server_job(name, kind, result, work):
-    """The body of a job that drives a vLLM server (specops_host/data/datagen.py, specops_host/data/regenerate.py):
+    """The body of a job that drives a vLLM server (remote/specops_host/data/datagen.py, remote/specops_host/data/regenerate.py):
     host caches, SIGTERM/SIGHUP as SystemExit (so `finally` stops the server), work() -> dict,
     any failure one result ({"ok": false, "error": ...}; Refused: "refused", exit 2), `seconds`,
     written whole to `result` when given (a detached job) else emitted. Returns the exit code."""

@@ -3,7 +3,7 @@ transformers on one GPU, or spread with device_map=auto over --tensor-parallel G
 do not fit one (cpu hosts: the CPU), one forward per row with hooks on the decoder layers, files
 identical to what vLLM's hidden-states connector writes (hidden_states/hs_{i}.safetensors).
 
-Not a launch script: specops_host/data/datagen.py calls `hf_extract`; specops_host/check/deep.py too.
+Not a launch script: remote/specops_host/data/datagen.py calls `hf_extract`; remote/specops_host/check/deep.py too.
 """
 
 import os

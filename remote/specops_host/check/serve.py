@@ -15,13 +15,13 @@ Launch (from the host workdir):
 
 1. The draft: `speculators train <the run's flags> --dry-run` (speculators 0.9.0's own "build the
    speculator, initialise its weights, save a checkpoint, exit before training"), started the way
-   the training starts it (specops_host/train/run.py command(): specops_host/train/cpu.py on a cpu host, one
+   the training starts it (remote/specops_host/train/run.py command(): remote/specops_host/train/cpu.py on a cpu host, one
    process), so the draft has the run's configuration: draft vocabulary and d2t/t2d (from the
    dataset's token_freq.pt / t2d-N.npy, read through links in a scratch folder, so nothing is
    written into the dataset; no "data": a uniform token_freq.pt of the verifier's vocabulary),
    layers, layer ids, norms. Its weights are random: a serving check, not an acceptance check.
 2. vLLM: the verifier with `--speculative_config {"method": "eagle3", "model": DRAFT, ...}`, as
-   `inv evaluate` serves it (specops_host/serve/vllm_server.py: a managed job in its own process group, the
+   `inv evaluate` serves it (remote/specops_host/serve/vllm_server.py: a managed job in its own process group, the
    host's tensor parallel, trust_remote_code and vllm_args; on a cpu host --enforce-eager and a
    short --max-model-len keep it cheap), one request of a few tokens, the spec-decode counters
    must move (the draft proposed tokens).

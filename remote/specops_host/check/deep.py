@@ -8,10 +8,10 @@ Launch (what `inv check --deep` sends, from the host workdir):
 
 The fixture (built once per torch/transformers/speculators versions, under
 .specops/deep-check/): a tiny random Llama verifier with a local tokenizer
-(specops_host/fixtures/tiny_verifier.py), 24 pre-tokenised rows through `speculators prepare-data`, hidden
-states from a transformers forward (specops_host/data/datagen.py's hf backend). Each attempt is launched
-exactly as `inv train` launches (specops_host/train/run.py's command: torchrun on cuda hosts,
-specops_host/train/cpu.py on cpu hosts), for --steps steps; `compile: false` sets TORCHDYNAMO_DISABLE=1
+(remote/specops_host/fixtures/tiny_verifier.py), 24 pre-tokenised rows through `speculators prepare-data`, hidden
+states from a transformers forward (remote/specops_host/data/datagen.py's hf backend). Each attempt is launched
+exactly as `inv train` launches (remote/specops_host/train/run.py's command: torchrun on cuda hosts,
+remote/specops_host/train/cpu.py on cpu hosts), for --steps steps; `compile: false` sets TORCHDYNAMO_DISABLE=1
 (speculators compiles its draft forward whenever CUDA is available). Attempts stop at the first
 that works unless --all. The verdict goes to .specops/deep-check.json (read by `inv train`'s
 gate) and is the payload.
@@ -115,7 +115,7 @@ def fixture(kind, log):
 
 
 def attempt(i, settings, kind, ver, data, steps, timeout):
-    from specops_host.train import run as launcher  # specops_host/train/run.py: the same command `inv train` runs
+    from specops_host.train import run as launcher  # remote/specops_host/train/run.py: the same command `inv train` runs
 
     d = (ROOT / f"attempt-{i}").resolve()
     subprocess.run(["rm", "-rf", str(d)])

@@ -14,7 +14,7 @@ the run would start, in order (the vLLM server's port shows as <port>: it is pic
 Without it: prepare runs `speculators prepare-data` (a vLLM render server is started when rows
 are conversations); extract runs a vLLM server with the `extract_hidden_states` speculative
 config and a hidden-states connector (cpu hosts: the CPU-safe one in
-specops_host/serve/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
+remote/specops_host/serve/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
 transformers forward (`--backend hf`) writing identical files. Existing readable files are
 skipped. The server is stopped by its process group whatever happens (SIGTERM and Ctrl-C
 included). Its job folder is RUN/server, its connector's staging folder DATA/.hs_stage; with

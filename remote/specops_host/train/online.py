@@ -1,5 +1,5 @@
 """Online hidden states for one training run: the verifier's vLLM extraction server beside
-`speculators train --on-missing generate`, run as one job (specops_host/train/run.py calls run()).
+`speculators train --on-missing generate`, run as one job (remote/specops_host/train/run.py calls run()).
 
 Plan (synchronous, changes nothing; what `inv train --hidden-states online|auto` asks first):
     <venv>/bin/python3 -m specops_host.train.online --data-dir D --kind cpu|cuda [--verifier V] [--layers 2,30,58,61] \

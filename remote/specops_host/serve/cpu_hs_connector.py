@@ -10,7 +10,7 @@ thread pool, and use an always-complete event stand-in.
 Everything else (scheduler-side bookkeeping, lock files, file naming via
 `shared_storage_path`, `_write_tensors`, `get_finished`) is inherited unchanged.
 
-Loaded by the vLLM server that specops_host/data/datagen.py starts on cpu hosts:
+Loaded by the vLLM server that remote/specops_host/data/datagen.py starts on cpu hosts:
   --kv_transfer_config '{"kv_connector":"CPUHiddenStatesConnector",
      "kv_connector_module_path":"specops_host.serve.cpu_hs_connector", "kv_role":"kv_producer",
      "kv_connector_extra_config":{"shared_storage_path":"<data>/.hs_stage"}}'
