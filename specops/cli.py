@@ -250,7 +250,7 @@ def on_hosts(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any
                      _on_each(hs, op, title or op.__name__, hosts, kw))
             return _show(shown, shown.Where("", hint_maker(c, host, hosts)), value, as_json)
         if multi:
-            host = fanout.pick(targets(c, host, hosts), rank).name
+            host = fanout.pick(targets(c, host, hosts), rank or 0).name  # (rank given: a group without one returned above)
     with session(c, host, hosts) as t, errors():
         with views.progress_to_stderr() if as_json else contextlib.nullcontext():
             if progress:

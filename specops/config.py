@@ -33,7 +33,7 @@ NUMBERS = {
     "warmup-steps": Number(int, "warm-up steps", 100, ge=0),
     "seed": Number(int, "a random seed", 0, ge=0),
     "request-timeout": Number(float, "seconds per hidden-state request", 120, gt=0),
-    "lr": Number(float, "a learning rate", "1.0e-3", ge=0),
+    "lr": Number(float, "a learning rate", 1.0e-3, ge=0),
     "weight-decay": Number(float, "a weight decay", 0.01, ge=0),
 }
 #: a flag's name as speculators' argparse spells it (the config key is --KEY without the dashes)

@@ -123,8 +123,8 @@ def data_hours(m: dict, *, scale: float, mode: str) -> dict:
     once (the job's wall less the rows' own time: the server's start and stop, each command's
     start), the rows' time x scale. m: {wall_s, prepare_s, extract_s} (the commands' walls) and,
     where the log said, prepare_work_s / extract_work_s (the rows' time inside them)."""
-    prep = m.get("prepare_work_s") if m.get("prepare_work_s") is not None else m["prepare_s"]
-    ex = m.get("extract_work_s") if m.get("extract_work_s") is not None else m["extract_s"]
+    prep: float = m["prepare_work_s"] if m.get("prepare_work_s") is not None else m["prepare_s"]
+    ex: float = m["extract_work_s"] if m.get("extract_work_s") is not None else m["extract_s"]
     fixed = max(m["wall_s"] - prep - ex, 0.0)
     if mode != "offline":  # (no generate-offline-data: its command's own start goes too)
         fixed = max(fixed - (m["extract_s"] - ex), 0.0)

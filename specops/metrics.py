@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Any, Iterable, Union
 
 EVENTS = "events.out.tfevents.*"
 SPLITS = ("train/", "val/")
@@ -86,7 +86,7 @@ def _group(scalars) -> list[dict]:
     at another step, at a tag already in the record, or at a split key after other keys."""
     out: list[dict] = []
     cur: dict = {}
-    step = wall = None
+    step, wall = -1, 0.0  # (set with the first scalar, before any record is finished)
     for s, w, tag, x in scalars:
         split = next((p for p in SPLITS if tag.startswith(p)), None)
         if cur and (s != step or tag in cur or (split and any(not k.startswith(split) for k in cur))):
@@ -135,7 +135,7 @@ def parse(text: str) -> list[dict]:
     for line in text.splitlines():
         if "train/loss=" not in line and "val/loss_epoch=" not in line:
             continue
-        rec = {}
+        rec: dict[str, Any] = {}
         for k, v in PAIR.findall(line):
             try:
                 rec[k] = float(v)

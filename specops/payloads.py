@@ -87,6 +87,13 @@ class Job(BaseModel):
     ended_at: Optional[float] = None
     #: the jobs this run started itself (an online training's vLLM server, RUN/server/)
     subjobs: list["Job"] = []
+    #: a Slurm job's (specops/slurm/cluster.py): its id, Slurm's state, nodes, pending reason, lock, array size
+    slurm_job_id: Optional[str] = None
+    slurm_state: Optional[str] = None
+    nodes: str = ""
+    reason: str = ""
+    lock: Optional[str] = None
+    array: Optional[int] = None
 
     @property
     def ended(self) -> bool:
@@ -115,6 +122,7 @@ class Stopped(Payload):
 class Started(Payload):
     run_id: Optional[str] = None
     pid: Optional[int] = None
+    slurm_job_id: Optional[str] = None  # (a Slurm host's job)
 
 
 class CheckRow(BaseModel):

@@ -64,13 +64,14 @@ def _sent(sent) -> str:
 
 def _runs(w: Where, rows) -> None:
     views.status(w.name, rows)
-    if rows.run_id and rows and rows[0].kind == "train" and rows[0].ended:  # (its dataset's plan, if any)
+    if w.t is not None and rows.run_id and rows and rows[0].kind == "train" and rows[0].ended:  # (its plan, if any)
         views.plan_versus(plan.versus(w.t, rows.run_id))
 
 
 def _fetched(w: Where, r) -> None:
     views.fetched(r)
-    views.plan_versus(plan.versus(w.t, r["run_id"]))
+    if w.t is not None:
+        views.plan_versus(plan.versus(w.t, r["run_id"]))
     views.next_step(w.hint(f"evaluate --run-id {r['run_id']}"), "serve the draft with the verifier: acceptance and speedup")
 
 
@@ -157,12 +158,18 @@ def _dist(w: Where, res) -> None:
                                            for x in res["ranks"]))
 
 
+def _wheelhouse(w: Where, man) -> None:
+    for ln in wheelhouse.summary_lines(man):
+        views.line(ln)
+
+
 def _outcomes(w: Where, outs) -> None:
     views.outcomes(f"{outs.title} ({len(outs)} hosts)", outs, lambda v: view_of(v).describe(v))
     verdict(outs.title, outs)
     for o in outs:  # (then each host's whole value, where its type says so: `inv status`'s tables)
-        if view_of(o.value).each is not None:
-            view_of(o.value).each(o.host, o.value)
+        each = view_of(o.value).each
+        if each is not None:
+            each(o.host, o.value)
 
 
 VIEWS: dict[type, View] = {
@@ -191,7 +198,7 @@ VIEWS: dict[type, View] = {
     Demo: View(_demo),
     Evaluation: View(_evaluation, json=lambda e: e.ev),
     DistCheck: View(_dist),
-    wheelhouse.Wheelhouse: View(lambda w, man: [views.line(ln) for ln in wheelhouse.summary_lines(man)]),
+    wheelhouse.Wheelhouse: View(_wheelhouse),
     Outcomes: View(_outcomes, dry=True),
 }
 

@@ -75,7 +75,8 @@ class Throttle:
     """A token bucket per kind of line: BURST lines at once, then one every LINE_EVERY seconds."""
 
     def __init__(self, every: float = LINE_EVERY, burst: int = BURST):
-        self.every, self.burst, self.kinds = every, burst, {}
+        self.every, self.burst = every, burst
+        self.kinds: dict[str, tuple[float, float]] = {}
 
     def allow(self, kind: str, burst: Optional[int] = None) -> bool:
         now, cap = time.monotonic(), self.burst if burst is None else burst

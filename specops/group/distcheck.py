@@ -28,6 +28,7 @@ def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int,
 
     rid = jobs.new_run_id("distcheck")
     with (connect or _connect)(host) as t:
+        assert host.slurm is not None  # (a slurm host: inventory gives it its slurm: section)
         req = script.Request.of(host.slurm, nodes=nodes)
         cluster.judge_request(t, req, "dist-check")
         cluster.refuse_unshared(t, "dist-check")
@@ -66,7 +67,7 @@ def dist_check(hosts: list[Host], *, nproc: int = 1, rdzv_host=None, port=DEFAUL
             raise SpecopsError(f"dist-check {rid}: not finished after {timeout}s ({states}); stopped")
         lines = []
         for t in ts:
-            lines += rank_lines(t.read_bytes(jobs.run_path(t, rid, "output.log")))
+            lines += rank_lines(t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"")
         bad = [n for n, j in ended.items() if j.state != jobs.JobState.SUCCEEDED]
         if bad or not lines or not all(x["ok"] for x in lines):
             tail = "\n".join(f"--- {t.host.name}\n{jobs.tail(t, rid, 8)}" for t in ts)

@@ -24,8 +24,7 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
     def one(t: Transport):
         args = data.Datagen.of(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
                                extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
-                               concurrency=concurrency, max_model_len=max_model_len,
-                               **({"vllm_args": vllm_args} if vllm_args else {}))
+                               concurrency=concurrency, max_model_len=max_model_len, vllm_args=vllm_args or None)
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
     return run_on(hosts, one, **({"connect": connect} if connect else {}))

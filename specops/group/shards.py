@@ -56,6 +56,7 @@ def peer_known_hosts(hosts: list[Host]) -> str:
         path = Path(h.known_hosts).expanduser()
         if path.is_file():
             keys.load(str(path))
+        assert h.address is not None  # (ssh hosts: inventory requires it)
         name = h.address if h.port == 22 else f"[{h.address}]:{h.port}"
         entry = keys.lookup(name)
         if not entry:
@@ -85,7 +86,7 @@ def peer_sync(hosts: list[Host], dataset: Optional[str]) -> dict:
                     td.check(f"mkdir -p {shlex.quote(dst_dir)}", "mkdir hidden_states")
                 ssh = shlex.join(["ssh", "-p", str(dst.port), "-o", "BatchMode=yes", "-o",
                                   f"UserKnownHostsFile={khf}", "-o", "StrictHostKeyChecking=yes"])
-                addr = f"[{dst.address}]" if ":" in dst.address else dst.address
+                addr = f"[{dst.address}]" if ":" in (dst.address or "") else dst.address
                 r = t.check(f"rsync -a --ignore-existing --stats -e {shlex.quote(ssh)} --include 'hs_*.safetensors' "
                             f"--exclude '*' {shlex.quote(src_dir)} {shlex.quote(f'{dst.user}@{addr}:{dst_dir}')}",
                             f"rsync {src.name} -> {dst.name}", hint="can this host reach the other over SSH?")

@@ -137,7 +137,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
     group = Group.open(hosts, **({"connect": connect} if connect else {}))
     ts = group.transports
 
-    def spec_for(t: Transport, i: int) -> dict:
+    def spec_for(t: Transport, i: int) -> TrainSpec:
         spec = train.make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc,
                                overrides=overrides, extra=node_extra(hosts, i, nproc, rdzv_host, port))
         train.refuse_new_data(t, rid, spec, continue_on_new_data)

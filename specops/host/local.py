@@ -26,6 +26,7 @@ class LocalTransport(Transport):
             r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh", out_stream=out_stream)
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
+        assert r is not None  # (warn=True: invoke returns the result, never raises on an exit code)
         return Result(cmd, r.exited, r.stdout, r.stderr)
 
     def home(self) -> str:

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path, PurePosixPath
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import paramiko
 from fabric import Connection
@@ -80,7 +80,7 @@ class SSHTransport(Transport):
             super().send_interrupt(interrupt)
 
     def _connection(self, address, user, port, gateway=None) -> Connection:
-        kw = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        kw: dict[str, Any] = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if self.key_file:
             kw["key_filename"] = [self.key_file]
         c = Connection(
@@ -253,6 +253,7 @@ class SSHTransport(Transport):
 
     def _remote_spec(self, path: str) -> str:
         addr = self.host.address
+        assert addr is not None  # (an ssh host has its address: inventory checks it)
         if ":" in addr:
             addr = f"[{addr}]"
         return f"{self.host.user}@{addr}:{path}"
@@ -266,7 +267,7 @@ class SSHTransport(Transport):
             self._rsync_remote = self.fact("command -v rsync >/dev/null").ok
         return self._rsync_remote
 
-    def rsync(self, src: str, dst: str, extra: list[str] = (), on_progress=None) -> None:
+    def rsync(self, src: str, dst: str, extra: Sequence[str] = (), on_progress=None) -> None:
         argv = ["rsync", "-a", "--secluded-args" if _rsync_has_secluded() else "--protect-args",
                 "-e", shlex.join(self.ssh_command()), *extra, src, dst]
         rc, err = run_rsync(argv, on_progress)
@@ -326,10 +327,11 @@ def run_rsync(argv: list[str], on_progress=None) -> tuple[int, str]:
     """Run rsync; with on_progress(done_bytes, total_bytes), follow its overall progress
     (--info=progress2; the total is estimated from its percentage)."""
     if on_progress is None:
-        p = subprocess.run(argv, capture_output=True, text=True)
-        return p.returncode, p.stderr
+        done_p = subprocess.run(argv, capture_output=True, text=True)
+        return done_p.returncode, done_p.stderr
     argv = argv[:1] + ["--info=progress2", "--no-inc-recursive"] + argv[1:]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
     buf = b""
     while True:
         ch = p.stdout.read(1)

@@ -15,7 +15,7 @@ import json
 import secrets
 import shlex
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from specops.contract import JobState
 from specops.errors import SpecopsError
@@ -86,6 +86,7 @@ def probe_shared(t: Transport, request: Request) -> dict:
     show = 'printf "%s %s\\n" "$(hostname)" "$(cat ' + _q(probe) + ' 2>/dev/null)"'
     r = slurm(t, f"cd {_q(wd)} && {srun_prefix(request)} bash -c {_q(show)}", "srun")
     seen = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+    res: dict[str, Any]
     if not r.ok:
         res = {"shared": None, "error": f"srun failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}"}
     else:
@@ -228,7 +229,7 @@ def _tail(t: Transport, log: str, size: int) -> str:
 
 def _job(t: Transport, rec: dict, size: int, code: Optional[int], sj: Optional[queue.SlurmJob]) -> Job:
     jid = rec["job_ids"][-1]
-    state, detail, exit_code = _state(jid, code, sj, rec.get("stopped"))
+    state, detail, exit_code = _state(jid, code, sj, bool(rec.get("stopped")))
     r = rec.get("restart")
     if isinstance(r, dict) and r.get("n"):  # (Slurm requeued it: restart n of N, or why they stopped)
         step = r.get("step")
@@ -266,7 +267,7 @@ def _array_job(t: Transport, rec: dict, known: dict[str, queue.SlurmJob]) -> Job
         size, code = (seen[i] + ["0", "-"])[:2] if i < len(seen) else ("0", "-")
         c = int(code) if code.lstrip("-").isdigit() else None
         sj = by_task.get(i)
-        state, detail, exit_code = _state(f"{jid}_{i}", c, sj, rec.get("stopped"))
+        state, detail, exit_code = _state(f"{jid}_{i}", c, sj, bool(rec.get("stopped")))
         tail = _tail(t, array_log(t, rid, jid, i), int(size))
         err = errlines.first_error(tail) if state in (JobState.FAILED, JobState.KILLED) else None
         tasks.append(Job(run_id=f"task{i}", kind=rec.get("kind", ""), state=state,
@@ -330,7 +331,7 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
     after `grace` seconds, `scancel` (Slurm's SIGTERM, KillWait, SIGKILL). A pending job is
     cancelled at once. Under --dry-run: the commands said."""
     j = status(t, run_id)[0]
-    jid = j.slurm_job_id
+    jid = j.slurm_job_id or ""  # (every job of a slurm host has its Slurm id)
     if j.ended:
         return Stopped(ok=True, run_id=run_id, state=j.state, detail=j.detail, already=j.state.value)
     pending = j.state == JobState.PENDING
@@ -343,6 +344,7 @@ def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
             t.would(f"wait up to {grace:.0f}s for job {jid} to end, then run: scancel {_q(jid)}")
         return stand
     rec = record(t, run_id)
+    assert rec is not None  # (status() above found it)
     rec["stopped"] = True
     _write_record(t, run_id, rec)
     t0 = time.time()

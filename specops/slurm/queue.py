@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from specops.contract import JobState
 from specops.inventory import slurm_seconds
@@ -133,7 +133,7 @@ class Partition:
     node_gpus: tuple  # ((node, gpus, state), ...)
 
     @classmethod
-    def of(cls, rec: dict, nodes: list[tuple[str, int, str]] = ()) -> "Partition":
+    def of(cls, rec: dict, nodes: Sequence[tuple[str, int, str]] = ()) -> "Partition":
         mt = rec.get("MaxTime", "UNLIMITED")
         mn = rec.get("MaxNodes", "UNLIMITED")
         return cls(name=rec.get("PartitionName", ""), state=rec.get("State", "UNKNOWN"),

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 from specops.errors import SpecopsError
 from specops.host.transfer import tuning
@@ -124,6 +124,8 @@ class _Stream:
     def __init__(self, argv: list[str]):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      bufsize=0)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdout: IO[bytes] = self.proc.stdout
         _pipe_size(self.proc.stdout)
         self.err = _Tail(self.proc.stderr)
         try:
@@ -139,7 +141,7 @@ class _Stream:
         that line, or what came instead (empty: the connection closed at once)."""
         line, seen = b"", 0
         while seen < 65536:
-            c = self.proc.stdout.read(1)
+            c = self.stdout.read(1)
             if not c:
                 break
             seen += 1

@@ -4,6 +4,7 @@ the link check, a transfer session.
 
 from __future__ import annotations
 
+import io
 import queue
 import re
 import shlex
@@ -11,7 +12,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 from specops.errors import SpecopsError
 from specops.host.transfer import tuning
@@ -322,6 +323,7 @@ class _Session:
         self.ssh, self.target = self.check.ssh, self.check.target
         self.rsync = False  # (known with the listing)
         self.link: Optional[Link] = None
+        self.pool: _Pool  # (set by the transfer that runs: Upload, Download)
 
     def argv(self, cmd: str) -> list[str]:
         return self.ssh + [self.target, cmd]
@@ -354,6 +356,7 @@ class _Session:
             argv += ["--info=progress2", "--no-inc-recursive"]
         argv += [src, dst]
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdin is not None and p.stdout is not None
         self.pool.track(p)
         err = _Tail(p.stderr)
         try:
@@ -363,7 +366,8 @@ class _Session:
             pass
         seen = 0
         buf = b""
-        for chunk in iter(lambda: p.stdout.read1(65536), b""):
+        out = cast(io.BufferedReader, p.stdout)
+        for chunk in iter(lambda: out.read1(65536), b""):
             if not progress:
                 continue
             buf += chunk

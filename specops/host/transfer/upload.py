@@ -43,13 +43,15 @@ class Upload(_Session):
         self.remote = t.expand(remote_dir).rstrip("/") or "/"
         self.delete, self.force = delete, force
         try:
+            mine: dict[str, Entry]
             if files is not None:  # put(): given files, always sent
                 self.sources = files
-                mine = {rel: _local_entry(p) for rel, p in files.items()}
-                mine = {rel: Entry(rel, e.size, e.mtime_ns, e.mode, e.kind) for rel, e in mine.items() if e}
+                found = {rel: _local_entry(p) for rel, p in files.items()}
+                mine = {rel: Entry(rel, e.size, e.mtime_ns, e.mode, e.kind) for rel, e in found.items() if e}
             else:
-                mine = local_listing(self.local)
-                self.sources = {rel: self.local / rel for rel in mine}
+                local = Path(local_dir)
+                mine = local_listing(local)
+                self.sources = {rel: local / rel for rel in mine}
             self.mine = mine
             self.theirs = remote_listing(t, self.remote, missing_ok=True, mkdir=True)
             self.rsync = remote_has_rsync(t)
@@ -63,7 +65,8 @@ class Upload(_Session):
         return hashlib.sha1(f"{e.rel}\0{e.size}\0{e.mtime_ns}\0{tuning.UP_RANGE}".encode()).hexdigest()[:16]
 
     def _plan(self) -> None:
-        small, big = [], []
+        small: list[Entry] = []
+        big: list[Entry] = []
         for rel, e in sorted(self.mine.items()):
             if tuning._skipped(rel):
                 continue
@@ -170,6 +173,7 @@ class Upload(_Session):
         lines.append("echo specops-upload-ok")
         proc = subprocess.Popen(self.argv(f"sh -c {shlex.quote(chr(10).join(lines))}"), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        assert proc.stdin is not None and proc.stdout is not None
         self.pool.track(proc)
         err = _Tail(proc.stderr)
         sent_any = False
