@@ -8,7 +8,7 @@ VENV := .venv
 INSTALLER ?= uv
 UV := 0.13.9
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast lint
 setup: $(VENV)/.specops-setup
 
 # (the stamp keeps the seconds setup took: `make demo`'s stage table starts with them)
@@ -17,8 +17,8 @@ $(VENV)/.specops-setup: pyproject.toml .ci/system-deps
 	bash .ci/system-deps demo
 	$(PY) -m venv $(VENV)
 	if [ "$(INSTALLER)" = uv ] && $(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV) && \
-	  $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[test,plot]'; then :; \
-	else $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test,plot]'; fi
+	  $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[test,plot,lint]'; then :; \
+	else $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test,plot,lint]'; fi
 	@. ./.specops-setup.tmp && echo "seconds=$$(( $$(date +%s) - start ))" > $@ && rm -f .specops-setup.tmp
 
 demo: setup
@@ -39,3 +39,9 @@ test: setup
 # (rig, slurm, cpu_box), and whatever needs none of them is `fast`
 test-fast: setup
 	$(VENV)/bin/python -m pytest -q -ra -m fast --durations=10 $(XDIST)
+
+# ruff (pycodestyle, pyflakes, bugbear, blind excepts; 120 columns) over the whole tree, and mypy over the laptop
+# package and tasks.py (pyproject.toml [tool.ruff], [tool.mypy]); CI runs it before the tests
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
