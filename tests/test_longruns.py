@@ -2,8 +2,10 @@
 its supervisor on the host (remote/specops_host/jobs/watch.py), checkpoint markers (train/ckpt.py,
 train/hooked.py), notifications to a local webhook (the rig's sshd is on loopback: the host is this
 machine). One training is killed, frozen and damaged in turn; the cheap cases (the same failure
-twice, `inv stop` in the back-off, a bad webhook) run a tiny command on the stdlib-only host."""
+twice, `inv stop` in the back-off, a bad webhook, a webhook that drips its answer) run a tiny command
+on the stdlib-only host."""
 
+import base64
 import http.server
 import json
 import re
@@ -14,7 +16,9 @@ from conftest import cpu_train_config, inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
+from specops_host.jobs import notify
 from specops_host.train import ckpt
+from webhooks import Webhook
 
 CFG = cpu_train_config(2)
 
@@ -177,3 +181,52 @@ def test_the_same_failure_twice_stops_and_stop_in_the_back_off_ends_it_and_a_bad
         bad = [ln for ln in log.splitlines() if "notify (" in ln]
         assert len(bad) == 2 and all(re.search(r"notify \((restart|end)\): could not deliver to http://127\.0\.0\.1:9/"
                                                r"\.\.\.: .*refused", ln) for ln in bad), bad
+
+
+def test_a_dripping_webhook_holds_neither_a_restart_nor_the_runs_end_and_names_the_host_as_hosts_yaml_does(
+        rig, light_host):
+    """The webhook answers `200 OK`, then a byte every 5 s (a per-read timeout never ends that): the
+    restart and the run's end (its exit code) do not wait; the restart's notification is given up at
+    its deadline, the end's is then delivered; basic auth from the URL; no secret on the host."""
+    hook = Webhook(drip=1, every=5.0, drips=12)
+    url = f"http://ops:PASSWORD@127.0.0.1:{hook.port}/hooks/SECRET?token=SECRET2"
+    try:
+        with connect(light_host) as t:
+            py = t.expand(light_host.python)
+            code = ("import os, time; n = os.environ.get('SPECOPS_RESTART'); "
+                    "print('attempt', n or 0, 'ends at', time.time(), flush=True); raise SystemExit(0 if n else 3)")
+            rid = jobs.new_run_id("t-drip")
+            jobs.start(t, rid, [py, "-c", code], kind="train", notify=url,
+                       watch={"restarts": 1, "stall_after": None, "restart_on_stall": False, "backoff": 0.2})
+            wait_for(lambda: t.exists(jobs.run_path(t, rid, "exit_code"), "-f"), 60, "the run's end")
+            ended = float(t.run(f"{py} -c 'import os, sys; print(os.stat(sys.argv[1]).st_mtime)' "
+                                f"{jobs.run_path(t, rid, 'exit_code')}").stdout)
+            seen = t.run(f"cat {jobs.run_path(t, rid, 'job.json')} {jobs.run_path(t, rid, 'output.log')}; "
+                         f"ps -eo args").stdout  # (the restart's delivery still dripping: its process too)
+            assert hook.got and hook.got[0]["closed"] is None, hook.got  # (still dripping at the run's end)
+            log = jobs.tail(t, rid, 40)
+            ends = [float(x) for x in re.findall(r"attempt \d ends at ([\d.]+)", log)]
+            assert len(ends) == 2 and ends[1] - ends[0] < 5 and ended - ends[1] < 5, (ends, ended, log)
+            assert jobs.status(t, rid)[0].state == "succeeded"
+            # the restart's notification given up at its deadline; then the end's delivered
+            wait_for(lambda: len(hook.got) == 2 and hook.got[1]["closed"], 3 * notify.DEADLINE_S,
+                     "the end's notification")
+            log = wait_for(lambda: next((x for x in [jobs.tail(t, rid, 40)] if "notify (restart)" in x), None), 10,
+                           "the give-up")
+            m = re.search(r"\[specops\] (\S+ \S+) notify \(restart\): could not deliver to "
+                          rf"http://127\.0\.0\.1:{hook.port}/\.\.\.: no answer in 15s \(given up\)", log)
+            assert m, log
+            gave_up = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+            assert notify.DEADLINE_S - 1 <= gave_up - hook.got[0]["at"] <= notify.DEADLINE_S + notify.KILL_AFTER_S, (
+                gave_up, hook.got[0]["at"])
+            assert log.count("notify (") == 1, log  # (the end's delivered)
+            pid = record(t, rid)["pid"]
+            wait_for(lambda: t.run(f"ps -o stat= -p {pid}").stdout.strip()[:1] in ("", "Z"), 10,
+                     "the supervisor's exit, its last notification done")
+        auth = "Basic " + base64.b64encode(b"ops:PASSWORD").decode()
+        assert [(g["auth"], g["path"]) for g in hook.got] == [(auth, "/hooks/SECRET?token=SECRET2")] * 2
+        assert hook.got[0]["text"] == f"specops: train {rid} on light: restart 1 of 1 in 0.2s: exit 3 before any step"
+        assert hook.got[1]["text"] == f"specops: train {rid} on light: succeeded after 1 restart(s)"
+        assert "SECRET" not in seen + log and "PASSWORD" not in seen + log, seen + log
+    finally:
+        hook.close()

@@ -422,7 +422,7 @@ def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the
             "--stall-after 900 --restart-on-stall --env-file /w/runs/r1.env -- python -m x") in start
     assert "SECRET" not in " ".join(t.commands)
     env = [op[2] for op in t.ops if op[0] == "put" and op[1] == "/w/runs/r1.env"]
-    assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\n"]
+    assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\nSPECOPS_NOTIFY_HOST=h\n"]  # (hosts.yaml's name)
     assert ops_watch.said(looks, target) == ("restarts: up to 3 (back-off 5s, doubling); stall: no step for 900s, "
                                              "then restarted; notify: https://hooks.example/...")
     # a Slurm host: --restarts N is Slurm's requeue (#SBATCH --requeue, the batch shell recording each

@@ -58,8 +58,8 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     webhook URL is a secret)."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
-    if notify and watch:
-        env[host_notify.VAR] = notify
+    if notify and watch:  # (and the host's name in hosts.yaml: what the notifications call it)
+        env[host_notify.VAR], env[host_notify.HOST_VAR] = notify, t.host.name
     if t.host.is_slurm:
         return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before,
                       requeue=watch.get("restarts") if watch else None)

@@ -30,7 +30,7 @@ def check_flags(restarts=None, stall_after=None, restart_on_stall=False, backoff
     """`inv train`'s settings of its supervisor, before anything connects (the numbers: specops/args.py)."""
     why = problem(notify)
     if why:
-        raise Refused(f"--notify {notify!r}: {why}", code=2)
+        raise Refused(f"--notify {host_notify.named(notify)}: {why}", code=2)  # (never the URL's secrets)
     if restart_on_stall and restarts == 0:
         raise Refused("--restart-on-stall restarts a stalled trainer, but --restarts 0 allows no restart: give "
                       "--restarts N (N >= 1) or drop --restart-on-stall", code=2)

@@ -2,7 +2,7 @@
 
 The policy travels in job.json's `watch` ({restarts, stall_after, restart_on_stall, backoff}; `inv
 train` sets it) and the notification target in the supervisor's environment (SPECOPS_NOTIFY, from
-the job's 0600 env file: jobs/notify.py). The loop:
+the job's 0600 env file: jobs/notify.py's Notifier, which the loop never waits on). The loop:
 - runs the command (the trainer); while it runs, reads its log: the fail-on check (job.py CHECKS),
   and progress: a training step logged (`train/loss=`, `global_step=N`) or a progress bar redrawn;
 - **stall**: no progress for `stall_after` seconds (default: 20x the run's median step time, at
@@ -74,7 +74,7 @@ class Policy:
         if w is None:
             return None
         return cls(w.get("restarts"), w.get("stall_after"), w.get("restart_on_stall"), w.get("backoff"),
-                   env.pop(notify.VAR, None) or None, w.get("first_step_after"))
+                   notify.Notifier.of(env), w.get("first_step_after"))
 
     def delay(self, n):
         """The back-off before restart n (1, 2, ...)."""
@@ -240,7 +240,6 @@ class Supervisor:
         self.d, self.rec, self.policy = Path(d), rec, policy
         self.start, self.cleanup, self.check, self.scan, self.term = start, cleanup, check, scan, term
         self.run_id = rec.get("run_id", self.d.name)
-        self.host = rec.get("host", "")
 
     # -- records and notifications --------------------------------------------------------------
     def note(self, **fields):
@@ -250,12 +249,8 @@ class Supervisor:
             say(f"could not record {sorted(fields)} in job.json: {e}")
 
     def tell(self, event, text):
-        if not self.policy.notify_to:
-            return
-        why = notify.send(self.policy.notify_to, event, f"specops: {self.rec.get('kind', 'job')} {self.run_id} on "
-                                                        f"{self.host}: {text}", self.run_id)
-        if why:
-            say(f"notify ({event}): could not deliver to {notify.shown(self.policy.notify_to)}: {why}")
+        if self.policy.notify_to:  # (a notify.Notifier: queued, delivered off this loop, each within its deadline)
+            self.policy.notify_to.post(event, f"{self.rec.get('kind', 'job')} {self.run_id}", text, self.run_id, say)
 
     def stopped(self):
         rec = read_json(self.d / "job.json")
