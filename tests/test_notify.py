@@ -75,7 +75,8 @@ def test_inv_train_refuses_a_bad_url_before_anything_is_created_flag_or_hosts_ya
         lines = err.strip().splitlines()
         said = f"{d}/hosts.yaml: host 'box', field 'notify': {why}" if where == "hosts.yaml" else why
         assert len(lines) == 1 and lines[0].startswith("specops: ") and lines[0].endswith(said), (where, err)
-        assert p.returncode == (2 if where == "--notify" else 1), (where, p.returncode, err)  # (hosts.yaml's: as any field's)
+        # (hosts.yaml's exit code: as any field's)
+        assert p.returncode == (2 if where == "--notify" else 1), (where, p.returncode, err)
         assert "SECRET" not in out + err and "PASSWORD" not in out + err, out + err
         assert sorted(x.name for x in d.iterdir()) == (["hosts.yaml"] if where == "hosts.yaml" else []), d
 

@@ -166,7 +166,7 @@ def send(target, event, text, run_id="", timeout=DEADLINE_S, host=""):
                 return f"no answer in {timeout:g}s (given up)"
             out.seek(0)
             lines = out.read().decode(errors="replace").strip().splitlines()
-    except Exception as e:  # (a notification never ends the supervisor)
+    except Exception as e:  # noqa: BLE001 - a notification never ends the supervisor
         return scrub(f"{type(e).__name__}: {e}", target)
     if p.returncode != 0:
         return scrub(f"the delivery process ended with exit {p.returncode}" + (f": {lines[-1][:160]}" if lines else ""),
@@ -231,7 +231,7 @@ def deliver(job):
         return f"HTTP {e.code} {e.reason}"
     except urllib.error.URLError as e:
         return f"{e.reason}"
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever it is, one line in the job's log
         return f"{type(e).__name__}: {e}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
