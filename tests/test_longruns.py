@@ -112,6 +112,8 @@ def test_a_killed_then_frozen_training_restarts_itself_and_resume_skips_a_damage
             log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
             assert re.search(r"stalled: no training step for \d+s \(at step \d+; limit 12s", log)
             assert "resuming from checkpoint 0" in log
+        # (the end's notification goes after the exit code, off the supervisor's loop: jobs/notify.py)
+        wait_for(lambda: any(x.endswith(": succeeded after 2 restart(s)") for x in hook.got), 30, "the end's notice")
         said = " | ".join(hook.got)
         assert "restart 1 of 3 in 1s: signal 9 (SIGKILL)" in said and "stalled: no training step" in said
         assert hook.got[-1].startswith(f"specops: train {rid} on ") and hook.got[-1].endswith(
@@ -178,6 +180,8 @@ def test_the_same_failure_twice_stops_and_stop_in_the_back_off_ends_it_and_a_bad
         assert j.state == "stopped", j.describe
         log = jobs.tail(t, rid, 40)
         assert log.count("start: ") == 1 and "stopped during the back-off (`inv stop`): not restarted" in log
+        log = wait_for(lambda: next((x for x in [jobs.tail(t, rid, 40)] if "notify (end)" in x), None), 30,
+                       "the end's notification given up")  # (sent after the exit code: jobs/notify.py)
         bad = [ln for ln in log.splitlines() if "notify (" in ln]
         assert len(bad) == 2 and all(re.search(r"notify \((restart|end)\): could not deliver to http://127\.0\.0\.1:9/"
                                                r"\.\.\.: .*refused", ln) for ln in bad), bad
