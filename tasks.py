@@ -7,12 +7,15 @@
 A task is its flags, its help and one call: specops.cli.on_hosts runs the operation on the host
 (or each host of a group), checks its flags first (beside the operation), shows its value by its
 type (specops.shown) and, for a task that changes hosts (`changes=True`), takes --dry-run itself.
+A flag keeps its name down to the operation (`vllm_arg=vllm_arg`: tests/test_shape.py); one named as
+a builtin or a module is its parameter with a trailing underscore (`json_`, `all_`: invoke drops it,
+the flag is --json, --all).
 """
 
 from invoke import Collection
 
 from specops import views
-from specops.cli import hosts_table, on_hosts, on_targets, said, task
+from specops.cli import hosts_table, on_hosts, on_targets, passed, said, task
 from specops.group.distcheck import check_hosts
 from specops.group.extract import extract_hosts, extract_one
 from specops.group.train import fetch_nodes, train_group
@@ -40,11 +43,11 @@ HIDDEN_STATES = ("offline: the dataset's files (`inv extract`); online: the run'
 
 
 @task(help={"hosts": HOSTS, "json": JSON})
-def hosts(c, hosts=None, json=False):
+def hosts(c, hosts=None, json_=False):
     """Table of the hosts in hosts.yaml, plus the built-in `local`, and the groups.
 
     Example: inv hosts"""
-    hosts_table(c, hosts, json)
+    hosts_table(c, hosts, json_=json_)
 
 
 @task(changes=True, help={
@@ -73,7 +76,7 @@ def bootstrap(c, host=None, hosts=None, profile=None, force=False, wheelhouse=No
     "2,30,58,61 (default: --dataset's record, else speculators' default)",
     "dataset": "with --serve: the dataset whose vocabulary (token_freq.pt) and layer ids the draft takes "
                "(default: none: a uniform vocabulary)", "vllm_arg": "with --serve: " + VLLM_ARG})
-def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, config=None, all=False, steps=2,
+def check(c, host=None, hosts=None, json_=False, min_free_gb=5.0, deep=False, config=None, all_=False, steps=2,
           timeout=300.0, serve=False, verifier=None, layers=None, dataset=None, vllm_arg=None):
     """Preflight on the host: versions, exact imports, devices, disk.
 
@@ -81,9 +84,9 @@ def check(c, host=None, hosts=None, json=False, min_free_gb=5.0, deep=False, con
     serves the verifier with an untrained draft of the config.
 
     Example: inv check --host gpu1 --deep"""
-    on_hosts(c, host, hosts, _check.preflight, title="check", as_json=json, min_free_gb=min_free_gb,
-             deep_steps=deep, config=config, try_all=all, steps=steps, timeout=timeout, serve_draft=serve,
-             verifier=verifier, layers=layers, dataset=dataset, vllm_args=vllm_arg)
+    on_hosts(c, host, hosts, _check.preflight, title="check", json_=json_, min_free_gb=min_free_gb,
+             deep=deep, config=config, all_=all_, steps=steps, timeout=timeout, serve=serve,
+             verifier=verifier, layers=layers, dataset=dataset, vllm_arg=vllm_arg)
 
 
 @task(changes=True, help=COMMON)
@@ -96,11 +99,11 @@ def push(c, host=None, hosts=None):
 
 @task(help={**COMMON, "run_id": "one run (default: all)", "json": JSON,
             "kind": "only runs of these kinds, comma-separated: train, data, extract, evaluate, ..."})
-def status(c, host=None, hosts=None, run_id=None, json=False, kind=None):
+def status(c, host=None, hosts=None, run_id=None, json_=False, kind=None):
     """Runs on the host: state, age, GPU memory, last log line.
 
     Example: inv status --host gpu1 --kind train"""
-    on_hosts(c, host, hosts, _jobs.runs, title="status", as_json=json, run_id=run_id, kind=kind)
+    on_hosts(c, host, hosts, _jobs.runs, title="status", json_=json_, run_id=run_id, kind=kind)
 
 
 @task(name="clean", changes=True, help={
@@ -152,11 +155,11 @@ def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams
     "verifier": "verifier model dir on the host (default: the host's `verifier` or the one recorded at extraction)",
     "layers": "expected stored layers per position",
     "seed": "which files are loaded fully (default: another sample each run; shown)"})
-def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json=False, seed=None):
+def inspect_data(c, host=None, hosts=None, path=None, sample=8, verifier=None, layers=None, json_=False, seed=None):
     """Prove the data layout (keys, shapes, dtypes, counts) against the contract, in seconds.
 
     Example: inv inspect-data --host gpu1"""
-    on_hosts(c, host, hosts, _inspect.inspect_path, group=False, as_json=json, path=path, sample=sample,
+    on_hosts(c, host, hosts, _inspect.inspect_path, group=False, json_=json_, path=path, sample=sample,
              verifier=verifier, layers=layers, seed=seed)
 
 
@@ -180,7 +183,7 @@ def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=N
 
     Example: inv prepare-data --host gpu1 --data convs.jsonl"""
     on_hosts(c, host, hosts, _data.prepare, group=False, data=data, seq_length=seq_length, dataset=dataset,
-             verifier=verifier, detach=detach, vllm_args=vllm_arg, overwrite=overwrite)
+             verifier=verifier, detach=detach, vllm_arg=vllm_arg, overwrite=overwrite)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -202,7 +205,7 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     Example: inv extract --host gpu1 --dataset default"""
     on_hosts(c, host, hosts, extract_one, across=extract_hosts, backend=backend, layers=layers, shard=shard,
              rows=rows, dataset=dataset, verifier=verifier, concurrency=concurrency, detach=detach,
-             max_model_len=max_model_len, vllm_args=vllm_arg, overwrite=overwrite, shards=shards)
+             max_model_len=max_model_len, vllm_arg=vllm_arg, overwrite=overwrite, shards=shards)
 
 
 @task(name="make-verifier", changes=True, help={
@@ -277,12 +280,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it).
 
     Example: inv train --host gpu1 --follow"""
-    on_hosts(c, host, hosts, _train.train_run, across=train_group, config=config, run_id=run_id, follow=follow,
-             dataset=dataset, verifier=verifier, nproc=nproc, epochs=epochs, max_steps=max_steps, rdzv_host=rdzv_host,
-             rdzv_port=rdzv_port, hidden_states=hidden_states, layers=layers, disk_budget=disk_budget,
-             server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_arg, serve_check=serve_check,
-             continue_on_new_data=continue_on_new_data, nodes=nodes, restarts=restarts, stall_after=stall_after,
-             restart_on_stall=restart_on_stall, backoff=backoff, notify=notify, first_step_after=first_step_after)
+    on_hosts(c, host, hosts, _train.train_run, across=train_group, **passed(locals()))
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -304,7 +302,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     Example: inv regenerate --host gpu1 --data prompts.jsonl"""
     on_hosts(c, host, hosts, _regenerate.regenerate, group=False, data=data, out=out, verifier=verifier,
              max_tokens=max_tokens, concurrency=concurrency, limit=limit, sampling_params=sampling_params,
-             max_model_len=max_model_len, vllm_args=vllm_arg, detach=detach)
+             max_model_len=max_model_len, vllm_arg=vllm_arg, detach=detach)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -328,7 +326,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     on_hosts(c, host, hosts, _pipeline.pipeline, group=False, on_inspect=views.inspect_brief, on_plan=views.plan,
              data=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers, seq_length=seq_length,
              config=config, dest=dest, max_steps=max_steps, regenerate=regenerate, hidden_states=hidden_states,
-             disk_budget=disk_budget, vllm_args=vllm_arg, plan_first=plan_first, yes=yes, sample=sample,
+             disk_budget=disk_budget, vllm_arg=vllm_arg, plan_first=plan_first, yes=yes, sample=sample,
              restarts=restarts, notify=notify)
 
 
@@ -339,7 +337,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     "disk_budget": DISK_BUDGET, "vllm_arg": VLLM_ARG, **PLAN_HELP})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
          epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
-         json=False):
+         json_=False):
     """Measure a short sample of the real stages on the host and price the whole run.
 
     prepare + extract on --sample rows, a few training steps offline and online (the real verifier
@@ -347,10 +345,10 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     why; kept with the dataset (plan.json), shown beside the actual hours by status and fetch.
 
     Example: inv plan --host gpu1 --data convs.jsonl --config configs/eagle3.yaml"""
-    on_hosts(c, host, hosts, _plan.price, across=_plan.one_host, as_json=json, data=data, dataset=dataset,
+    on_hosts(c, host, hosts, _plan.price, across=_plan.one_host, json_=json_, data=data, dataset=dataset,
              verifier=verifier, config=config, layers=layers, seq_length=seq_length, epochs=epochs,
              hidden_states=hidden_states, sample=sample, steps=steps, backend=backend, disk_budget=disk_budget,
-             vllm_args=vllm_arg)
+             vllm_arg=vllm_arg)
 
 
 @task(changes=True, streams=True, help={
@@ -373,7 +371,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 
     Example: inv demo"""
     on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect_brief, dest=dest, steps=steps,
-             evaluate_drafts=evaluate, speedup=speedup, repeats=repeats, size=size)
+             evaluate=evaluate, speedup=speedup, repeats=repeats, size=size)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
@@ -402,15 +400,15 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
                     "between them (default: cpu 2; cuda 2 where two servers and 4 GiB of KV cache each fit GPU 0 "
                     "and no --vllm-arg sets the memory, else 1; 2 or more: interleaved, paired ratios)"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
-             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json=False, vllm_arg=None,
+             num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json_=False, vllm_arg=None,
              repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,
              side_by_side=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
 
     Example: inv evaluate --host gpu1 --run-id R"""
-    on_hosts(c, host, hosts, _evaluate.evaluate_run, group=False, as_json=json, run_id=run_id, checkpoint=checkpoint,
+    on_hosts(c, host, hosts, _evaluate.evaluate_run, group=False, json_=json_, run_id=run_id, checkpoint=checkpoint,
              checkpoints=checkpoints, pick=pick, prompts=prompts, num_spec_tokens=num_spec_tokens,
-             max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_args=vllm_arg,
+             max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_arg=vllm_arg,
              repeats=repeats, tune=tune, tune_k=tune_k, baselines=baselines, speedup_requests=speedup_requests,
              speedup_tokens=speedup_tokens, side_by_side=side_by_side)
 

@@ -79,12 +79,12 @@ def main():
             s = time.time()
             res = pipeline.run(t, data_file=str(convs), dataset="bench", verifier=vpath, layers=pipeline.DEMO_LAYERS,
                                seq_length=512, config=pipeline.DEMO_CONFIG, dest=str(work / "runs"),
-                               skip_bootstrap=True, vllm_args=["--enforce-eager"])
+                               skip_bootstrap=True, vllm_arg=["--enforce-eager"])
             stages.append(("pipeline (check, prepare + extract, inspect, train, fetch)", time.time() - s))
             s = time.time()
             acc = controls.acceptance(t, res["run_id"], dataset=f"{t.workdir}/data/bench", verifier=vpath,
                                       dest=str(work / "runs"), max_prompts=a.prompts, max_tokens=a.tokens,
-                                      vllm_args=["--enforce-eager"])
+                                      vllm_arg=["--enforce-eager"])
             stages.append(("serve: trained + 2 controls (incl. the untrained draft's 1-step run)", time.time() - s))
     finally:
         total = time.time() - t0

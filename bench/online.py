@@ -97,7 +97,7 @@ def run_train(t, cfg, rid, ds, ver, mode, vllm_args, stage=None):
         sampler.start()
     t0 = time.perf_counter()
     res = train.train(t, config=str(cfg), run_id=rid, dataset=ds, verifier=ver, hidden_states=mode, layers=LAYERS,
-                      vllm_args=vllm_args, follow=True)
+                      vllm_arg=vllm_args, follow=True)
     wall = time.perf_counter() - t0
     if sampler:
         sampler.done.set()
@@ -147,7 +147,7 @@ def main() -> int:
 
             t0 = time.perf_counter()
             ex = data.run_datagen(t, data.Datagen.of(t, data=f"{work}/data/offline", verifier=ver, extract=True,
-                                                       layers=LAYERS, vllm_args=vargs), kind="extract", quiet=True)
+                                                       layers=LAYERS, vllm_arg=vargs), kind="extract", quiet=True)
             extract_wall = time.perf_counter() - t0
             print(f"offline: extract {extract_wall:.1f}s ({ex['extract']['tokens']} tokens, "
                   f"{ex['extract']['tokens_per_s']} tokens/s while extracting)")

@@ -222,9 +222,19 @@ def said(text: str) -> None:
     views.line(f"[specops] {text}")
 
 
+#: what a task hands on_hosts itself (the rest of its parameters are its flags)
+WHERE_ARGS = ("c", "host", "hosts")
+
+
+def passed(scope: dict) -> dict:
+    """A task's flags from its locals(), passed to its operation whole, each under its own name (a
+    task of many flags, `train`, spells them once in its signature, not again in its call)."""
+    return {k: v for k, v in scope.items() if k not in WHERE_ARGS}
+
+
 def on_hosts(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any], /, *, title: str = "",
              across: Optional[Callable[..., Any]] = None, group: bool = True, rank: Optional[int] = None,
-             here: bool = False, as_json: bool = False, progress: str = "", **kw) -> Any:
+             here: bool = False, json_: bool = False, progress: str = "", **kw) -> Any:
     """Run a task: op(t, **kw) on the host, or on each host of a group in parallel; the value is
     shown by its type (shown.view_of: views, a group's row, a judge that fails the task, JSON).
     First the operation's own flags check (op.refuse(**kw), before anything connects). A group:
@@ -243,29 +253,29 @@ def on_hosts(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any
         if check is not None:
             check(**({"host": host} if here else {}), **kw)
         if here and host is None:
-            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), op(None, **kw), as_json)
+            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), op(None, **kw), json_)
         if multi and rank is None:
             hs = targets(c, host, hosts)
             value = (across(hs, connect=_group_connect(hosts), **kw) if across else
                      _on_each(hs, op, title or op.__name__, hosts, kw))
-            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), value, as_json)
+            return _show(shown, shown.Where("", hint_maker(c, host, hosts)), value, json_)
         if multi:
             host = fanout.pick(targets(c, host, hosts), rank or 0).name  # (rank given: a group without one returned above)
     with session(c, host, hosts) as t, errors():
-        with views.progress_to_stderr() if as_json else contextlib.nullcontext():
+        with views.progress_to_stderr() if json_ else contextlib.nullcontext():
             if progress:
                 with views.transfer_progress(f"{progress} from {t.host.name}") as bar:
                     value = op(t, on_progress=bar, **kw)
             else:
                 value = op(t, **kw)
-        return _show(shown, shown.Where(t.host.name, t.hint, t), value, as_json)
+        return _show(shown, shown.Where(t.host.name, t.hint, t), value, json_)
 
 
-def _show(shown, where, value, as_json: bool) -> Any:
+def _show(shown, where, value, json_: bool) -> Any:
     view = shown.view_of(value)
     if value is None or (_Run.dry and not view.dry):
         return value
-    if as_json:
+    if json_:
         views.as_json(view.json(value))
     elif view.show is not None:
         view.show(where, value)
@@ -311,7 +321,7 @@ def on_targets(c, host: Optional[str], hosts: Optional[str], op: Callable[..., A
                      op(targets(c, host, hosts), connect=open_host, **kw), False)
 
 
-def hosts_table(c, hosts: Optional[str], as_json: bool) -> None:
+def hosts_table(c, hosts: Optional[str], *, json_: bool = False) -> None:
     """`inv hosts`: the inventory's hosts (and the built-in local) and groups."""
     with errors():
-        views.hosts(inventory.load(hosts_file(c, hosts)), as_json_=as_json)
+        views.hosts(inventory.load(hosts_file(c, hosts)), json_=json_)

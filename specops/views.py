@@ -47,13 +47,13 @@ def mark(ok: Optional[bool], hard: bool = True) -> str:
 
 
 # -- results ------------------------------------------------------------------------------
-def hosts(inv, as_json_: bool = False) -> None:
+def hosts(inv, json_: bool = False) -> None:
     rows = []
     for name in inv.names():
         h = inv.hosts[name]
         rows.append([name, h.target, h.profile, "" if h.gpus is None else h.gpus, h.venv_path, h.workdir_path,
                      h.verifier or ""])
-    if as_json_:
+    if json_:
         as_json({"hosts": [dict(zip(("name", "target", "profile", "gpus", "venv", "workdir", "verifier"), r))
                            for r in rows], "groups": inv.groups})
         return

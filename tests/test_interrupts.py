@@ -33,7 +33,7 @@ def test_plans_and_pipelines_own_their_trainings(monkeypatch):
     monkeypatch.setattr(train, "train", fake_train)
     with pytest.raises(Called):
         plan.measure_train(None, "offline", dataset="d", verifier="v", config=None, steps=2, layers=None,
-                           vllm_args=[], tokens=1, train_ratio=1.0, tmp=None)
+                           vllm_arg=[], tokens=1, train_ratio=1.0, tmp=None)
 
     class T:
         workdir = "/w"

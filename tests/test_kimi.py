@@ -93,7 +93,7 @@ def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
 
     h = load_text(tmp_path, "hosts:\n  g8: {address: h, gpus: 8, vllm_args: [--enable-expert-parallel]}\n").get("g8")
     args = datagen_args(SimpleNamespace(host=h), data="/d", verifier="/v", extract=True,
-                        vllm_args=["--max-num-seqs=64", "--enforce-eager"])
+                        vllm_arg=["--max-num-seqs=64", "--enforce-eager"])
     assert args[args.index("--tensor-parallel") + 1] == "8"
     assert args[args.index("--trust-remote-code") + 1] == "auto"
     assert [a for a in args if a.startswith("--vllm-arg")] == [
@@ -325,8 +325,8 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
         plans = {
             "prepare": data.datagen_args(t, data=f"{work}/data/kimi-new", verifier=kimi_verifier,
                                          prepare=f"{work}/uploads/kimi-convs.jsonl", seq_length=512,
-                                         vllm_args=run_args),
-            "extract": data.datagen_args(t, data=ddir, verifier=kimi_verifier, extract=True, vllm_args=run_args),
+                                         vllm_arg=run_args),
+            "extract": data.datagen_args(t, data=ddir, verifier=kimi_verifier, extract=True, vllm_arg=run_args),
         }
         payloads = {k: run_script(t, "data.datagen", v + ["--plan"], changes=False) for k, v in plans.items()}
         # evaluate: a training run's directory is all its plan needs

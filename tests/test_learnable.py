@@ -196,7 +196,7 @@ def test_pick_by_served_acceptance_and_fetch_only_it(learnable, tmp_path):
                 f"&& cp -rL {q(src)}/checkpoints/{last} {q(dst)}/checkpoints/1 && cp {q(src)}/train-spec.json {q(dst)}/ "
                 f"&& echo '{{\"run_id\": \"{pid}\"}}' > {q(dst)}/run.json", "a run with two different checkpoints")
         res = evaluate.evaluate_checkpoints(t, pid, "all", pick=True, max_prompts=8, max_tokens=32,
-                                            dest=str(tmp_path / "runs"), vllm_args=["--enforce-eager"])
+                                            dest=str(tmp_path / "runs"), vllm_arg=["--enforce-eager"])
         by = {e["checkpoint"]: e["mean_acceptance_length"] for e in res["checkpoints"]}
         assert set(by) == {"0", "1"} and by["1"] >= by["0"] + 0.8, by
         assert res["best_checkpoint"] == "1" and res["picked"]["checkpoint"] == "1"

@@ -161,7 +161,7 @@ def test_online_stop_then_resume_completes_without_writing_files(half, hosts_fil
     with connect(h) as t:
         before = hs_count(t, half)
         res = train.train(t, config=str(cfg), run_id=rid, dataset=half, verifier=verifier, hidden_states="online",
-                          vllm_args=FAST)
+                          vllm_arg=FAST)
         assert res["hidden_states"] == "online" and res["exit_code"] is None
         assert any(n.text.startswith(f"hidden states: online: the {missing} row(s) without a file") for n in t.notes)
         log = jobs.run_path(t, rid, "output.log")
@@ -181,7 +181,7 @@ def test_online_stop_then_resume_completes_without_writing_files(half, hosts_fil
 
         # the same run again: its server starts again, and this time the run completes
         res = train.train(t, config="configs/demo.yaml", run_id=rid, dataset=half, verifier=verifier,
-                          hidden_states="online", vllm_args=FAST, overrides={"epochs": 1, "max-steps": 3},
+                          hidden_states="online", vllm_arg=FAST, overrides={"epochs": 1, "max-steps": 3},
                           follow=True, continue_on_new_data=True)  # (another config: asked for)
         assert res["exit_code"] == 0, jobs.tail(t, rid, 30)
         full = t.read_bytes(log).decode(errors="replace")
@@ -204,7 +204,7 @@ def test_a_dying_server_fails_the_run_with_one_line(half, hosts_file, verifier, 
     half = half["path"]
     with connect(h) as t:
         train.train(t, config=str(cfg), run_id=rid, dataset=half, verifier=verifier, hidden_states="online",
-                    vllm_args=FAST)
+                    vllm_arg=FAST)
         log = jobs.run_path(t, rid, "output.log")
         wait_for(lambda: b"train/loss=" in (t.read_bytes(log) or b""), 300, "an online training step")
         train_pgid, server_pgid = groups_of(t, rid)
@@ -226,7 +226,7 @@ def test_regenerate_writes_one_verifier_response_per_prompt(verifier, hosts_file
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         res = regen.regenerate(t, data=str(prompts), out="t-regen", verifier=verifier, max_tokens=16,
-                               sampling_params='{"temperature": 0}', vllm_args=FAST)
+                               sampling_params='{"temperature": 0}', vllm_arg=FAST)
         assert res["out"] == f"{work}/regenerated/t-regen.jsonl" and res["prompts"] == 6
         rows = [json.loads(x) for x in t.read_bytes(res["out"]).decode().splitlines()]
         # one row per prompt: each its verifier's response (a random-weights verifier may answer one prompt

@@ -219,3 +219,41 @@ def test_the_laptop_imports_its_host_modules_without_the_host_stack():
     assert not {m.split(".")[0] for m in loaded} & {"torch", "vllm", "transformers", "speculators"}
     assert {"specops_host.contract", "specops_host.fetch.manifest", "specops_host.fixtures.synthlang",
             "specops_host.jobs.errlines", "specops_host.check.serve"} <= loaded
+
+
+def test_every_task_passes_its_flags_under_their_own_names():
+    """A task hands each flag to its operation under the flag's own name (`vllm_arg=vllm_arg`, never
+    `vllm_args=vllm_arg`): in tasks.py's AST, a keyword `x=y` of a task's one call, y one of its
+    parameters, has x == y; none goes by position; a task of many flags (train) passes them whole,
+    `**passed(locals())`. Every flag reaches the call. Where the operation names its parameters (no
+    **kw), each name it is given is one of them."""
+    import inspect
+
+    import tasks
+    from specops import cli
+
+    own = set(inspect.signature(cli.on_hosts).parameters) - {"kw"}
+    tree = ast.parse((REPO / "tasks.py").read_text())
+    renamed, unpassed, unknown = [], [], []
+    for f in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        params = [a.arg for a in f.args.args]
+        call = next(s.value for s in f.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call))
+        assert not [a for a in call.args[3:] if isinstance(a, ast.Name) and a.id in params], f.name
+        given = {a.id for a in call.args[:3] if isinstance(a, ast.Name)}
+        for k in call.keywords:
+            if k.arg is None:
+                assert ast.unparse(k.value) == "passed(locals())", (f.name, ast.unparse(k.value))
+                given |= set(params)
+            elif isinstance(k.value, ast.Name) and k.value.id in params:
+                given.add(k.value.id)
+                if k.arg != k.value.id:
+                    renamed.append(f"{f.name}: {k.arg}={k.value.id}")
+        unpassed += [f"{f.name}: {p}" for p in params if p not in given]
+        op = eval(ast.unparse(call.args[3]), vars(tasks)) if len(call.args) > 3 else None
+        sig = inspect.signature(op) if callable(op) else None
+        if sig and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            unknown += [f"{f.name}: {op.__name__} has no {k.arg}" for k in call.keywords
+                        if k.arg and k.arg not in own and k.arg not in sig.parameters]
+    assert not renamed, renamed
+    assert not unpassed, unpassed
+    assert not unknown, unknown

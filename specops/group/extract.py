@@ -16,7 +16,7 @@ from specops.host.transport import Transport
 
 
 def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="vllm", layers=None,
-                    concurrency=32, max_model_len=None, vllm_args: Optional[list] = None,
+                    concurrency=32, max_model_len=None, vllm_arg: Optional[list] = None,
                     connect=None) -> list[Outcome]:
     n = len(hosts)
     index = {h.name: i for i, h in enumerate(hosts)}
@@ -24,7 +24,7 @@ def extract_sharded(hosts: list[Host], *, dataset=None, verifier=None, backend="
     def one(t: Transport):
         args = data.Datagen.of(t, data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier),
                                extract=True, backend=backend, layers=layers, shard=f"{index[t.host.name]}/{n}",
-                               concurrency=concurrency, max_model_len=max_model_len, vllm_args=vllm_args or None)
+                               concurrency=concurrency, max_model_len=max_model_len, vllm_arg=vllm_arg or None)
         return data.run_datagen(t, args, kind="extract", quiet=True)
 
     return run_on(hosts, one, **({"connect": connect} if connect else {}))
@@ -44,7 +44,7 @@ def extract_group(hosts: list[Host], *, dataset=None, connect=None, **kw) -> dic
 
 
 def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, backend="vllm", layers=None,
-                  concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, detach=False,
+                  concurrency=32, max_model_len=None, vllm_arg: Optional[list] = None, detach=False,
                   timeout: float = 7 * 86400) -> dict:
     """A `scheduler: slurm` host: one Slurm job array of `shards` tasks, each extracting its
     contiguous share of the rows (datagen --shard i/n, i = $SLURM_ARRAY_TASK_ID) with its own vLLM
@@ -63,7 +63,7 @@ def extract_array(t: Transport, shards: int, *, dataset=None, verifier=None, bac
         raise SpecopsError(f"--shards {shards}: give 1 or more (the tasks of the job array)")
     common = dict(data=data.data_dir(t, dataset), verifier=data.verifier_path(t, verifier), extract=True,
                   backend=backend, layers=layers, concurrency=concurrency, max_model_len=max_model_len,
-                  **({"vllm_args": vllm_args} if vllm_args else {}))
+                  **({"vllm_arg": vllm_arg} if vllm_arg else {}))
     plan = data.plan_datagen(t, data.Datagen.of(t, shard=f"0/{shards}", **common), kind="extract")  # (n checked)
     t.would(f"each of the {shards} array tasks would start its own server and extraction; task 0's:")
     data.planned_commands(t, plan)
@@ -117,10 +117,10 @@ def _group_flags(shard=None, rows=None, **_) -> None:
 
 @refusing(_group_flags)
 def extract_hosts(hosts: list[Host], *, connect=None, dataset=None, verifier=None, backend="vllm", layers=None,
-                  concurrency=32, max_model_len=None, vllm_args: Optional[list] = None, **_) -> ExtractedGroup:
+                  concurrency=32, max_model_len=None, vllm_arg: Optional[list] = None, **_) -> ExtractedGroup:
     """`inv extract --host @group`: each host its share of the rows, then every host every shard."""
     return ExtractedGroup(extract_group(hosts, dataset=dataset, verifier=verifier, backend=backend, layers=layers,
-                                        concurrency=concurrency, max_model_len=max_model_len, vllm_args=vllm_args,
+                                        concurrency=concurrency, max_model_len=max_model_len, vllm_arg=vllm_arg,
                                         connect=connect))
 
 
@@ -136,6 +136,6 @@ def extract_one(t: Transport, *, shards: Optional[int] = None, **kw):
     Slurm job array of that many tasks (extract_array)."""
     if shards is None:
         return data.extract(t, **kw)
-    keep = ("dataset", "verifier", "backend", "layers", "concurrency", "max_model_len", "vllm_args", "detach")
+    keep = ("dataset", "verifier", "backend", "layers", "concurrency", "max_model_len", "vllm_arg", "detach")
     res = extract_array(t, shards, **{k: v for k, v in kw.items() if k in keep})
     return ExtractedArray(res, dataset=kw.get("dataset"))

@@ -146,7 +146,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
     try:
         launch(ts, rid, spec_for, kind="train", lock="train",
             before_start=lambda specs: (train.preflight_serve(ts[0], specs[0], train.refuse_running(ts[0], rid),
-                                                              vllm_args=None, enabled=serve_check),
+                                                              vllm_arg=None, enabled=serve_check),
                                         align_checkpoints(ts, rid)))
         if not follow:
             return {"run_id": rid, "exit_code": None}

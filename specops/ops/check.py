@@ -123,8 +123,8 @@ def describe(s: Optional[dict]) -> str:
             f"compile {'on' if s.get('compile') else 'off'}")
 
 
-def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, steps: int = 2,
-         timeout: float = 300.0) -> DeepCheck:
+def deep_check(t: Transport, *, config: Optional[str] = None, all_: bool = False, steps: int = 2,
+               timeout: float = 300.0) -> DeepCheck:
     """Real training steps on a tiny fixture in the host venv: the config's settings, then fallbacks.
     The verdict stays on the host (<workdir>/.specops/deep-check.json) for `inv train`."""
     h = t.host
@@ -133,7 +133,7 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     cfg = load_config(config, h.profile, {})
     cands = candidates(settings_of(cfg["flags"], h), h.profile)
     args = ["--kind", h.profile, "--settings", json.dumps(cands), "--steps", str(steps), "--timeout", str(timeout)]
-    if try_all:
+    if all_:
         args.append("--all")
     res = run_script(t, "check.deep", args, model=DeepCheck, what="the deep check's verdict")
     if res.results is None:
@@ -142,18 +142,18 @@ def deep(t: Transport, *, config: Optional[str] = None, try_all: bool = False, s
     return res
 
 
-def preflight(t: Transport, *, min_free_gb: float = 5.0, deep_steps: bool = False, config: Optional[str] = None,
-              try_all: bool = False, steps: int = 2, timeout: float = 300.0, serve_draft: bool = False,
+def preflight(t: Transport, *, min_free_gb: float = 5.0, deep: bool = False, config: Optional[str] = None,
+              all_: bool = False, steps: int = 2, timeout: float = 300.0, serve: bool = False,
               verifier: Optional[str] = None, layers: Optional[str] = None, dataset: Optional[str] = None,
-              vllm_args: Optional[list] = None) -> dict:
-    """The check, with deep_steps the deep check after it, with serve_draft the draft-serves
+              vllm_arg: Optional[list] = None) -> dict:
+    """The check, with deep the deep check after it (deep_check()), with serve the draft-serves
     preflight (vLLM serves the verifier with an untrained draft of the config; cached on the host
     per verifier, draft config and vLLM version): {"check": Check, "deep": dict or None,
     "serve": dict or None}."""
-    spec = serve_spec(t, config=config, verifier=verifier, layers=layers, dataset=dataset) if serve_draft else None
+    spec = serve_spec(t, config=config, verifier=verifier, layers=layers, dataset=dataset) if serve else None
     res = check(t, min_free_gb=min_free_gb)
-    return Preflight({"check": res, "deep": deep(t, config=config, try_all=try_all, steps=steps, timeout=timeout)
-            if deep_steps else None, "serve": serve(t, spec, vllm_args=vllm_args) if spec and res.ok else None})
+    return Preflight({"check": res, "deep": deep_check(t, config=config, all_=all_, steps=steps, timeout=timeout)
+            if deep else None, "serve": draft_serves(t, spec, vllm_arg=vllm_arg) if spec and res.ok else None})
 
 
 class Preflight(dict):
@@ -246,15 +246,15 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
     return spec
 
 
-def serve(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, timeout: Optional[float] = None,
-          fresh: bool = False, said: Optional[str] = None, standin=None) -> ServeCheck:
+def draft_serves(t: Transport, spec: dict, *, vllm_arg: Optional[list] = None, timeout: Optional[float] = None,
+                 fresh: bool = False, said: Optional[str] = None, standin=None) -> ServeCheck:
     """Serve the verifier with an untrained draft of spec's configuration (remote/specops_host/check/serve.py):
     its payload ({ok, check_seconds, cached, drafts, ...} or {ok: false, error, root_cause, stage,
     log}; {ok, skipped} where it cannot run there). Under --dry-run: said (`said`), and `standin`
     is the reply (run_script's)."""
     keep = ("verifier", "kind", "flags", "target_layer_ids", "data", "trust_remote_code")
     args = ["--spec-json", json.dumps({k: spec[k] for k in keep if spec.get(k) is not None}),
-            *t.host.vllm_flags(list(vllm_args or []))]
+            *t.host.vllm_flags(list(vllm_arg or []))]
     if fresh:
         args.append("--no-cache")
     return run_script(t, "check.serve", args, timeout=timeout or 2400, model=ServeCheck,
@@ -278,7 +278,7 @@ def serve_failure(res: ServeCheck) -> str:
     return serve_check.failure_line(res)
 
 
-def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, enabled: bool = True
+def serve_gate(t: Transport, spec: dict, *, vllm_arg: Optional[list] = None, enabled: bool = True
                ) -> Optional[ServeCheck]:
     """The train gate: the preflight's payload (its one line is a note), or SpecopsError (one line:
     vLLM's root cause) when the draft does not serve; skipped with a note when turned off (None),
@@ -287,7 +287,7 @@ def serve_gate(t: Transport, spec: dict, *, vllm_args: Optional[list] = None, en
     if not enabled:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
         return None
-    res = serve(t, spec, vllm_args=vllm_args, standin=NOT_SERVED,
+    res = draft_serves(t, spec, vllm_arg=vllm_arg, standin=NOT_SERVED,
                 said=f"draft-serves preflight: would serve {spec['verifier']} with an untrained draft of this config "
                      f"through vLLM (remote/specops_host/check/serve.py), before the job starts ({SERVE_SKIP})")
     if res is NOT_SERVED:

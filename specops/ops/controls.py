@@ -85,7 +85,7 @@ def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
 
 def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: str = "runs",
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
-               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_args: Optional[list] = None,
+               max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_arg: Optional[list] = None,
                speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
                control_args: Optional[list] = None) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
@@ -93,12 +93,12 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
     shows on fewer), the controls: {"trained": {...}, "untrained": {...}, "wrong_layers": {...}},
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
-    served_layer_ids too). control_args: the controls' vLLM arguments beside vllm_args (--enforce-eager on a
+    served_layer_ids too). control_args: the controls' vLLM arguments beside vllm_arg (--enforce-eager on a
     GPU: they measure acceptance, and start faster without CUDA graphs). The trained draft's evaluation.json is
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
     from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
 
-    kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_args=vllm_args)
+    kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg)
     out = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
         out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw),
@@ -106,8 +106,8 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
            + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
               if out["trained"].get("speedup_at_1") is not None else ""), "done")
-    more = [a for a in (control_args or []) if a not in (vllm_args or [])]
-    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts), vllm_args=[*(vllm_args or []), *more])
+    more = [a for a in (control_args or []) if a not in (vllm_arg or [])]
+    kw.update(speedup="none", max_prompts=min(max_prompts, control_prompts), vllm_arg=[*(vllm_arg or []), *more])
     ctl_dest = str(Path(dest) / run_id / "controls")
 
     def wrong_layers(beside):  # (its run id, what was changed, its evaluation or a Pending one)

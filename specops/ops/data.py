@@ -87,11 +87,11 @@ class Datagen:
     def of(cls, t: Transport, *, data: str, verifier: str, prepare: Optional[str] = None, seq_length: int = 2048,
            extract: bool = False, backend: str = "vllm", layers: Optional[str] = None, shard: Optional[str] = None,
            rows: Optional[str] = None, concurrency: int = 32, max_model_len: Optional[int] = None,
-           vllm_args: Optional[list[str]] = None, overwrite: bool = False) -> "Datagen":
+           vllm_arg: Optional[list[str]] = None, overwrite: bool = False) -> "Datagen":
         return cls(data=data, verifier=verifier, kind=t.host.profile, prepare=prepare, seq_length=seq_length,
                    extract=extract, backend=backend, layers=layers, shard=shard, rows=rows, concurrency=concurrency,
                    max_model_len=max_model_len, overwrite=overwrite,
-                   vllm=tuple(t.host.vllm_flags(list(vllm_args or []))))
+                   vllm=tuple(t.host.vllm_flags(list(vllm_arg or []))))
 
     def argv(self, *more: str) -> list[str]:
         """The script's arguments (then `more`, e.g. --plan)."""
@@ -260,11 +260,11 @@ def _needs_data(task: str, what: str):
 
 @refusing(_needs_data("prepare-data", ".jsonl with conversations or input_ids+loss_mask"))
 def prepare(t: Transport, data: str, *, dataset: Optional[str] = None, verifier: Optional[str] = None,
-            seq_length: int = 2048, overwrite: bool = False, vllm_args: Optional[list] = None,
+            seq_length: int = 2048, overwrite: bool = False, vllm_arg: Optional[list] = None,
             detach: bool = False) -> Optional[Prepared]:
     """`inv prepare-data`: the file tokenised into the dataset (a laptop file uploaded first)."""
     dg = Datagen.of(t, data=data_dir(t, dataset), verifier=verifier_path(t, verifier), prepare=remote_input(t, data),
-                    seq_length=seq_length, overwrite=overwrite, vllm_args=vllm_args)
+                    seq_length=seq_length, overwrite=overwrite, vllm_arg=vllm_arg)
     res = run_datagen(t, dg, kind="prepare", detach=detach)
     return None if res is None else Prepared(res, dataset=dataset)
 
@@ -277,12 +277,12 @@ def _extract_flags(backend: str = "vllm", **_) -> None:
 @refusing(_extract_flags)
 def extract(t: Transport, *, dataset: Optional[str] = None, verifier: Optional[str] = None, backend: str = "vllm",
             layers: Optional[str] = None, shard: Optional[str] = None, rows: Optional[str] = None,
-            concurrency: int = 32, max_model_len: Optional[int] = None, vllm_args: Optional[list] = None,
+            concurrency: int = 32, max_model_len: Optional[int] = None, vllm_arg: Optional[list] = None,
             overwrite: bool = False, detach: bool = False) -> Optional[Extracted]:
     """`inv extract` on one host: the verifier's hidden states for the prepared rows (resumable)."""
     dg = Datagen.of(t, data=data_dir(t, dataset), verifier=verifier_path(t, verifier), extract=True, backend=backend,
                     layers=layers, shard=shard, rows=rows, concurrency=concurrency, max_model_len=max_model_len,
-                    overwrite=overwrite, vllm_args=vllm_args)
+                    overwrite=overwrite, vllm_arg=vllm_arg)
     res = run_datagen(t, dg, kind="extract", detach=detach)
     return None if res is None else Extracted(res, dataset=dataset, backend=backend)
 

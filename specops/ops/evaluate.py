@@ -44,7 +44,7 @@ def gap_flags(ev: dict, train_acc: dict) -> list[str]:
 
 
 def _spec(t: Transport, run_id: str) -> dict:
-    jobs.validate_run_id(run_id)
+    jobs.validate_run_id(run_id)  # (its one check: the first thing an evaluation reads is under it)
     spec_raw = t.read_bytes(jobs.run_path(t, run_id, "train-spec.json"))
     if not spec_raw:
         raise SpecopsError(f"evaluate: no training run {run_id!r} on {t.host.name} (no train-spec.json): "
@@ -54,7 +54,7 @@ def _spec(t: Transport, run_id: str) -> dict:
 
 def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Optional[str] = None,
              num_spec_tokens: int = 3, max_prompts: int = 32, max_tokens: int = 64, dest: str = "runs",
-             vllm_args: Optional[list] = None, result_name: str = "evaluation.json",
+             vllm_arg: Optional[list] = None, result_name: str = "evaluation.json",
              write: bool = True, speedup: str = "1,16", beside: bool = False, **timing):
     """One checkpoint served; its evaluation. The host keeps it as
     runs/R/<result_name>; write=True also writes dest/R/evaluation.json and acceptance.png.
@@ -72,7 +72,7 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
             "--speedup", ",".join(map(str, levels)) or "none", *extra, *progress_args()]
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
-    args += t.host.vllm_flags(list(vllm_args or []))
+    args += t.host.vllm_flags(list(vllm_arg or []))
     pending = prompts is not None and t.pending(args[args.index("--prompts") + 1])
     if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
         plan = run_script(t, "serve.evaluate", args + ["--plan"], changes=False, model=ServePlan)
@@ -243,7 +243,7 @@ ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_a
 
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,
                          prompts: Optional[str] = None, num_spec_tokens: int = 3, max_prompts: int = 32,
-                         max_tokens: int = 64, dest: str = "runs", vllm_args: Optional[list] = None,
+                         max_tokens: int = 64, dest: str = "runs", vllm_arg: Optional[list] = None,
                          speedup: str = "none", **timing) -> dict:
     """Each checkpoint (`all` or `0,2,...`) served in turn by evaluate(), on the same prompts
     (speedup: as evaluate's, for each checkpoint; default none: a baseline server per checkpoint
@@ -262,7 +262,7 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
         t.note(f"evaluate {run_id}: checkpoint {name} ({i} of {len(names)})")
         try:
             ev = evaluate(t, run_id, checkpoint=name, prompts=prompts, num_spec_tokens=num_spec_tokens,
-                          max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_args=vllm_args,
+                          max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, vllm_arg=vllm_arg,
                           result_name=f"evaluation/checkpoint-{name}.json", write=False, speedup=speedup,
                           **timing)
         except NotDone as e:  # (a dry run: this checkpoint's plan is said; the next one's too)

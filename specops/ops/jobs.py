@@ -28,7 +28,9 @@ def validate_run_id(run_id: str) -> str:
 
 
 def run_path(t: Transport, run_id: str, *parts: str) -> str:
-    return "/".join([t.workdir, "runs", validate_run_id(run_id), *parts])
+    """A run's folder (or a file in it) on the host. run_id: checked where the operation began
+    (validate_run_id, needs_run_id), never again here."""
+    return "/".join([t.workdir, "runs", run_id, *parts])
 
 
 def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
@@ -198,9 +200,10 @@ def needs_run_id(task: str):
 @refusing(needs_run_id("stop"))
 def stop(t: Transport, run_id: str, grace: float = 60.0) -> Stopped:
     """SIGTERM, grace, SIGKILL. A slurm host's batch job: through Slurm."""
-    if t.host.is_slurm and cluster.record(t, validate_run_id(run_id)):
+    validate_run_id(run_id)
+    if t.host.is_slurm and cluster.record(t, run_id):
         return cluster.stop(t, run_id, grace)
-    res = run_script(t, "jobs.job", ["stop", "--run-id", validate_run_id(run_id), "--grace", str(grace)], model=Stopped,
+    res = run_script(t, "jobs.job", ["stop", "--run-id", run_id, "--grace", str(grace)], model=Stopped,
                      what=f"the stop of {run_id}")
     if not res.ok:
         raise SpecopsError(f"stop {run_id} on {t.host.name}: {res.error}")

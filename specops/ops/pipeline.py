@@ -60,12 +60,12 @@ def verifier_record(t: Transport, path: str) -> Optional[dict]:
 def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
         backend: str = "vllm", layers: Optional[str] = None, seq_length: int = 2048,
         config: Optional[str] = None, overrides: Optional[dict] = None, dest: str = "runs",
-        skip_bootstrap: bool = False, on_inspect=None, vllm_args: Optional[list] = None,
+        skip_bootstrap: bool = False, on_inspect=None, vllm_arg: Optional[list] = None,
         hidden_states: str = "offline", regenerate: bool = False,
         disk_budget_gb: Optional[float] = None, serve_check: bool = True, restarts: Optional[int] = None,
         notify: Optional[str] = None) -> dict:
     """The whole job (a dry run says it up to the data job: the rest reads it). on_inspect(result)
-    gets inspect-data's result (the task renders it); vllm_args go to every vLLM server it starts.
+    gets inspect-data's result (the task renders it); vllm_arg (the --vllm-arg list) goes to every vLLM server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
@@ -95,25 +95,25 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         else:
             t.would("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
             with t.step("regenerate the responses with the verifier"):
-                rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_args=vllm_args,
+                rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_arg=vllm_arg,
                                           max_tokens=seq_length)
             t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
                    f"({rg['errors']} failed) in {rg['out']}", "done")
             src = rg["out"]
     args = data.Datagen.of(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
-                           extract=hidden_states == "offline", backend=backend, layers=layers, vllm_args=vllm_args)
+                           extract=hidden_states == "offline", backend=backend, layers=layers, vllm_arg=vllm_arg)
     t.would("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
     with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
         dg = data.run_datagen(t, args, kind="data")
     mode = hidden_states
     if mode == "auto":
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
-                                        disk_budget_gb=disk_budget_gb, vllm_args=vllm_args)
+                                        disk_budget_gb=disk_budget_gb, vllm_arg=vllm_arg)
         train.note_plan(t, plan)
         mode = plan.mode
         if mode == "offline":
             dg = data.run_datagen(t, data.Datagen.of(t, data=ddir, verifier=ver, extract=True, backend=backend,
-                                                     layers=layers, vllm_args=vllm_args), kind="extract")
+                                                     layers=layers, vllm_arg=vllm_arg), kind="extract")
     if mode == "offline":
         ex = dg.get("extract", {})
         t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
@@ -127,7 +127,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
     with t.stage("train the draft"):
         tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
-                         hidden_states=mode, layers=layers, vllm_args=vllm_args, serve_check=serve_check,
+                         hidden_states=mode, layers=layers, vllm_arg=vllm_arg, serve_check=serve_check,
                          restarts=restarts, notify=notify, own=True)  # (the pipeline's: Ctrl-C stops it)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
@@ -233,11 +233,11 @@ DEMO_REPEATS = 2
 
 
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
-         evaluate_drafts: bool = True, controls: tuple = ("untrained", "wrong_layers"),
+         evaluate: bool = True, controls: tuple = ("untrained", "wrong_layers"),
          seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
          speedup: str = "1,16", repeats: int = DEMO_REPEATS, size: str = "auto") -> dict:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
-    with evaluate_drafts, the trained draft served through vLLM beside the controls on the same
+    with evaluate, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
@@ -280,14 +280,14 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
         res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm",
                   layers=DEMO_VERIFIERS[size][1],
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
-                  overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_args=eager,
+                  overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_arg=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
     res["verifier"] = rec
-    if evaluate_drafts:
+    if evaluate:
         res["num_spec_tokens"] = 3
         res["acceptance"] = acceptance(t, res["run_id"], dataset=data.data_dir(t, dataset), verifier=vpath,
                                        dest=dest, controls=controls, num_spec_tokens=3, max_prompts=max_prompts,
-                                       max_tokens=max_tokens, vllm_args=served, speedup=speedup, repeats=repeats,
+                                       max_tokens=max_tokens, vllm_arg=served, speedup=speedup, repeats=repeats,
                                        control_args=eager)
         res["controls_verdict"] = controls_verdict(res["acceptance"])
         # (the table's figures beside the run, as the stage times are: the trained draft's and the controls')
@@ -319,7 +319,7 @@ def pipeline(t: Transport, data: str, *, dataset: Optional[str] = None, plan_fir
     show, with the command that runs it)."""
     budget = None if disk_budget is None else float(disk_budget)
     if plan_first:
-        keep = ("verifier", "config", "layers", "seq_length", "hidden_states", "backend", "vllm_args")
+        keep = ("verifier", "config", "layers", "seq_length", "hidden_states", "backend", "vllm_arg")
         p = plans.measure(t, data_file=data, dataset=dataset, sample=sample, disk_budget_gb=budget,
                           **{k: v for k, v in kw.items() if k in keep})
         if not yes:

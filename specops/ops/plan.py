@@ -87,13 +87,13 @@ def train_records(t: Transport, run_id: str, tmp: Path) -> list[dict]:
 
 
 def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, config: Optional[str], steps: int,
-                  layers: Optional[str], vllm_args: list, tokens: int, train_ratio: float, tmp: Path) -> dict:
+                  layers: Optional[str], vllm_arg: list, tokens: int, train_ratio: float, tmp: Path) -> dict:
     """A few real training steps (speculators train, one epoch capped at `steps`, its checkpoint
     and validation included) on the sample: train.train itself, then its step times."""
     rid = jobs.new_run_id(f"plan-{mode}")
     res = train.train(t, config=config, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
                       overrides={"max-steps": steps, "epochs": 1}, hidden_states=mode, layers=layers,
-                      vllm_args=vllm_args, serve_check=False, own=True)  # (the plan's: Ctrl-C stops it)
+                      vllm_arg=vllm_arg, serve_check=False, own=True)  # (the plan's: Ctrl-C stops it)
     job = jobs.status(t, res["run_id"])[0]
     recs = train_records(t, rid, tmp)
     try:
@@ -107,7 +107,7 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
-            vllm_args: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict:
+            vllm_arg: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
     take). Returns the plan (also written to the dataset's plan.json on the host); a dry run says
@@ -137,7 +137,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         tmp = Path(tmpd)
         src = sample_file(t, data_file, n, tmp)
         args = data.Datagen.of(t, data=sdir, verifier=ver, prepare=src, seq_length=seq_length,
-                               extract="offline" in modes, backend=backend, layers=layers, vllm_args=vllm_args,
+                               extract="offline" in modes, backend=backend, layers=layers, vllm_arg=vllm_arg,
                                overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
@@ -146,7 +146,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
             dg = data.run_datagen(t, args, kind="plan-data")
         wall = time.time() - w0
         ex = dg.get("extract") or {}
-        shape = run_shape(t, sdir, ver, layers, vllm_args)
+        shape = run_shape(t, sdir, ver, layers, vllm_arg)
         tokens = int(ex.get("tokens") or shape["tokens"])
         if "offline" in modes:
             du = t.fact(f"du -sb {shlex.quote(sdir + '/hidden_states')} | cut -f1").stdout
@@ -156,7 +156,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         t.check(f"rm -rf {shlex.quote(odir)} && mkdir -p {shlex.quote(odir)} && cp -a {shlex.quote(sdir)}/. "
                 f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
                 "the sample's prepared rows for the online training")
-        kw = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_args=list(vllm_args or []),
+        kw = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
                   tokens=tokens, train_ratio=ratio, tmp=tmp)
         trained = {}
         for mode in modes:
@@ -185,12 +185,12 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     return plan
 
 
-def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_args: Optional[list]) -> dict:
+def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg: Optional[list]) -> dict:
     """The prepared sample's tokens, free bytes and the hidden states' size by the layout (datagen's
     own plan: read-only)."""
     from specops.host.remote_exec import run_script
 
-    args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_args=vllm_args)
+    args = data.Datagen.of(t, data=sdir, verifier=ver, extract=True, layers=layers, vllm_arg=vllm_arg)
     from specops.payloads import DatagenPlan
 
     res = run_script(t, "data.datagen", args.argv("--plan"), changes=False, model=DatagenPlan)

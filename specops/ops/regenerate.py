@@ -48,12 +48,12 @@ def _needs_data(data: Optional[str] = None, **_) -> None:
 def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: Optional[str] = None,
                max_tokens: int = 4096, concurrency: int = 32, limit: Optional[int] = None,
                sampling_params: Optional[str] = None, max_model_len: Optional[int] = None,
-               vllm_args: Optional[list] = None, run_id: Optional[str] = None,
+               vllm_arg: Optional[list] = None, run_id: Optional[str] = None,
                detach: bool = False) -> Optional[Regenerated]:
     """Regenerate `data` (a laptop file, uploaded, or a host path) with the host's verifier.
     out: the output's name (default: <data's stem>-regen); max_tokens: a response's length cap
     (prompt + response must fit the server's --max-model-len); sampling_params: a JSON object
-    merged into every request (e.g. '{"temperature": 0.6}'); vllm_args: more server arguments.
+    merged into every request (e.g. '{"temperature": 0.6}'); vllm_arg: more server arguments.
     Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached.
     Refuses (SpecopsError) before anything starts when the input is unusable."""
     h = t.host
@@ -76,7 +76,7 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
         args += ["--sampling-params", sampling_params]
     if max_model_len:
         args += ["--max-model-len", str(int(max_model_len))]
-    args += h.vllm_flags(list(vllm_args or []))
+    args += h.vllm_flags(list(vllm_arg or []))
     later = ["--data-later"] if t.pending(src) else []
     plan = run_script(t, "data.regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
     if not plan.ok:

@@ -33,7 +33,7 @@ ONLINE_TIMING = {"server_timeout": 900, "trainer_grace": 120}
 def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode: str = "auto",
                        layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
                        server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
-                       nproc: Optional[int] = None, vllm_args: Optional[list] = None,
+                       nproc: Optional[int] = None, vllm_arg: Optional[list] = None,
                        run_id: Optional[str] = None) -> HiddenStatesPlan:
     """Ask the host (remote/specops_host/train/online.py, read-only) which hidden states a run on `data` uses and why:
     {mode: offline|online, reason (both numbers: what the missing rows need, the disk budget),
@@ -60,7 +60,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
         args += ["--nproc", str(nproc)]
     if run_id:
         args += ["--run-id", run_id]
-    args += h.vllm_flags(list(vllm_args or []))
+    args += h.vllm_flags(list(vllm_arg or []))
     res = run_script(t, "train.online", args, changes=False, model=HiddenStatesPlan)
     if not res.ok:
         raise SpecopsError(f"train on {h.name} refused: {res.error}"
@@ -80,7 +80,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
               nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None,
               hidden_states: str = "offline", layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
               server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
-              vllm_args: Optional[list] = None) -> TrainSpec:
+              vllm_arg: Optional[list] = None) -> TrainSpec:
     """Check the data (refusing before anything starts) and build the run's train spec.
     hidden_states: offline (the dataset's files, as extracted), online (the job starts the
     verifier's vLLM server and the trainer asks it for every row without a file) or auto (the
@@ -102,7 +102,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                                f"vLLM server): drop them (nothing was started)")
         plan = hidden_states_plan(t, data=data_dir(t, dataset), verifier=verifier or h.verifier, mode=hidden_states,
                                   layers=layers, disk_budget_gb=disk_budget_gb, server_gpus=server_gpus,
-                                  train_gpus=train_gpus, nproc=nproc, vllm_args=vllm_args, run_id=rid)
+                                  train_gpus=train_gpus, nproc=nproc, vllm_arg=vllm_arg, run_id=rid)
         refuse_draft_vocab(cfg, plan.get("verifier_vocab_size"), plan.get("verifier_config"))
         note_plan(t, plan)
         if plan.mode == "online":
@@ -217,7 +217,7 @@ def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> st
     return hidden_states
 
 
-def serve_step(t: Transport, rid: str, spec_path: str, vllm_args: Optional[list]) -> tuple:
+def serve_step(t: Transport, rid: str, spec_path: str, vllm_arg: Optional[list]) -> tuple:
     """A Slurm job's draft-serves preflight: a step on the allocation's first node before the
     trainer (the login node has no GPU to serve on); a failure ends the job with vLLM's root cause
     in one line of its log (remote/specops_host/check/serve.py --job-step)."""
@@ -225,7 +225,7 @@ def serve_step(t: Transport, rid: str, spec_path: str, vllm_args: Optional[list]
            f"verifier with an untrained draft: about 80 s on a 2-core CPU node, a minute or two on a GPU, at once "
            f"when the same setting passed before; {SERVE_SKIP})")
     argv = [*paths.host_argv(t.expand(t.host.python), "check.serve"), "--spec", spec_path,
-            "--job-step", jobs.run_path(t, rid, "serve-check.json"), *t.host.vllm_flags(list(vllm_args or []))]
+            "--job-step", jobs.run_path(t, rid, "serve-check.json"), *t.host.vllm_flags(list(vllm_arg or []))]
     return ("draft-serves preflight (remote/specops_host/check/serve.py) before the trainer", argv)
 
 
@@ -279,7 +279,7 @@ def refuse_new_data(t: Transport, rid: str, spec: TrainSpec, allowed: bool) -> N
     spec.record["changed_since_last_start"] = changed
 
 
-def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_args: Optional[list], enabled: bool
+def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_arg: Optional[list], enabled: bool
                     ) -> Optional[dict]:
     """The draft-serves preflight before a training starts (check.serve_gate), unless another
     training holds the host (its GPUs are busy; the start below is refused anyway)."""
@@ -287,14 +287,14 @@ def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_args
     if enabled and busy:
         t.note(f"draft-serves preflight: not run while {busy[0].run_id} trains on {t.host.name}")
         return None
-    return serve_gate(t, spec.model_dump(), vllm_args=vllm_args, enabled=enabled)
+    return serve_gate(t, spec.model_dump(), vllm_arg=vllm_arg, enabled=enabled)
 
 
 def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] = None,
           dataset: Optional[str] = None, verifier: Optional[str] = None, nproc: Optional[int] = None,
           overrides: Optional[dict] = None, follow: bool = False, hidden_states: str = "auto",
           layers: Optional[str] = None, disk_budget_gb: Optional[float] = None, server_gpus: Optional[str] = None,
-          train_gpus: Optional[str] = None, vllm_args: Optional[list] = None,
+          train_gpus: Optional[str] = None, vllm_arg: Optional[list] = None,
           serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
           first_step_after: Optional[float] = None,
@@ -312,7 +312,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     extracts (default: the dataset's extraction record, else speculators' default); disk_budget_gb:
     what auto allows the hidden states on the host's disk (default: the free space at the data
     dir, less 10%); server_gpus / train_gpus: CUDA_VISIBLE_DEVICES of the server and the trainer
-    (default: half and half); vllm_args: more vLLM server arguments (after the host's).
+    (default: half and half); vllm_arg: more vLLM server arguments (after the host's).
     nodes: a slurm host's nodes for this run (default: its slurm.nodes): one batch job, one
     torchrun per node (specops/slurm).
     restarts, stall_after, restart_on_stall, backoff, notify: what the host's supervisor does on its
@@ -333,15 +333,15 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                            f"with `--host @group`) (nothing was started)")
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
                      hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
-                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_args=vllm_args, extra=extra)
+                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_arg=vllm_arg, extra=extra)
     host_jobs = refuse_running(t, rid)
     refuse_new_data(t, rid, spec, continue_on_new_data)
-    served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_args=vllm_args, enabled=serve_check)
+    served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_arg=vllm_arg, enabled=serve_check)
     if h.is_slurm and not serve_check:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
     fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
-    before = [serve_step(t, rid, path, vllm_args)] if h.is_slurm and serve_check else []
+    before = [serve_step(t, rid, path, vllm_arg)] if h.is_slurm and serve_check else []
     if looks and (looks["restarts"] or target or looks.get("stall_after") or looks.get("restart_on_stall")):
         t.note(f"looked after on {h.name}: {watch.said(looks, target)}")
     if spec.hidden_states == "online":
