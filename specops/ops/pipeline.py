@@ -65,7 +65,8 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         disk_budget_gb: Optional[float] = None, serve_check: bool = True, restarts: Optional[int] = None,
         notify: Optional[str] = None) -> dict:
     """The whole job (a dry run says it up to the data job: the rest reads it). on_inspect(result)
-    gets inspect-data's result (the task renders it); vllm_arg (the --vllm-arg list) goes to every vLLM server it starts.
+    gets inspect-data's result (the task renders it); vllm_arg (the --vllm-arg list) goes to every vLLM
+    server it starts.
     regenerate: the verifier answers the prompts first (`regenerate`); its responses are what is
     prepared and trained on. hidden_states: offline (prepare and extract share one vLLM server, as
     before), online (prepare only; the training's own server generates the hidden states), auto
