@@ -41,6 +41,7 @@ def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
 def slurm_check(t: Transport, args: list) -> Check:
     """A slurm host: the partition's state (sinfo), the preflight on a compute node (srun), and
     the proof that the compute nodes share the workdir (the verdict a submission needs)."""
+    assert t.host.slurm is not None  # (a slurm host: inventory gives it its slurm: section)
     req = script.Request.of(t.host.slurm)
     try:
         part = cluster.judge_request(t, req, "check")
@@ -167,7 +168,7 @@ def judge(name: str, res: dict) -> None:
     serve_verdict(name, res.get("serve"))
 
 
-def deep_verdict(name: str, res: dict) -> None:
+def deep_verdict(name: str, res: Optional[dict]) -> None:
     if res is None or res.get("configured_ok"):
         return
     first = res["results"][0]

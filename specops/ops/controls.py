@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
@@ -98,7 +98,7 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
     from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
 
-    kw = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg)
+    kw: dict[str, Any] = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg)
     out = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
         out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw),

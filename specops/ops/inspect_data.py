@@ -61,4 +61,4 @@ def convert(t: Transport, src: str, dst: str, verifier: Optional[str] = None) ->
     from specops.ops import data
 
     done = data.convert(t, src, dst)
-    return Conversion(done, inspect(t, done.dst, sample=8, verifier=verifier or t.host.verifier))
+    return Conversion(done, inspect(t, done.dst or dst, sample=8, verifier=verifier or t.host.verifier))

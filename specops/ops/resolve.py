@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from specops.errors import SpecopsError
 
@@ -31,16 +31,17 @@ try:  # pip always carries packaging; a laptop venv may not have it installed on
     from packaging.version import InvalidVersion, Version
 except ImportError:  # pragma: no cover
     try:
-        from pip._vendor.packaging.markers import Marker
-        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
-        from pip._vendor.packaging.specifiers import SpecifierSet
-        from pip._vendor.packaging.utils import canonicalize_name
-        from pip._vendor.packaging.version import InvalidVersion, Version
+        # (the same library, vendored by pip: the type checker reads the one above)
+        from pip._vendor.packaging.markers import Marker  # type: ignore[assignment]
+        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[assignment]
+        from pip._vendor.packaging.specifiers import SpecifierSet  # type: ignore[assignment]
+        from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[assignment]
+        from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[assignment]
     except ImportError:  # no pip either: only load_manifest (bootstrap's check) works here
-        Marker = Requirement = SpecifierSet = Version = None
-        InvalidRequirement = InvalidVersion = ValueError
+        Marker = Requirement = SpecifierSet = Version = None  # type: ignore[assignment,misc]
+        InvalidRequirement = InvalidVersion = ValueError  # type: ignore[assignment,misc]
 
-        def canonicalize_name(name: str) -> str:
+        def canonicalize_name(name: str) -> str:  # type: ignore[misc]
             return re.sub(r"[-_.]+", "-", name).lower()
 
 def norm(name: str) -> str:
@@ -206,7 +207,8 @@ class Graph:
     the target's markers: who needs whom, with which extras."""
 
     def __init__(self, env: dict):
-        self.env, self.meta = env, {}
+        self.env = env
+        self.meta: dict[str, Any] = {}
 
     def add(self, items: Iterable[dict]) -> "Graph":
         for it in items:

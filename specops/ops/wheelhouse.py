@@ -35,7 +35,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from specops import paths, profiles
 from specops.args import Refused, refusing
@@ -137,8 +137,10 @@ def laptop_requirements() -> list[str]:
 
         return list(tomllib.loads(text)["project"]["dependencies"])
     except ImportError:  # Python 3.10
-        block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
-        return re.findall(r'"([^"]+)"', block)
+        m = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+        if m is None:
+            raise SpecopsError("pyproject.toml: no `dependencies = [...]` list: the laptop's requirements are unknown")
+        return re.findall(r'"([^"]+)"', m.group(1))
 
 
 def host_environment(t, python: str, platform: Optional[str] = None) -> dict:
@@ -183,9 +185,9 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str]
     log = out / "pip-download.log"
     log.write_text(f"# specops wheelhouse {prof.name} python {python} {platform} {time.ctime()}\n")
     reqs = parse_profile(prof.text)
-    pip = Pip(python, tags, [i for _, i in reqs], log=log)
+    pip = Pip(python, tags, [i for _, i in reqs if i], log=log)
     t0 = time.time()
-    man = {"profile": prof.name, "profile_sha256": prof.sha256, "python": python, "platform": platform,
+    man: dict[str, Any] = {"profile": prof.name, "profile_sha256": prof.sha256, "python": python, "platform": platform,
            "platforms": tags, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mode": "full",
            "requirements": [r for r, _ in reqs], "kept": [], "dropped": []}
     skip = [s.strip() for s in skip if s.strip()]
