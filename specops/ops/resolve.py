@@ -327,7 +327,7 @@ def resolve_top_up(reqs: list[tuple[str, Optional[str]]], have: dict[str, Option
                     items, err, out = pip.report([lines[n] for n, _ in ok], constraints=c)
                     if items is None:  # each resolves alone, not all together: first come, first kept
                         together: list[str] = []
-                        for n, one in ok:
+                        for n, _one in ok:
                             both, err2, out2 = pip.report([lines[m] for m in together] + [lines[n]], constraints=c)
                             if both is None:
                                 why[n] = (f"cannot be installed together with {', '.join(together)}: "

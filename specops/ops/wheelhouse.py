@@ -139,7 +139,7 @@ def laptop_requirements() -> list[str]:
     except ImportError:  # Python 3.10
         m = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
         if m is None:
-            raise SpecopsError("pyproject.toml: no `dependencies = [...]` list: the laptop's requirements are unknown")
+            raise SpecopsError("pyproject.toml: no `dependencies = [...]` list: the laptop's requirements are unknown") from None
         return re.findall(r'"([^"]+)"', m.group(1))
 
 
