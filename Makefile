@@ -1,12 +1,15 @@
 # The two commands of the README: `make demo` (main job on the built-in `local` host) and
 # `make test` (the test suite). Both set up what they need first (`make demo` only the demo's
-# system packages: .ci/system-deps demo; `make test` the test rig's too).
+# system packages: .ci/system-deps demo; `make test` the test rig's too; `make test-fast` checks
+# the demo's and installs nothing).
 PY ?= python3
 VENV := .venv
 # the laptop venv's installer: uv (pip-installed into the venv first; about 3x less CPU than pip
 # here, bench/results/first-ten-minutes.md), pip if uv fails; `make setup INSTALLER=pip`: pip only
 INSTALLER ?= uv
 UV := 0.13.9
+# .ci/system-deps installs what is missing; `--check` (make test-fast's) only names it and fails
+DEPS_MODE ?=
 
 .PHONY: setup demo test test-fast lint
 setup: $(VENV)/.specops-setup
@@ -14,7 +17,7 @@ setup: $(VENV)/.specops-setup
 # (the stamp keeps the seconds setup took: `make demo`'s stage table starts with them)
 $(VENV)/.specops-setup: pyproject.toml .ci/system-deps
 	@echo "start=$$(date +%s)" > .specops-setup.tmp
-	bash .ci/system-deps demo
+	bash $(strip .ci/system-deps $(DEPS_MODE) demo)
 	$(PY) -m venv $(VENV)
 	if [ "$(INSTALLER)" = uv ] && $(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV) && \
 	  $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python -e '.[test,plot,lint]'; then :; \
@@ -34,9 +37,12 @@ test: setup
 	bash .ci/system-deps test
 	$(VENV)/bin/python -m pytest -q -ra --durations=25 $(XDIST)
 
-# the fast layer alone (about a minute, no system packages, no rig): the recording connection
-# (tests/fakes.py) and pure logic; tests/conftest.py marks every test by the fixtures it uses
-# (rig, slurm, cpu_box), and whatever needs none of them is `fast`
+# the fast layer alone (about a minute, no rig; it changes nothing on the machine: setup's system
+# packages are checked, not installed, DEPS_MODE reaching setup as a target-specific variable; a fast
+# test that starts apt or pip fails, tests/conftest.py): the recording connection (tests/fakes.py)
+# and pure logic; tests/conftest.py marks every test by the fixtures it uses (rig, slurm, cpu_box),
+# and whatever needs none of them is `fast`
+test-fast: DEPS_MODE := --check
 test-fast: setup
 	$(VENV)/bin/python -m pytest -q -ra -m fast --durations=10 $(XDIST)
 

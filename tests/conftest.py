@@ -14,6 +14,7 @@ inuse, online, kimi, scaleout and slurm tests).
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -116,10 +117,37 @@ class RigInFastLayer(AssertionError):
     pass
 
 
+class InstallInFastLayer(AssertionError):
+    pass
+
+
+#: the programs that install (or raise privileges to): a fast test starts none of them
+INSTALLERS = re.compile(r"(apt|apt-get|aptitude|dpkg|sudo|pip[0-9.]*|uv|conda)")
+
+
+def installer(args, env: dict | None = None) -> str | None:
+    """What in a subprocess's command line would install something: an installer by name (also
+    inside a shell string), `python -m pip`/`uv`, or .ci/system-deps without --check while its
+    PATH leads to this machine's apt-get; None when nothing."""
+    words = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    words = [w for a in map(os.fsdecode, words) for w in (shlex.split(a) if " " in a.strip() else [a])]
+    for i, w in enumerate(words):
+        name = os.path.basename(w)
+        if INSTALLERS.fullmatch(name):
+            return name
+        if w == "-m" and words[i + 1:i + 2] in (["pip"], ["uv"]):
+            return f"-m {words[i + 1]}"
+        path = (env or os.environ).get("PATH")
+        if name == "system-deps" and "--check" not in words and shutil.which("apt-get", path=path) \
+                and shutil.which("apt-get", path=path) == shutil.which("apt-get"):
+            return "system-deps without --check"
+    return None
+
+
 @pytest.fixture(autouse=True)
 def fast_layer_guard(request, monkeypatch):
     """A `fast` test never starts a rig (a getfixturevalue or a direct Rig() would slip past the
-    markers): it fails at once, loudly."""
+    markers) nor an installer (apt, sudo, pip, uv: `installer`): it fails at once, loudly."""
     if request.node.get_closest_marker("fast") is None:
         yield
         return
@@ -137,6 +165,16 @@ def fast_layer_guard(request, monkeypatch):
     monkeypatch.setattr(Rig, "start", refuse("starts an sshd rig"))
     monkeypatch.setattr(slurmrig.SlurmRig, "start", refuse("starts the Slurm rig"))
     monkeypatch.setattr(netrig.NetRig, "start", refuse("starts the network-namespace rig"))
+    popen = subprocess.Popen.__init__
+
+    def no_installs(self, args, *a, **k):
+        what = installer(args, k.get("env"))
+        if what:
+            raise InstallInFastLayer(f"{request.node.nodeid} is in the fast layer, which changes nothing on the "
+                                     f"machine, but starts {what}: {args!r}")
+        popen(self, args, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_installs)
     yield
 
 

@@ -4,11 +4,12 @@ fast layer (`make test-fast`, -m fast) is what uses none of the rigs, and never 
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 import conftest
-from conftest import NEEDS, REPO, RigInFastLayer
+from conftest import NEEDS, REPO, InstallInFastLayer, RigInFastLayer
 
 
 def test_every_collected_test_is_marked_by_the_fixtures_it_uses(request):
@@ -33,6 +34,21 @@ def test_a_fast_test_that_starts_a_rig_fails_loudly():
     for start in (Rig.start, SlurmRig.start, NetRig.start):
         with pytest.raises(RigInFastLayer, match=r"is in the fast layer \(no rig fixture\) but starts"):
             start(None)
+
+
+def test_a_fast_test_that_starts_an_installer_fails_loudly(tmp_path):
+    """apt, sudo, pip or uv (by name, in a shell string, `python -m pip`) and .ci/system-deps without
+    --check are refused before they start; the check, and system-deps with a PATH of stand-ins, run."""
+    for argv in (["apt-get", "install", "-y", "munge"], ["/usr/bin/sudo", "true"], ["bash", "-c", "pip install x"],
+                 [sys.executable, "-m", "pip", "install", "x"], "uv pip install x", ["pip3.11", "--version"],
+                 ["bash", str(REPO / ".ci/system-deps"), "test"]):
+        with pytest.raises(InstallInFastLayer, match=r"is in the fast layer, which changes nothing on the machine"):
+            subprocess.run(argv, shell=isinstance(argv, str), capture_output=True)
+    r = subprocess.run(["bash", str(REPO / ".ci/system-deps"), "--check", "foo"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    (tmp_path / "apt-get").write_text("#!/bin/sh\n")
+    assert conftest.installer(["bash", ".ci/system-deps", "demo"], {"PATH": str(tmp_path)}) is None
+    assert conftest.installer(["grep", "-r", "uvicorn", "pipeline.py"]) is None
 
 
 def test_make_test_fast_is_the_fast_marker():

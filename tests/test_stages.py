@@ -5,8 +5,10 @@ progress lines handed to the laptop as they come (real local connection, real su
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,24 +85,68 @@ def test_make_test_prints_its_slowest_tests_and_setup_keeps_its_seconds():
     assert "else .venv/bin/pip install" in r.stdout  # (pip when uv fails)
 
 
-def test_make_demo_installs_only_the_demos_system_packages():
+def test_make_demo_installs_only_the_demos_system_packages(tmp_path):
     """`make demo` runs .ci/system-deps demo (python3-venv, rsync: no sshd, Slurm or munge);
-    `make test` the test rig's set too; another set is refused in one line, exit 2."""
+    `make test` the test rig's set too; `make test-fast` only checks the demo's (--check: installs
+    nothing); another set is refused in one line, exit 2."""
     env = {**os.environ, "MAKEFLAGS": ""}
     demo = subprocess.run(["make", "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, env=env)
     assert "bash .ci/system-deps demo" in demo.stdout and "system-deps test" not in demo.stdout, demo.stdout
     test = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, env=env)
     assert "bash .ci/system-deps test" in test.stdout, test.stdout
+    fast = subprocess.run(["make", "-n", "-B", "test-fast"], cwd=REPO, capture_output=True, text=True, env=env)
+    deps = [ln for ln in fast.stdout.splitlines() if "system-deps" in ln]
+    assert deps == ["bash .ci/system-deps --check demo"], fast.stdout
     text = (REPO / ".ci/system-deps").read_text()
     demo_part = "\n".join(ln for ln in text.split('if [ "$what" = test ]')[0].splitlines() if not ln.startswith("#"))
     assert "slurm-wlm" not in demo_part and "munge" not in demo_part and "openssh-server" not in demo_part
     assert "python3-venv" in demo_part and "rsync" in demo_part
-    bad = subprocess.run(["bash", str(REPO / ".ci/system-deps"), "foo"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.strip() == "system-deps: unknown set 'foo': choose demo or test"
-    # (on this machine everything is there: both sets install nothing)
+    for argv in (["foo"], ["--check", "foo"]):
+        bad, calls = system_deps(tmp_path, *argv)
+        assert bad.returncode == 2 and bad.stderr.strip() == "system-deps: unknown set 'foo': choose demo or test"
+        assert calls == []
+
+
+def system_deps(tmp_path, *argv: str, have: tuple = ()) -> tuple:
+    """.ci/system-deps run with a PATH of stand-ins only: the commands in `have` (each a script that
+    does nothing), apt-get and sudo recording their arguments (so nothing is ever installed), id;
+    returns (the result, the apt-get/sudo calls recorded)."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    bin_, calls = root / "bin", root / "calls"
+    bin_.mkdir()
+    for name in have:
+        (bin_ / name).write_text("#!/bin/sh\n")
+    for name in ("apt-get", "sudo"):
+        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    (bin_ / "id").symlink_to(shutil.which("id"))
+    r = subprocess.run(["/bin/bash", str(REPO / ".ci/system-deps"), *argv], capture_output=True, text=True,
+                       env={"PATH": str(bin_)})
+    return r, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_system_deps_check_names_what_is_missing_and_installs_nothing(tmp_path):
+    """`--check` (make test-fast's): what is missing in one line on stderr, exit 1, no apt-get;
+    all there: silent, exit 0. Without it, apt-get installs exactly what is missing (here a stand-in
+    that records it: the real install is what `make test` and `make demo` run)."""
+    r, calls = system_deps(tmp_path, "--check", "demo")  # (no rsync on this PATH)
+    assert r.returncode == 1 and r.stdout == "" and calls == [], (r, calls)
+    line, = r.stderr.splitlines()
+    assert line.startswith("system-deps: missing for 'demo': rsync") and "bash .ci/system-deps demo" in line, line
+    r, calls = system_deps(tmp_path, "--check", "test")
+    line, = r.stderr.splitlines()
+    assert r.returncode == 1 and calls == [] and "openssh-client" in line and "rsync" in line, (line, calls)
+    assert set(line.split(": ")[2].split()) <= {"rsync", "python3-venv", "openssh-server", "openssh-client",
+                                                "slurm-wlm", "munge"}, line
+    everything = ("rsync", "sshd", "ssh-keygen", "slurmctld", "munged")
     for what in ("demo", "test"):
-        r = subprocess.run(["bash", str(REPO / ".ci/system-deps"), what], capture_output=True, text=True)
-        assert r.returncode == 0 and r.stdout == "", (what, r.stdout, r.stderr)
+        r, calls = system_deps(tmp_path, "--check", what, have=everything)
+        assert (r.returncode, r.stdout, r.stderr, calls) == (0, "", "", []), (what, r)
+    r, calls = system_deps(tmp_path, "demo")
+    assert r.returncode == 0 and r.stdout == "installing: rsync\n", r
+    sudo = "" if os.getuid() == 0 else "sudo "
+    assert calls[-1] == f"{sudo}apt-get install -y -qq --no-install-recommends rsync", calls
 
 
 def test_a_scripts_progress_lines_arrive_as_they_come(tmp_path, monkeypatch):
