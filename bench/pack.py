@@ -6,7 +6,7 @@
     python3 bench/pack.py --cat ARCHIVE.tar.xz MEMBER   # one member to stdout
 
 Raw output stays out of the tracked tree: write it under bench/out/ (ignored by git), then pack it
-into bench/h200/runs/ or bench/results/raw/ and cite `ARCHIVE: MEMBER` from the results table. The
+into bench/results/raw/ and cite `ARCHIVE: MEMBER` from the results table. The
 archive's members are sorted, owned by 0, and all carry one mtime (--mtime, else the newest file's):
 with --mtime fixed, packing the same files again gives the same bytes. Standard library only
 (tarfile + lzma).

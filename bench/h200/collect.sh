@@ -1,6 +1,6 @@
 #!/bin/bash
 # Wait (at most $1 s) for bench/h200/all.sh to finish, then pack its logs, the runs' logs and
-# records, the deep-check verdict and attempt logs into $OUT/bench.tgz; print the summary.
+# records, the deep-check verdict and attempt logs into $OUT/bench.tgz (kept as bench/results/raw/NAME.tgz: bench/README.md); print the summary.
 B=/tmp/h200-bench
 WD=/tmp/specops-h200
 if [ ! -d "$B" ]; then echo "no /tmp/h200-bench here: a fresh machine (the bench is gone)"; exit 3; fi

@@ -5,6 +5,7 @@
 #
 #   bash bench/h200/kimi_split.sh start [WAIT]    # setsid the whole run (`all`), then `collect WAIT`
 #   bash bench/h200/kimi_split.sh collect [WAIT]  # wait for DONE (at most WAIT s), pack into $OUT
+#                                                (kept as bench/results/raw/NAME.tgz: bench/README.md)
 #   bash bench/h200/kimi_split.sh all             # the run itself (what `start` launches)
 #
 # Stages of `all` (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):

@@ -4,6 +4,7 @@
 #
 #   bash bench/h200/vllm.sh start [WAIT] [STAGES]  # setsid the run, then `collect WAIT`
 #   bash bench/h200/vllm.sh collect [WAIT]         # wait for DONE (at most WAIT s), pack into $OUT
+#                                                  (kept as bench/results/raw/NAME.tgz: bench/README.md)
 #   bash bench/h200/vllm.sh all [STAGES]           # the run itself (what `start` launches)
 #
 # The wheelhouse (`inv wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`,
