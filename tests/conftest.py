@@ -12,13 +12,16 @@ box's workdir and hosts.yaml (`hosts_file`: box serves vLLM eager, BOX_VLLM_ARGS
 inuse, online, kimi, scaleout and slurm tests).
 """
 
+import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -175,15 +178,93 @@ def fast_layer_guard(request, monkeypatch):
         popen(self, args, *a, **k)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", no_installs)
+    monkeypatch.setitem(_warm, "on", True)
     yield
 
 
+#: what every `inv` of the tests gets on top of the test's environment (and SPECOPS_HOST unset)
+INV_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
+#: the variables read when specops is imported (rich's consoles in specops/terminal.py): a warm
+#: `inv` (tests/warminv.py) has them as its server had; a call that changes one gets a fresh process
+IMPORT_TIME_ENV = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM", "COLORTERM", "TTY_COMPATIBLE",
+                   "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES", "PYTHONPATH", "PYTHONHOME")
+
+
+class WarmInv:
+    """One warm `inv` server a worker (tests/warminv.py): each call a child it forks, which skips
+    the second of imports a fresh `inv` spends. Used by the fast layer (fast_layer_guard turns it
+    on there), whose tests run one `inv` at a time."""
+
+    def __init__(self, env: dict):
+        self.env = env
+        self.tmp = Path(tempfile.mkdtemp(prefix="specops-warminv-"))
+        self.log = self.tmp / "server.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "warminv.py")], cwd=REPO, env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
+        self.buf = b""
+
+    def fits(self, env: dict) -> bool:
+        return self.proc.poll() is None and all(env.get(k) == self.env.get(k) for k in IMPORT_TIME_ENV)
+
+    def answer(self, timeout: float | None) -> dict | None:
+        """The server's next answer line; None when none came within timeout seconds."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not select.select([self.proc.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"the warm inv server ended: {self.log.read_text()[-3000:]}")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, args: tuple, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        out, err = self.tmp / "out", self.tmp / "err"
+        req = {"argv": list(args), "env": env, "cwd": str(REPO), "out": str(out), "err": str(err)}
+        self.proc.stdin.write((json.dumps(req) + "\n").encode())
+        pid = self.answer(None)["pid"]
+        done = self.answer(timeout)
+        if done is None:
+            os.kill(pid, signal.SIGKILL)
+            self.answer(None)
+            raise subprocess.TimeoutExpired(["inv", *args], timeout)
+        return subprocess.CompletedProcess(["inv", *args], done["rc"], out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_warm: dict = {"on": False, "server": None}
+
+
 def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run a task through the real CLI, as a user would (`inv ...` in the repo)."""
-    e = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
+    """Run a task through the real CLI, as a user would (`inv ...` in the repo); in the fast layer
+    through the warm server (WarmInv), still a process of its own."""
+    e = {**os.environ, **INV_ENV, **(env or {})}
     e.pop("SPECOPS_HOST", None)
+    if _warm["on"]:
+        if _warm["server"] is None or not _warm["server"].fits(e):
+            if _warm["server"] is None or _warm["server"].proc.poll() is not None:
+                base = {**os.environ, **INV_ENV}
+                base.pop("SPECOPS_HOST", None)
+                _warm["server"] = WarmInv(base)
+        if _warm["server"].fits(e):
+            return _warm["server"].run(args, e, timeout)
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=e,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_warm_inv():
+    yield
+    if _warm["server"] is not None:
+        _warm["server"].close()
 
 
 @pytest.fixture(scope="session")

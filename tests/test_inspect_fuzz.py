@@ -57,6 +57,17 @@ def run_script(main, argv, name):
     return code, contract.decode(out.getvalue()), err.getvalue()
 
 
+def put(path: Path, data: bytes) -> None:
+    """path's bytes replaced in place, without O_TRUNC: ext4 (auto_da_alloc) flushes a file
+    truncated by its open to disk at its close, 5-14 ms a write here, 2,000 writes a fuzz run."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
 def inspect(*argv):
     return run_script(inspect_data.main, [str(a) for a in argv], "inspect_data.py")
 
@@ -477,11 +488,11 @@ def test_fuzz_header_pass(world):
         if nb == orig[name]:
             continue
         p = paths[name]
-        p.write_bytes(nb)
+        put(p, nb)
         try:
             code, payload, err = inspect("--path", world["data"], "--sample", "0")
         finally:
-            p.write_bytes(orig[name])
+            put(p, orig[name])
         what = f"case {case} {kind} of {p.name}"
         assert_framed(code, payload, err, what)
         harmless = ref_contract({**base, name: nb})
@@ -521,11 +532,11 @@ def test_each_header_violation_is_one_line_naming_file_and_field(world, name, mu
     b = p.read_bytes()
     n, h, data = st_split(b)
     mutate(h)
-    p.write_bytes(st_join(h, data))
+    put(p, st_join(h, data))
     try:
         code, payload, err = inspect("--path", world["data"])
     finally:
-        p.write_bytes(b)
+        put(p, b)
     assert_framed(code, payload, err, name)
     assert not payload["ok"]
     mine = [v for v in payload["violations"] if v["file"] == str(p)]

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from conftest import inv
 from specops import inventory
 from specops.args import FLAGS, BadNumber
 from specops.errors import SpecopsError
@@ -164,13 +165,10 @@ def test_flags_and_hosts_fields_are_checked_before_anything_starts():
 
 
 def test_inv_train_refuses_a_bad_notify_target_in_one_line():
-    p = subprocess.run([sys.executable, "-m", "invoke", "train", "--host", "local", "--notify", "ftp://x",
-                        "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "NO_COLOR": "1"})
+    p = inv("train", "--host", "local", "--notify", "ftp://x", "--dry-run", timeout=120)
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].endswith(
         "--notify 'ftp://x': ftp:// is not a webhook URL: give http:// or https://, or a command"), p.stderr
-    p = subprocess.run([sys.executable, "-m", "invoke", "train", "--host", "local", "--restarts", "-2"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    p = inv("train", "--host", "local", "--restarts", "-2", timeout=120)
     assert p.returncode == 2 and "--restarts -2: give how many times a failed training restarts, 0 to 100" in p.stderr
 
 
