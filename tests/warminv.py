@@ -43,7 +43,7 @@ def run(req: dict) -> int:
             return e.code or 0
         print(e.code, file=sys.stderr)
         return 1
-    except BaseException:
+    except BaseException:  # noqa: BLE001  (what the interpreter would print, as a fresh `inv` would)
         traceback.print_exc()
         return 1
 
@@ -67,7 +67,7 @@ def serve() -> None:
                 for f in (sys.stdout, sys.stderr):
                     try:
                         f.flush()
-                    except Exception:
+                    except Exception:  # noqa: BLE001  (a closed stream: the exit goes on)
                         pass
                 os._exit(code)
         answers.write(json.dumps({"pid": pid}) + "\n")
