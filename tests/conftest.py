@@ -222,9 +222,9 @@ class WarmInv:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, args: tuple, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: tuple, env: dict, timeout: float, cwd: Path | str) -> subprocess.CompletedProcess:
         out, err = self.tmp / "out", self.tmp / "err"
-        req = {"argv": list(args), "env": env, "cwd": str(REPO), "out": str(out), "err": str(err)}
+        req = {"argv": list(args), "env": env, "cwd": str(cwd), "out": str(out), "err": str(err)}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         pid = self.answer(None)["pid"]
         done = self.answer(timeout)
@@ -244,8 +244,10 @@ class WarmInv:
 _warm: dict = {"on": False, "server": None}
 
 
-def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run a task through the real CLI, as a user would (`inv ...` in the repo); in the fast layer
+def inv(*args: str, env: dict | None = None, timeout: float = 1800,
+        cwd: Path | str = REPO) -> subprocess.CompletedProcess:
+    """Run a task through the real CLI, as a user would (`inv ...` in the repo, or in cwd with `-r REPO`
+    among args); in the fast layer
     through the warm server (WarmInv), still a process of its own."""
     e = {**os.environ, **INV_ENV, **(env or {})}
     e.pop("SPECOPS_HOST", None)
@@ -256,8 +258,8 @@ def inv(*args: str, env: dict | None = None, timeout: float = 1800) -> subproces
                 base.pop("SPECOPS_HOST", None)
                 _warm["server"] = WarmInv(base)
         if _warm["server"].fits(e):
-            return _warm["server"].run(args, e, timeout)
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=e,
+            return _warm["server"].run(args, e, timeout, cwd)
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=e,
                           capture_output=True, text=True, timeout=timeout)
 
 

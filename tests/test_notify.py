@@ -4,14 +4,12 @@ webhook that drips its answer, a command that hangs), basic auth from the URL, t
 the supervisor never waits on. A real job over the real sshd: test_longruns.py."""
 
 import base64
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import inv
 from specops.errors import SpecopsError
 from specops.ops import watch as ops_watch
 from specops_host.jobs import notify
@@ -52,9 +50,7 @@ def test_a_bad_url_is_refused_in_one_line_naming_no_secret():
 
 
 def cli(cwd, *args):
-    return subprocess.Popen([sys.executable, "-m", "invoke", "-r", str(REPO), "train", "--run-id", "n-port", *args],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    return inv("-r", str(REPO), "train", "--run-id", "n-port", *args, cwd=cwd, timeout=300)
 
 
 def test_inv_train_refuses_a_bad_url_before_anything_is_created_flag_or_hosts_yaml_dry_run_or_not(tmp_path):
@@ -71,7 +67,7 @@ def test_inv_train_refuses_a_bad_url_before_anything_is_created_flag_or_hosts_ya
         runs.append((d, why, "hosts.yaml", cli(d, "--host", "box", "--hosts", str(d / "hosts.yaml"),
                                                *["--dry-run"] * i)))
     for d, why, where, p in runs:
-        out, err = p.communicate(timeout=300)
+        out, err = p.stdout, p.stderr
         lines = err.strip().splitlines()
         said = f"{d}/hosts.yaml: host 'box', field 'notify': {why}" if where == "hosts.yaml" else why
         assert len(lines) == 1 and lines[0].startswith("specops: ") and lines[0].endswith(said), (where, err)
