@@ -29,7 +29,8 @@ import pytest
 
 from specops import synth
 from specops_host import contract
-from specops_host.data import convert_data, datafmt, inspect_data
+from specops_host import datafmt
+from specops_host.data import convert_data, inspect_data
 from specops_host.fetch import manifest
 
 ROWS, SEQ, STORED, HIDDEN, N_LAYERS, VOCAB = 4, 6, 4, 16, 6, 500

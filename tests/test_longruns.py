@@ -1,5 +1,5 @@
 """Long runs that look after themselves, for real: the CPU trainer (speculators) over the real sshd,
-its supervisor on the host (remote/specops_host/jobs/watch.py), checkpoint markers (train/ckpt.py,
+its supervisor on the host (remote/specops_host/jobs/watch.py), checkpoint markers (ckpt.py,
 train/hooked.py), notifications to a local webhook (the rig's sshd is on loopback: the host is this
 machine). One training is killed, frozen and damaged in turn; the cheap cases (the same failure
 twice, `inv stop` in the back-off, a bad webhook, a webhook that drips its answer) run a tiny command
@@ -16,8 +16,8 @@ from conftest import cpu_train_config, inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
+from specops_host import ckpt
 from specops_host.jobs import notify
-from specops_host.train import ckpt
 from webhooks import Webhook
 
 CFG = cpu_train_config(2)

@@ -10,6 +10,7 @@ import pytest
 from conftest import inv
 from specops import args
 from specops.errors import SpecopsError
+from specops_host import datafmt
 from specops_host.contract import Refused
 from specops_host.data import inputs
 from test_args import refused
@@ -142,16 +143,16 @@ def test_the_model_length_is_held_against_the_verifiers_positions(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2,
                                                       "max_position_embeddings": 2048}))
     with pytest.raises(Refused) as e:
-        inputs.check_model_len(2049, str(tmp_path), "--seq-length 2048 + 1 (the token vLLM generates)")
+        datafmt.check_model_len(2049, str(tmp_path), "--seq-length 2048 + 1 (the token vLLM generates)")
     assert str(e.value) == (f"--seq-length 2048 + 1 (the token vLLM generates) makes the vLLM server's --max-model-len "
                             f"2049, but the verifier holds 2048 positions (max_position_embeddings of {tmp_path}/"
                             f"config.json): give --seq-length 2047 or less (nothing was started)")
     with pytest.raises(Refused, match="give --max-model-len 2048 or less"):
-        inputs.check_model_len(4096, str(tmp_path), "--max-model-len 4096")
-    inputs.check_model_len(2048, str(tmp_path), "--max-model-len 2048")
+        datafmt.check_model_len(4096, str(tmp_path), "--max-model-len 4096")
+    datafmt.check_model_len(2048, str(tmp_path), "--max-model-len 2048")
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 64}}))
     with pytest.raises(Refused, match=r"text_config\.max_position_embeddings of"):
-        inputs.check_model_len(65, str(tmp_path), "--max-model-len 65")
+        datafmt.check_model_len(65, str(tmp_path), "--max-model-len 65")
 
 
 def test_every_vllm_server_holds_its_length_to_the_verifiers_positions(tmp_path):

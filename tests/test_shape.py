@@ -1,13 +1,15 @@
-"""The code's shape, checked: no import cycles in specops/, only the views (views.py and its
-terminal.py) write to the screen, every remote script's entry point is the contract's wrapper, the
-connection pushes specops_host/ at most once, and a failing remote script always answers with a framed
-{"ok": false}."""
+"""The code's shape, checked: in specops/ and specops_host/ alike no import cycle and every import
+downwards, only the views (views.py and its terminal.py) write to the screen, every remote script's
+entry point is the contract's wrapper, the connection pushes specops_host/ at most once, and a failing
+remote script always answers with a framed {"ok": false}."""
 
 import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from specops.ops import jobs
 from specops.host import push
@@ -16,48 +18,54 @@ from specops.host.remote_exec import decode_payload, run_script
 
 REPO = Path(__file__).resolve().parent.parent
 LIB = REPO / "specops"
+HOST = REPO / "remote" / "specops_host"
+#: the two packages held to one shape: the laptop's specops/ and the host's specops_host/
+PACKAGES = {"specops": LIB, "specops_host": HOST}
 
 
-def modules() -> dict[str, Path]:
-    """Every module of the package by dotted name under specops ('ops.train', 'views', ...)."""
-    return {".".join(p.relative_to(LIB).with_suffix("").parts): p for p in LIB.rglob("*.py")
+def modules(root: Path = LIB) -> dict[str, Path]:
+    """Every module of a package by dotted name under it ('ops.train', 'views', ...)."""
+    return {".".join(p.relative_to(root).with_suffix("").parts): p for p in root.rglob("*.py")
             if p.name != "__init__.py"}
 
 
-def imports(path: Path) -> set[str]:
-    """specops modules a module imports, by dotted name under specops (lazy imports included,
+def imports(path: Path, root: Path = LIB, top: str = "specops") -> set[str]:
+    """The package's modules a module imports, by dotted name under it (lazy imports included,
     TYPE_CHECKING blocks not): `from specops.ops import train` and `from specops.ops.train import
-    x` are both 'ops.train'."""
+    x` are both 'ops.train'; so for specops_host (`from specops_host.serve import vllm_server`)."""
     tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skip |= {id(n) for n in ast.walk(node)}
-    mods = modules()
+    mods = modules(root)
     out = set()
     for node in ast.walk(tree):
-        if id(node) in skip or not isinstance(node, ast.ImportFrom):
+        if id(node) in skip:
             continue
-        assert node.level == 0, f"{path}:{node.lineno}: a relative import (specops imports are absolute)"
+        if isinstance(node, ast.Import):
+            out |= {a.name[len(top) + 1:] for a in node.names if a.name.startswith(top + ".")}
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        assert node.level == 0, f"{path}:{node.lineno}: a relative import ({top} imports are absolute)"
         mod = node.module or ""
-        if mod != "specops" and not mod.startswith("specops."):
+        if mod != top and not mod.startswith(top + "."):
             continue
-        base = mod[len("specops."):] if mod != "specops" else ""
+        base = mod[len(top) + 1:] if mod != top else ""
         for a in node.names:
             name = f"{base}.{a.name}" if base else a.name
             out.add(name if name in mods else base)
     return {m for m in out if m in mods}
 
 
-def test_no_import_cycles():
-    mods = modules()
-    graph = {m: {x for x in imports(p) if x != m} for m, p in mods.items()}
-    cycles = []
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found = []
 
     def visit(m, path):
-        for n in graph[m]:
+        for n in sorted(graph[m]):
             if n in path:
-                cycles.append(path[path.index(n):] + [n])
+                found.append(path[path.index(n):] + [n])
             elif n not in done:
                 visit(n, path + [n])
         done.add(m)
@@ -66,7 +74,26 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in done:
             visit(m, [m])
-    assert not cycles, cycles
+    return found
+
+
+def package_of(m: str) -> str:
+    """A module's package ('ops.train' -> 'ops'); a top-level module is its own ('contract')."""
+    return m.split(".")[0]
+
+
+@pytest.mark.parametrize("top", PACKAGES)
+def test_no_import_cycles(top):
+    """No loop of imports, lazy ones included, between modules or between packages (a top-level
+    module counts as a package of its own)."""
+    root = PACKAGES[top]
+    mods = modules(root)
+    graph = {m: {x for x in imports(p, root, top) if x != m} for m, p in mods.items()}
+    assert not cycles(graph), cycles(graph)
+    packages: dict[str, set[str]] = {}
+    for m, used in graph.items():
+        packages.setdefault(package_of(m), set()).update(package_of(x) for x in used if package_of(x) != package_of(m))
+    assert not cycles(packages), cycles(packages)
 
 
 #: who may import whom: the host layer knows no stage, the stages no group, the base modules none
@@ -74,18 +101,34 @@ LAYERS = {"host": ("host",), "slurm": ("host", "slurm"), "ops": ("host", "slurm"
           "group": ("host", "slurm", "ops", "group")}
 BASE = ("inventory", "contract", "payloads", "errors", "paths", "config", "profiles", "metrics", "args", "synth",
         "estimate")
+#: the host's floors, from the ground: the base modules (the contract, the heavy programs'
+#: environment, the data layouts, complete checkpoints) import no package; then jobs/, install/,
+#: fetch/, fixtures/ (each only itself); serve/ (a vLLM server is a job); data/ (extraction
+#: serves the verifier); train/ (online training serves it and reads the data); check/ on top
+HOST_LAYERS = {"jobs": ("jobs",), "install": ("install",), "fetch": ("fetch",), "fixtures": ("fixtures",),
+               "serve": ("jobs", "serve"), "data": ("jobs", "serve", "data"),
+               "train": ("jobs", "install", "serve", "data", "train"),
+               "check": ("jobs", "install", "serve", "data", "train", "check")}
+HOST_BASE = ("contract", "hostenv", "datafmt", "ckpt")
 
 
-def test_layers_import_downwards_only():
+@pytest.mark.parametrize("top", PACKAGES)
+def test_layers_import_downwards_only(top):
+    """Each package imports only the floors below it (lazy imports included); a base module no
+    package. Every module of the host is a base module or in a layer."""
+    root = PACKAGES[top]
+    layers, base = (LAYERS, BASE) if top == "specops" else (HOST_LAYERS, HOST_BASE)
     bad = []
-    for m, p in modules().items():
+    for m, p in modules(root).items():
         pkg = m.split(".")[0] if "." in m else None
-        for x in imports(p):
+        for x in imports(p, root, top):
             xpkg = x.split(".")[0] if "." in x else None
-            if pkg in LAYERS and xpkg and xpkg not in LAYERS[pkg]:
+            if pkg in layers and xpkg and xpkg not in layers[pkg]:
                 bad.append(f"{m} -> {x}")
-            if m in BASE and xpkg:
+            if m in base and xpkg:
                 bad.append(f"{m} -> {x}")
+        if top == "specops_host" and not (m in base or pkg in layers):
+            bad.append(f"{m}: neither a base module nor in a layer (HOST_LAYERS, HOST_BASE)")
     assert not bad, bad
 
 
@@ -181,8 +224,6 @@ def test_every_task_is_its_flags_its_help_and_one_call():
     src = (REPO / "tasks.py").read_text()
     assert "lambda" not in src and "raise Exit" not in src and "Exit" not in src
 
-
-HOST = REPO / "remote" / "specops_host"
 
 
 def test_no_host_module_over_500_lines():

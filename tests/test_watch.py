@@ -1,5 +1,5 @@
 """A training that looks after itself, the fast layer: the supervisor's decisions (jobs/watch.py), the
-checkpoint markers (train/ckpt.py), notifications (jobs/notify.py), the flags and hosts.yaml fields,
+checkpoint markers (ckpt.py), notifications (jobs/notify.py), the flags and hosts.yaml fields,
 the exact start command `inv train` builds, and the real supervisor on this machine with tiny
 commands (no rig: its own processes, a temporary workdir). The real trainer over the real sshd:
 tests/test_longruns.py."""
@@ -20,7 +20,7 @@ from specops import inventory
 from specops.args import FLAGS, BadNumber
 from specops.errors import SpecopsError
 from specops_host.jobs import notify, records, watch
-from specops_host.train import ckpt
+from specops_host import ckpt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -29,7 +29,7 @@ from specops.ops.jobs import run_path, validate_run_id
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops_host.fetch import manifest as host_manifest
-from specops_host.train import ckpt
+from specops_host import ckpt
 from specops.ops.watch import checkpoint_split, skipped_note
 
 
@@ -279,7 +279,7 @@ def checkpoint_names(listing: dict, under: str = "checkpoints/") -> list[str]:
     """The complete checkpoint directories in a listing (transfer.remote_listing): real directories
     under `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks
     to them) and, in a run whose saves carry markers, their specops-complete.json
-    (remote/specops_host/train/ckpt.py); numbers ascending, then the other names."""
+    (remote/specops_host/ckpt.py); numbers ascending, then the other names."""
     return checkpoint_split(listing, under)[0]
 
 

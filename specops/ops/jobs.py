@@ -148,7 +148,7 @@ def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict
     a plan line). Returns {"removed": [run ids], "kept": [[run id, why], ...], "said": "removed" (under
     --dry-run "would remove")}."""
     from specops.host.transfer import remote_listing
-    from specops_host.train.ckpt import POLICY
+    from specops_host.ckpt import POLICY
 
     removed, kept = [], []
     for j in status(t):

@@ -17,7 +17,7 @@ from typing import Optional
 from specops.args import Refused
 from specops.host.transport import Transport
 from specops_host.jobs import notify as host_notify
-from specops_host.train import ckpt
+from specops_host import ckpt
 
 
 def problem(target: Optional[str]) -> Optional[str]:
@@ -105,7 +105,7 @@ def said(watch: Optional[dict], target: Optional[str]) -> str:
     return "; ".join(parts)
 
 
-# -- complete checkpoints, as a listing shows them (remote/specops_host/train/ckpt.py writes the markers) --
+# -- complete checkpoints, as a listing shows them (remote/specops_host/ckpt.py writes the markers) --
 def checkpoint_split(listing: dict, under: str = "checkpoints/") -> tuple[list[str], list[str]]:
     """(complete checkpoints, incomplete ones: a save that did not finish, or set aside as incomplete-N-<time>)."""
     names = {rel[len(under):].split("/")[0] for rel, e in listing.items()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from specops_host.contract import Refused, emit
-from specops_host.data.datafmt import RECORD, check_layer_ids
+from specops_host.datafmt import RECORD, check_layer_ids
 
 ROWS = re.compile(r"^rows_(\d+)")
 DATA = re.compile(r"^data_(\d+)\.pt$")

@@ -40,10 +40,10 @@ from pathlib import Path
 from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit, human_bytes
-from specops_host.data.datafmt import RECORD, hs_files, read_arrow_columns, verifier_config
+from specops_host.datafmt import RECORD, check_model_len, hs_files, read_arrow_columns, verifier_config
 from specops_host.data.hsfile import readable
-from specops_host.data.inputs import (HEADROOM, check_layers_against_files, check_model_len, check_prepare_source,
-                                      check_rows, free_bytes, parse_layers, parse_range, read_record, refuse_if_in_use,
+from specops_host.data.inputs import (HEADROOM, check_layers_against_files, check_prepare_source, check_rows,
+                                      free_bytes, parse_layers, parse_range, read_record, refuse_if_in_use,
                                       rows_need_render)
 from specops_host.jobs.errlines import first_error
 

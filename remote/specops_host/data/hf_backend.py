@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from specops_host.contract import Refused, human_bytes
-from specops_host.data.datafmt import hs_files, read_arrow_columns
+from specops_host.datafmt import hs_files, read_arrow_columns
 from specops_host.data.hsfile import readable
 
 NORMS = ("norm", "final_layernorm", "final_norm", "norm_f", "ln_f")

@@ -8,7 +8,7 @@ import json
 import os
 import struct
 
-from specops_host.data.datafmt import is_u64, jtype, short
+from specops_host.datafmt import is_u64, jtype, short
 
 
 #: safetensors' own limit on the JSON header (the Rust loader refuses larger ones)

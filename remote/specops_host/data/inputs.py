@@ -9,8 +9,8 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused
-from specops_host.data.datafmt import RECORD, check_verifier, hs_files
-from specops_host.data.datafmt import read_json as read_config
+from specops_host.datafmt import RECORD, check_verifier, hs_files
+from specops_host.datafmt import read_json as read_config
 
 
 HEADROOM = 1.10
@@ -107,31 +107,6 @@ def verifier_vocab(verifier):
     cfg, why = read_config(Path(verifier) / "config.json")
     info = check_verifier(cfg)[0] if not why else None
     return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
-
-
-def verifier_positions(verifier):
-    """(max_position_embeddings, where it is read) of the verifier's config.json (through text_config
-    where there is one), or (None, None)."""
-    cfg, why = read_config(Path(verifier) / "config.json")
-    if why or not isinstance(cfg, dict):
-        return None, None
-    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    key = "text_config.max_position_embeddings" if inner is not cfg else "max_position_embeddings"
-    v = inner.get("max_position_embeddings")
-    return (v, f"{key} of {verifier}/config.json") if type(v) is int and v > 0 else (None, None)
-
-
-def check_model_len(max_model_len, verifier, source):
-    """A vLLM server's --max-model-len within the verifier's positions, before any server starts
-    (vLLM's own refusal comes after its start, as a pydantic ValidationError in the server's log).
-    source: what set it (a flag, the longest row)."""
-    mpe, where = verifier_positions(verifier)
-    if max_model_len and mpe and max_model_len > mpe:
-        raise Refused(f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
-                      f"{mpe} positions ({where}): give --seq-length {mpe - 1} or less (nothing was started)"
-                      if source.startswith("--seq-length") else
-                      f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
-                      f"{mpe} positions ({where}): give --max-model-len {mpe} or less (nothing was started)")
 
 
 def check_rows(src, verifier):

@@ -4,7 +4,7 @@ verifier's vocabulary; what could not be read becomes violations in the report (
 
 from pathlib import Path
 
-from specops_host.data.datafmt import INFO, STATE, check_info, check_state, open_arrow, read_json
+from specops_host.datafmt import INFO, STATE, check_info, check_state, open_arrow, read_json
 
 
 def first_line(e):

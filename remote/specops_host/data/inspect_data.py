@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from specops_host.contract import Refused, emit
-from specops_host.data.datafmt import RECORD, check_record, check_verifier, detect, hs_files, read_json, short
+from specops_host.datafmt import RECORD, check_record, check_verifier, detect, hs_files, read_json, short
 from specops_host.data.hsfile import check_safetensors
 from specops_host.data.inspect_arrow import first_line, read_dataset
 

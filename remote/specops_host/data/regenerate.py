@@ -32,7 +32,8 @@ from pathlib import Path
 from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit
-from specops_host.data.datafmt import verifier_config
+from specops_host.datafmt import verifier_config
+from specops_host.jobs.procs import wait_trainer
 
 PORT = "<port>"
 
@@ -161,8 +162,6 @@ def publish(src, dst):
 
 
 def execute(a, info, run_dir):
-    from specops_host.train import online
-
     part = run_dir / "regenerated.jsonl"
     errs = run_dir / "regenerated.errors.jsonl"
     for p in (part, errs):
@@ -181,13 +180,13 @@ def execute(a, info, run_dir):
         died = vllm_server.watch(proc, server, f"http://127.0.0.1:{port}", a.hang_seconds, "regeneration")
         if died is not None:
             proc.terminate()
-            online.wait_trainer(proc, 30)
+            wait_trainer(proc, 30)
             raise vllm_server.ServerDied(vllm_server.died_line(died, server))
         seconds = time.time() - t0
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
-            online.wait_trainer(proc, 30)
+            wait_trainer(proc, 30)
         vllm_server.stop(run_dir / "server")
     rc = proc.returncode
     rows, errors = count_lines(part), count_lines(errs)

@@ -11,6 +11,7 @@ lost or garbled is still found, and still holds its lock.
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 #: Every process of a job carries SPECOPS_JOB=<its tag> in its environment (set by job.py): that
@@ -171,5 +172,21 @@ def ends_with(parent, sig=signal.SIGTERM):
     return pre
 
 
+def wait_trainer(p, grace):
+    """The trainer's exit code; SIGKILL (with its ranks) after grace seconds."""
+    try:
+        return p.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        print(f"[specops] the trainer did not exit {grace:.0f}s after SIGTERM: SIGKILL", flush=True)
+        for c in children(p.pid):
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.kill()
+        return p.wait()
+
+
 __all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
-           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig", "ends_with"]
+           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig", "ends_with",
+           "wait_trainer"]

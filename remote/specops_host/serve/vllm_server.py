@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from specops_host import contract
+from specops_host import datafmt
 from specops_host import hostenv
 from specops_host.contract import Refused, emit
 from specops_host.jobs.job import start_job, stop_job
@@ -71,10 +72,8 @@ def check_model_len(model, max_model_len, user_args, source="--max-model-len"):
     the user's arguments come last) within the verifier's positions, before any server starts;
     else Refused in one line (vLLM's own refusal comes after a start of half a minute, as a
     ValidationError in the server's log)."""
-    from specops_host.data.inputs import check_model_len as within  # (lazy: data imports this module)
-
     own = user_model_len(user_args)
-    within(own or max_model_len, model, "--vllm-arg --max-model-len" if own else source)
+    datafmt.check_model_len(own or max_model_len, model, "--vllm-arg --max-model-len" if own else source)
 
 
 def custom_code(model):

@@ -6,7 +6,7 @@ Launch (train/run.py; under torchrun each rank runs it):
 --cpu first: train/cpu.py's CPU placement; --online: train/online_cli.py's interrupt fix. Then:
 - each save (Trainer.maybe_save_checkpoint, and maybe_update_best under save-best) removes the
   folder's marker before it writes and, on rank 0, writes checkpoints/N/specops-complete.json once
-  the save has returned (train/ckpt.py): a trainer killed mid-save leaves no marker;
+  the save has returned (ckpt.py): a trainer killed mid-save leaves no marker;
 - SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from specops_host.train import ckpt
+from specops_host import ckpt
 
 #: kept open for faulthandler (it writes to the file descriptor when the signal comes)
 _STACKS = []

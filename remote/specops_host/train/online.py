@@ -49,10 +49,10 @@ from pathlib import Path
 from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit
-from specops_host.data.datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
+from specops_host.datafmt import RECORD, STATE, hs_files, read_arrow_columns, verifier_config
 from specops_host.data.hsfile import readable
 from specops_host.data.inputs import HEADROOM, free_bytes, parse_layers, verifier_vocab
-from specops_host.jobs.procs import children, ends_with, is_torchrun, pid_alive
+from specops_host.jobs.procs import children, ends_with, is_torchrun, pid_alive, wait_trainer
 
 MODES = ("auto", "online", "offline")
 PORT = "<port>"
@@ -275,21 +275,6 @@ def signal_trainer(p, sig=signal.SIGTERM):
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
-
-
-def wait_trainer(p, grace):
-    """The trainer's exit code; SIGKILL (with its ranks) after grace seconds."""
-    try:
-        return p.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        print(f"[specops] the trainer did not exit {grace:.0f}s after SIGTERM: SIGKILL", flush=True)
-        for c in children(p.pid):
-            try:
-                os.kill(c, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.kill()
-        return p.wait()
 
 
 def run(spec, trainer_argv, *, poll=1.0):

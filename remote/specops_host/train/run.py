@@ -10,7 +10,7 @@ then replaces itself (exec) with the trainer, so `inv stop` signals the trainer 
   (several hosts: `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id R`)
 - cpu hosts: `python -m specops_host.train.hooked --cpu ...` (CPU placement; no torchrun on CPU)
 Re-running the same run resumes from its latest complete checkpoint (speculators' own resume;
-incomplete ones, whose save did not finish, are first set aside as incomplete-N-<time>: train/ckpt.py).
+incomplete ones, whose save did not finish, are first set aside as incomplete-N-<time>: ckpt.py).
 Online hidden states (spec "hidden_states": "online", see train/online.py): no exec; this
 process starts the verifier's vLLM extraction server (RUN/server/), runs the trainer
 (`-m specops_host.train.hooked --online`: with online_cli.py's interrupt fix; torchrun as above) with
@@ -34,7 +34,8 @@ from pathlib import Path
 from specops_host import hostenv
 from specops_host.jobs import launch
 from specops_host.install import pins
-from specops_host.train import ckpt, spec as trainspec
+from specops_host import ckpt
+from specops_host.train import spec as trainspec
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused
 

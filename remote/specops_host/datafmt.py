@@ -7,8 +7,9 @@
   loss_mask}) plus data_config.json. speculators 0.9 can no longer read it.
 - SpecForge: data_*.ckpt ({input_ids, loss_mask, hidden_state, aux_hidden_state}).
 
-The validators here never raise on bad input: they return one-line problems, each naming the
-field (the caller names the file).
+Below the stages that share it: data/, train/online.py, serve/evaluate.py (the Arrow columns, the
+verifier's positions) and serve/vllm_server.py (the model-length check). The validators here never
+raise on bad input: they return one-line problems, each naming the field (the caller names the file).
 """
 
 import json
@@ -324,6 +325,31 @@ def verifier_config(path):
     if problems:
         raise Refused(f"{cfg_path}: {problems[0]}")
     return info["hidden_size"], info["num_hidden_layers"]
+
+
+def verifier_positions(verifier):
+    """(max_position_embeddings, where it is read) of the verifier's config.json (through text_config
+    where there is one), or (None, None)."""
+    cfg, why = read_json(Path(verifier) / "config.json")
+    if why or not isinstance(cfg, dict):
+        return None, None
+    inner = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    key = "text_config.max_position_embeddings" if inner is not cfg else "max_position_embeddings"
+    v = inner.get("max_position_embeddings")
+    return (v, f"{key} of {verifier}/config.json") if type(v) is int and v > 0 else (None, None)
+
+
+def check_model_len(max_model_len, verifier, source):
+    """A vLLM server's --max-model-len within the verifier's positions, before any server starts
+    (vLLM's own refusal comes after its start, as a pydantic ValidationError in the server's log).
+    source: what set it (a flag, the longest row)."""
+    mpe, where = verifier_positions(verifier)
+    if max_model_len and mpe and max_model_len > mpe:
+        raise Refused(f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
+                      f"{mpe} positions ({where}): give --seq-length {mpe - 1} or less (nothing was started)"
+                      if source.startswith("--seq-length") else
+                      f"{source} makes the vLLM server's --max-model-len {max_model_len}, but the verifier holds "
+                      f"{mpe} positions ({where}): give --max-model-len {mpe} or less (nothing was started)")
 
 
 def check_layer_ids(v):
