@@ -157,7 +157,7 @@ def test_only_views_write_to_the_screen():
 
 
 def test_every_remote_entry_point_is_the_contract_wrapper():
-    scripts = [p for p in (REPO / "remote" / "specops_host").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
+    scripts = [p for p in HOST.rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
     assert len(scripts) >= 10
     trainers = ("cpu.py", "online_cli.py", "hooked.py")  # (speculators' own CLI in-process: its exit code is the job's)
     bad = [p.name for p in scripts if p.name not in trainers

@@ -188,5 +188,5 @@ def wait_trainer(p, grace):
 
 
 __all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
-           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig", "ends_with",
-           "wait_trainer"]
+           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig",
+           "ends_with", "wait_trainer"]
