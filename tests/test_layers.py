@@ -51,6 +51,25 @@ def test_a_fast_test_that_starts_an_installer_fails_loudly(tmp_path):
     assert conftest.installer(["grep", "-r", "uvicorn", "pipeline.py"]) is None
 
 
+def test_a_fast_layer_inv_is_a_process_of_its_own_forked_by_the_warm_server(tmp_path):
+    """conftest.inv in the fast layer: the warm server (tests/warminv.py) forks each call, which
+    gets the call's working directory, environment, exit code and output; a call that changes a
+    variable read at import time (COLUMNS) gets a fresh `inv` instead."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  warmbox:\n    address: 10.0.0.9\n")
+    r = conftest.inv("-r", str(REPO), "hosts", "--hosts", "hosts.yaml", cwd=tmp_path)  # (relative: the cwd's)
+    server = conftest._warm["server"]
+    assert server is not None and server.proc.poll() is None
+    assert r.returncode == 0 and "warmbox\troot@10.0.0.9:22" in r.stdout, r.stdout + r.stderr
+    r = conftest.inv("hosts", env={"SPECOPS_HOSTS": str(tmp_path / "hosts.yaml")})
+    assert r.returncode == 0 and "warmbox" in r.stdout, r.stdout + r.stderr
+    r = conftest.inv("status", "--host", "")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "specops: --host '': no host given: pass --host NAME (an unset variable in a script?)"], r.stderr
+    assert not server.fits({**os.environ, **conftest.INV_ENV, "COLUMNS": "77"})
+    r = conftest.inv("status", "--host", "", env={"COLUMNS": "77"})
+    assert r.returncode == 2 and conftest._warm["server"] is server and server.proc.poll() is None
+
+
 def test_make_test_fast_is_the_fast_marker():
     r = subprocess.run(["make", "-n", "test-fast"], cwd=REPO, capture_output=True, text=True,
                        env={**os.environ, "MAKEFLAGS": ""})
