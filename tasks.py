@@ -287,21 +287,26 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     **COMMON, "data": "conversations/prompts .json or .jsonl (a laptop file is uploaded; otherwise a host path)",
     "out": "output name: <workdir>/regenerated/NAME.jsonl on the host (default: <data's name>-regen)",
     "verifier": VERIFIER,
-    "max_tokens": "a response's token cap (default 4096; prompt + response must fit the server's max model len)",
+    "max_tokens": "a response's token cap (default: --seq-length, halved until it fits the server's model length)",
+    "seq_length": "the dataset's max tokens per row that `inv prepare-data` will use (default 2048): the answers' cap",
     "concurrency": "requests in flight (default 32)", "limit": "only the first N prompts",
-    "sampling_params": "JSON merged into every request, e.g. '{\"temperature\": 0.6, \"top_p\": 0.95}'",
+    "sampling_params": "JSON merged into every request, e.g. '{\"temperature\": 0.6, \"top_p\": 0.95}' (default: the "
+                       "verifier's generation_config.json, else greedy; said in one line)",
     "max_model_len": "the server's --max-model-len (default: the verifier's)", "detach": "start it and return",
     "vllm_arg": VLLM_ARG})
-def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max_tokens=4096, concurrency=32,
-               limit=None, sampling_params=None, max_model_len=None, detach=False, vllm_arg=None):
+def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max_tokens=None, seq_length=2048,
+               concurrency=32, limit=None, sampling_params=None, max_model_len=None, detach=False, vllm_arg=None):
     """Have the verifier answer a dataset's prompts itself (speculators regenerate-responses).
 
     `speculators regenerate-responses` against a managed vLLM server of the verifier; the output
-    goes through `inv prepare-data --data <it>`.
+    goes through `inv prepare-data --data <it>`. One line says the sampling (the verifier's
+    generation_config.json, else greedy) and the answers' cap; a progress line every 15 s; at
+    the end, the answers cut at the cap or looping.
 
     Example: inv regenerate --host gpu1 --data prompts.jsonl"""
     on_hosts(c, host, hosts, _regenerate.regenerate, group=False, data=data, out=out, verifier=verifier,
-             max_tokens=max_tokens, concurrency=concurrency, limit=limit, sampling_params=sampling_params,
+             max_tokens=max_tokens, seq_length=seq_length, concurrency=concurrency, limit=limit,
+             sampling_params=sampling_params,
              max_model_len=max_model_len, vllm_arg=vllm_arg, detach=detach)
 
 

@@ -128,6 +128,8 @@ def _regenerated(w: Where, res) -> None:
     views.line(f"regenerate: {res['rows']} row(s) of verifier responses for {res['prompts']} prompt(s) -> {res['out']}"
                + (f" ({res['errors']} failed: {res['errors_file']})" if res["errors"] else "")
                + f" (run {res['run_id']}); next: `{res['next']}`")
+    if res.get("quality"):
+        views.line(f"regenerate: {res['quality']}", "yellow")
 
 
 def _priced(w: Where, p) -> None:

@@ -10,6 +10,7 @@ offline when the files are there and online when they would not fit the disk bud
 will, through a real SSH connection.)"""
 
 import json
+import re
 import time
 
 import pytest
@@ -226,9 +227,20 @@ def test_regenerate_writes_one_verifier_response_per_prompt(verifier, hosts_file
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         res = regen.regenerate(t, data=str(prompts), out="t-regen", verifier=verifier, max_tokens=16,
-                               sampling_params='{"temperature": 0}', vllm_arg=FAST)
+                               vllm_arg=FAST)
         assert res["out"] == f"{work}/regenerated/t-regen.jsonl" and res["prompts"] == 6
         rows = [json.loads(x) for x in t.read_bytes(res["out"]).decode().splitlines()]
+        # no --sampling-params and a generation_config.json without sampling: greedy, said, and carried by
+        # every request (vLLM's implicit temperature 1.0 never applies); the answers cut at the cap counted
+        assert res["sampling"] == {"temperature": 0.0} and all(
+            r["metadata"]["sampling_params"] == {"temperature": 0.0} for r in rows), rows[0]["metadata"]
+        log = t.read_bytes(jobs.run_path(t, res["run_id"], "output.log")).decode()
+        assert re.search(r"\[specops\] sampling: greedy \(temperature 0\) \(greedy: the verifier's generation_config"
+                         r"\.json (says do_sample false|sets no sampling); --sampling-params sets another\); answers "
+                         r"capped at 16 tokens \(--max-tokens\)", log), log[:3000]
+        assert res["cut"] == sum(r["metadata"]["finish_reason"] == "length" for r in rows) and res["cut"] >= 1
+        assert re.search(r"\[specops\] regenerate: 6 of 6 prompts answered, [\d.]+/s, done in \d+s", log), log[-2000:]
+        assert res["quality"].startswith(f"{res['cut']} of {len(rows)} answers cut at the cap (16 tokens)")
         # one row per prompt: each its verifier's response (a random-weights verifier may answer one prompt
         # with byte pieces that decode to no text: speculators records that prompt as an error instead)
         errs = (t.read_bytes(res["errors_file"]) or b"").decode().splitlines()

@@ -235,7 +235,7 @@ def test_regenerate_plans_then_starts_its_job_with_one_writer_per_output():
         (r"specops_host\.data\.regenerate", 0, framed({"ok": True, "commands": [], "prompts": 3})),
         (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "rg1", "pid": 9}))])
     assert regenerate.regenerate(t, data="/d/convs.jsonl", verifier="/m/v", run_id="rg1", detach=True) is None
-    args = (f"--data /d/convs.jsonl --out {out} --verifier /m/v --kind cpu --max-tokens 4096 --concurrency 32 "
+    args = (f"--data /d/convs.jsonl --out {out} --verifier /m/v --kind cpu --seq-length 2048 --concurrency 32 "
             "--tensor-parallel 1 --trust-remote-code auto")
     assert t.commands == [
         "test -e /d/convs.jsonl",

@@ -97,9 +97,11 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
             t.would("then: prepare-data on the regenerated rows, extract, inspect-data, train and fetch")
             with t.step("regenerate the responses with the verifier"):
                 rg = regen.regenerate(t, data=src, out=name, verifier=ver, vllm_arg=vllm_arg,
-                                          max_tokens=seq_length)
+                                      seq_length=seq_length)
             t.note(f"✓ regenerated: {rg['rows']} row(s) of verifier responses for {rg['prompts']} prompt(s) "
                    f"({rg['errors']} failed) in {rg['out']}", "done")
+            if rg.get("quality"):
+                t.note(f"regenerate: {rg['quality']}", "warn")
             src = rg["out"]
     args = data.Datagen.of(t, data=ddir, verifier=ver, prepare=src, seq_length=seq_length,
                            extract=hidden_states == "offline", backend=backend, layers=layers, vllm_arg=vllm_arg)

@@ -18,7 +18,7 @@ from specops.ops import jobs
 from specops.contract import check_name
 from specops.ops.data import remote_input, verifier_path
 from specops.errors import SpecopsError
-from specops.host.remote_exec import run_script
+from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
 from specops.payloads import ServePlan
 
@@ -36,7 +36,8 @@ def out_path(t: Transport, name: str) -> str:
 
 
 class Regenerated(dict):
-    """regenerate(): {run_id, out, prompts, rows, errors, errors_file, seconds, next, ...}."""
+    """regenerate(): {run_id, out, prompts, rows, errors, errors_file, seconds, next, sampling, sampling_line,
+    max_tokens, cut (answers cut at the cap), looping, quality (the line that says so, or None), ...}."""
 
 
 def _needs_data(data: Optional[str] = None, **_) -> None:
@@ -46,14 +47,17 @@ def _needs_data(data: Optional[str] = None, **_) -> None:
 
 @refusing(_needs_data)
 def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: Optional[str] = None,
-               max_tokens: int = 4096, concurrency: int = 32, limit: Optional[int] = None,
+               max_tokens: Optional[int] = None, seq_length: int = 2048, concurrency: int = 32,
+               limit: Optional[int] = None,
                sampling_params: Optional[str] = None, max_model_len: Optional[int] = None,
                vllm_arg: Optional[list] = None, run_id: Optional[str] = None,
                detach: bool = False) -> Optional[Regenerated]:
     """Regenerate `data` (a laptop file, uploaded, or a host path) with the host's verifier.
     out: the output's name (default: <data's stem>-regen); max_tokens: a response's length cap
-    (prompt + response must fit the server's --max-model-len); sampling_params: a JSON object
-    merged into every request (e.g. '{"temperature": 0.6}'); vllm_arg: more server arguments.
+    (default: seq_length, the dataset's sequence length: prepare-data cuts a row there);
+    sampling_params: a JSON object merged into every request (e.g. '{"temperature": 0.6}'; default:
+    the verifier's generation_config.json, else greedy; the plan says which in one line);
+    vllm_arg: more server arguments.
     Returns {run_id, out (host path), prompts, rows, errors, seconds, ...}; None when detached.
     Refuses (SpecopsError) before anything starts when the input is unusable."""
     h = t.host
@@ -69,20 +73,25 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
                                f"'{{\"temperature\": 0.6}}' (nothing was started)")
     src = remote_input(t, data)
     args = ["--data", src, "--out", dest, "--verifier", verifier_path(t, verifier), "--kind", h.profile,
-            "--max-tokens", str(int(max_tokens)), "--concurrency", str(int(concurrency))]
+            "--seq-length", str(int(seq_length))]
+    if max_tokens:
+        args += ["--max-tokens", str(int(max_tokens))]
+    args += ["--concurrency", str(int(concurrency))]
     if limit:
         args += ["--limit", str(int(limit))]
     if sampling_params:
         args += ["--sampling-params", sampling_params]
     if max_model_len:
         args += ["--max-model-len", str(int(max_model_len))]
-    args += h.vllm_flags(list(vllm_arg or []))
+    args += h.vllm_flags(list(vllm_arg or [])) + progress_args()
     later = ["--data-later"] if t.pending(src) else []
     plan = run_script(t, "data.regenerate", args + ["--plan"] + later, changes=False, model=ServePlan)
     if not plan.ok:
         raise SpecopsError(f"regenerate on {h.name} refused: {plan.error} (nothing was started)")
     if plan.prompts is not None:
         t.note(f"regenerate: {plan.prompts} prompt(s) of {src} -> the verifier's responses in {dest}")
+    if plan.get("sampling_line"):
+        t.note(f"regenerate: {plan['sampling_line']}")
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("regenerate"))
     result = jobs.run_path(t, rid, "result.json")
     argv = [*paths.host_argv(t.expand(h.python), "data.regenerate"), *args, "--result", result]

@@ -4,7 +4,7 @@ against a managed vLLM server of the verifier (the same launch code as extractio
 Launch (what `inv regenerate` sends, from the host workdir; `--plan` first, synchronously, then
 the same arguments without it as a detached job):
     <venv>/bin/python3 -m specops_host.data.regenerate --data convs.jsonl --out regenerated/NAME.jsonl \
-        --verifier /models/V --kind cuda [--max-tokens 4096] [--concurrency 32] [--limit N] \
+        --verifier /models/V --kind cuda [--seq-length 2048] [--max-tokens N] [--concurrency 32] [--limit N] \
         [--sampling-params JSON] [--max-model-len N] [--tensor-parallel 8] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--plan [--data-later]] [--result R]
 
@@ -14,6 +14,8 @@ the original assistant turns. Output: one JSONL row per verifier response (a sin
 prompt gives one row): input_ids (the chat-rendered prompt + the response's tokens), loss_mask
 (0 over the prompt, 1 over the response), the response's text; rows of that kind go through
 `inv prepare-data` as pre-tokenised data.
+Sampling, the answers' cap and what the answers came out as (cut at the cap, looping): see
+answers.py; the plan says the sampling in one line, the run a progress line every 15 s.
 The output appears whole or not at all: speculators writes into the run dir, and the file is
 moved to --out only when the run succeeds (the rows that failed: NAME.errors.jsonl beside it).
 A server that dies (or stops answering /health) fails the run with its log's tail; the server
@@ -26,13 +28,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit
-from specops_host.datafmt import verifier_config
+from specops_host.data import answers
+from specops_host.datafmt import verifier_config, verifier_positions
 from specops_host.jobs.procs import wait_trainer
 
 PORT = "<port>"
@@ -74,14 +78,11 @@ def plan(a):
         raise Refused(f"verifier {a.verifier}: no config.json there (a HF model directory is needed)")
     if a.tensor_parallel < 1:
         raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs one vLLM server spans)")
-    for flag, v in (("--max-tokens", a.max_tokens), ("--concurrency", a.concurrency)):
-        if v < 1:
+    for flag, v in (("--max-tokens", a.max_tokens), ("--seq-length", a.seq_length), ("--concurrency", a.concurrency)):
+        if v is not None and v < 1:
             raise Refused(f"{flag} {v}: give 1 or more")
     if a.limit is not None and a.limit < 1:
         raise Refused(f"--limit {a.limit}: give 1 or more")
-    if a.max_model_len is not None and a.max_model_len <= a.max_tokens:
-        raise Refused(f"--max-model-len {a.max_model_len}: a prompt and its response ({a.max_tokens} tokens at "
-                      f"most, --max-tokens) must fit: give more than {a.max_tokens}")
     if a.sampling_params:
         try:
             sp = json.loads(a.sampling_params)
@@ -90,6 +91,13 @@ def plan(a):
         if not isinstance(sp, dict):
             raise Refused(f"--sampling-params {a.sampling_params!r}: give a JSON object, e.g. "
                           f"'{{\"temperature\": 0.6, \"top_p\": 0.95}}'")
+    a.max_tokens, cap_from = answers.choose_cap(a.max_tokens, a.seq_length,
+                                                a.max_model_len or verifier_positions(a.verifier)[0])
+    if a.max_model_len is not None and a.max_model_len <= a.max_tokens:
+        raise Refused(f"--max-model-len {a.max_model_len}: a prompt and its response ({a.max_tokens} tokens at "
+                      f"most, --max-tokens) must fit: give more than {a.max_tokens}")
+    params, source = answers.choose_sampling(a.verifier, a.sampling_params)
+    a.sampling_params = json.dumps(params)
     vllm_server.check_user_args(a.vllm_arg)
     out = Path(a.out)
     if out.suffix != ".jsonl":
@@ -99,7 +107,10 @@ def plan(a):
     info = {"verifier": os.path.abspath(a.verifier), "out": str(out.resolve()),
             "errors_file": str(out.resolve().with_name(out.stem + ".errors.jsonl")),
             "trust_remote_code": vllm_server.decide_trust(a.verifier, a.trust_remote_code),
-            "tensor_parallel": a.tensor_parallel, "vllm_args": list(a.vllm_arg), "max_tokens": a.max_tokens}
+            "tensor_parallel": a.tensor_parallel, "vllm_args": list(a.vllm_arg), "max_tokens": a.max_tokens,
+            "max_tokens_from": cap_from, "sampling": params, "sampling_from": source,
+            "sampling_line": answers.sampling_line(params, source) + f"; answers capped at {a.max_tokens} tokens "
+                                                                      f"({cap_from})"}
     if a.data_later and not Path(a.data).exists():
         info["data_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
     else:
@@ -134,14 +145,6 @@ def regen_cmd(a, info, port, outfile):
     return argv
 
 
-def count_lines(path):
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for line in f if line.strip())
-    except OSError:
-        return 0
-
-
 def first_error(path):
     try:
         with open(path) as f:
@@ -174,10 +177,21 @@ def execute(a, info, run_dir):
     try:
         server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
         argv = regen_cmd(a, info, port, part)
+        print(f"[specops] {info['sampling_line']}", flush=True)
         print(f"[specops] $ {' '.join(argv)}", flush=True)
         t0 = time.time()
+        ans = answers.Answers(part, errs)
+        ended = threading.Event()
+        tick = threading.Thread(target=answers.ticker, daemon=True,
+                                args=(ans, info.get("prompts"), t0, a.progress_every,
+                                      lambda line: print(f"[specops] {line}", flush=True), ended.is_set))
         proc = subprocess.Popen(argv, env={**base, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL)
-        died = vllm_server.watch(proc, server, f"http://127.0.0.1:{port}", a.hang_seconds, "regeneration")
+        tick.start()
+        try:
+            died = vllm_server.watch(proc, server, f"http://127.0.0.1:{port}", a.hang_seconds, "regeneration")
+        finally:
+            ended.set()
+            tick.join()
         if died is not None:
             proc.terminate()
             wait_trainer(proc, 30)
@@ -189,8 +203,11 @@ def execute(a, info, run_dir):
             wait_trainer(proc, 30)
         vllm_server.stop(run_dir / "server")
     rc = proc.returncode
-    rows, errors = count_lines(part), count_lines(errs)
-    res = {"rows": rows, "errors": errors, "regenerate_seconds": round(seconds, 1), "exit": rc}
+    ans.read()
+    rows, errors = ans.rows, ans.errors()
+    print(f"[specops] {answers.progress_line(ans.done(), info.get('prompts'), seconds)}", flush=True)
+    res = {"rows": rows, "errors": errors, "regenerate_seconds": round(seconds, 1), "exit": rc,
+           "cut": ans.cut, "looping": ans.looping, "quality": answers.quality_line(ans, a.max_tokens)}
     if rc != 0:
         raise RuntimeError(f"speculators regenerate-responses exited {rc}")
     if rows == 0:
@@ -198,6 +215,8 @@ def execute(a, info, run_dir):
         raise Refused(f"the verifier gave no response for any of the {info.get('prompts', '?')} prompt(s)"
                       + (f" (first error: {why})" if why else "") + f": see {errs}")
     publish(part, info["out"])
+    if res["quality"]:
+        print(f"[specops] {res['quality']}", flush=True)
     if errors:
         publish(errs, info["errors_file"])
         print(f"[specops] {errors} conversation(s) failed (first: {first_error(errs)}): {info['errors_file']}",
@@ -230,7 +249,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--verifier", default=None)
     ap.add_argument("--kind", choices=["cpu", "cuda"], required=True)
-    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--seq-length", type=int, default=2048)
+    ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sampling-params", default=None)
@@ -241,10 +261,12 @@ def main():
     ap.add_argument("--vllm-arg", action="append", default=[])
     ap.add_argument("--server-timeout", type=float, default=900)
     ap.add_argument("--hang-seconds", type=float, default=600)
+    contract.progress_option(ap)
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--data-later", action="store_true")
     ap.add_argument("--result", default=None)
     a = ap.parse_args()
+    contract.use_progress_every(a.progress_every)
     info = plan(a)
     if a.plan:
         emit({"ok": True, **info})
