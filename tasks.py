@@ -140,13 +140,16 @@ def stop(c, host=None, hosts=None, run_id=None, grace=120.0):
             "bwlimit": "rsync bandwidth limit, KiB/s (0: none)",
             "streams": "SSH streams at once (default: from the measured link: 1 on a LAN, up to 8 on a slow one)",
             "checkpoint": "only this checkpoint (a name such as 2, or best-served: the one `inv evaluate "
-                          "--checkpoints all --pick` recorded) with the run's logs and records"})
-def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams=None, checkpoint=None):
+                          "--checkpoints all --pick` recorded) with the run's logs and records",
+            "incomplete": "also the incomplete checkpoints (a save that did not finish; by default they stay on "
+                          "the host, named in one line)"})
+def fetch(c, host=None, hosts=None, run_id=None, dest="runs", bwlimit=0, streams=None, checkpoint=None,
+          incomplete=False):
     """Pull a run back: several streams on a slow link, resumable, every file checked against the host's sha256.
 
     Example: inv fetch --host gpu1 --run-id R"""
     on_hosts(c, host, hosts, _fetch.fetch, across=fetch_nodes, progress=f"fetch {run_id or 'newest run'}",
-             run_id=run_id, dest=dest, bwlimit=bwlimit, streams=streams, checkpoint=checkpoint)
+             run_id=run_id, dest=dest, bwlimit=bwlimit, streams=streams, checkpoint=checkpoint, incomplete=incomplete)
 
 
 @task(name="inspect-data", help={
@@ -381,7 +384,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "json": JSON, "run_id": "the training run", "vllm_arg": VLLM_ARG,
-    "checkpoint": "best (default) or an epoch number",
+    "checkpoint": "best (default) or a checkpoint's name in the run's checkpoints/, such as 2 (complete ones only)",
     "checkpoints": "several checkpoints served in turn: all, or names such as 0,2 (instead of --checkpoint)",
     "pick": "with --checkpoints: record the best by served mean acceptance length in the run's record "
             "(`inv fetch --checkpoint best-served` brings it)",

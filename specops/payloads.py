@@ -297,6 +297,14 @@ class Manifest(Payload):
     files: dict[str, dict[str, Any]] = {}
 
 
+class Checkpoints(Payload):
+    """specops_host/ckpt.py: a run's checkpoints by the one rule, and the names asked resolved."""
+    complete: list[str] = []
+    incomplete: dict[str, str] = {}  # name: why (its save did not finish, set aside)
+    aliases: dict[str, str] = {}  # symlink in checkpoints/: the folder it names
+    resolved: list[dict[str, Any]] = []  # per name asked: asked, name, path; or asked, reason, why, error
+
+
 class HiddenStatesPlan(Payload):
     """specops_host/train/online.py (read-only): which hidden states a run uses, and why."""
     mode: Optional[Literal["offline", "online"]] = None

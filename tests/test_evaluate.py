@@ -219,3 +219,83 @@ def test_evaluate_each_checkpoint_pick_then_fetch_best_served(pipeline_run, host
     assert (got / "checkpoints" / best["checkpoint"] / "model.safetensors").is_file()
     assert (got / "run.json").is_file() and (got / "train-spec.json").is_file() and any((got / "logs").rglob("*"))
     assert f"checkpoint {best['checkpoint']} (best served" in r.stdout and "verified (sha256)" in r.stdout
+
+
+def _copy_run(t, src: str, rid: str, n: int) -> str:
+    """A copy of the run `src` on the host (its records, logs and marker policy) whose checkpoints
+    0..n-1 are each a copy of its newest one; returns the copy's path."""
+    from specops.ops import jobs
+    from specops_host import ckpt
+
+    a, b = jobs.run_path(t, src), jobs.run_path(t, rid)
+    newest = sorted((x for x in t.run(f"ls {a}/checkpoints").stdout.split() if x.isdigit()), key=int)[-1]
+    t.check(f"rm -rf {b} && mkdir -p {b}/checkpoints && cp -a {a}/train-spec.json {a}/run.json {a}/logs {b}/ && "
+            f"(cp -a {a}/checkpoints/{ckpt.POLICY} {b}/checkpoints/ || true) && "
+            + " && ".join(f"cp -a {a}/checkpoints/{newest} {b}/checkpoints/{i}" for i in range(n)), "copy the run")
+    return b
+
+
+def _nothing_started(t, rid: str, b: str) -> None:
+    """No evaluation job of the run and no server's folder: refused before anything started."""
+    runs = t.run(f"ls {t.workdir}/runs").stdout.split()
+    assert not [x for x in runs if x.startswith(f"{rid}.eval-")], runs
+    assert not t.exists(f"{b}/evaluation"), t.run(f"ls -R {b}/evaluation").stdout
+    assert not t.run(f"pgrep -f -- {b}/checkpoints").stdout.strip()
+
+
+def test_a_checkpoint_is_named_by_one_rule_inside_its_run_and_served_only_complete(pipeline_run, hosts_file,
+                                                                                    tmp_path):
+    """failures row 160: checkpoint 3 cut mid-save (config.json 0 bytes; its marker says otherwise):
+    `--checkpoint 3` was refused but `3/`, `./3` and its absolute path were served (vLLM then failed on
+    the JSON), and `../../r2/checkpoints/0` served another run's checkpoint as this run's evaluation.
+    Now every spelling is one line before anything starts: a path is no checkpoint's name (the laptop),
+    an alias out of the run is no checkpoint of it, the incomplete one is named with why (the host's
+    rule, ckpt.py); `--checkpoints all` skips it, saying why; fetch follows the same rule."""
+    from specops import inventory
+    from specops.ops import jobs
+    from specops.host.connection import connect
+
+    src = pipeline_run["run_id"]
+    rid, other = src + "-named", src + "-other"
+    box = ["--host", "box", "--hosts", str(hosts_file)]
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        b = _copy_run(t, src, rid, 4)
+        _copy_run(t, src, other, 1)
+        t.check(f": > {b}/checkpoints/3/config.json && ln -s ../../{other}/checkpoints/0 {b}/checkpoints/theirs",
+                "cut checkpoint 3 short; an alias out of the run")
+        size = json.loads(t.read_bytes(f"{b}/checkpoints/3/specops-complete.json"))["files"]["config.json"]
+
+    def refused(args, want):
+        r = inv(*args)
+        assert r.returncode != 0 and want in r.stderr, (args, r.stdout[-2000:] + r.stderr[-2000:])
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+        return r.stderr
+
+    for spelled in ("3/", "./3", f"{b}/checkpoints/3", f"../../{other}/checkpoints/0"):
+        line = refused(["evaluate", *box, "--run-id", rid, "--checkpoint", spelled, "--speedup", "none"],
+                       f"--checkpoint {spelled!r}: no checkpoint {spelled!r} in run {rid}: a checkpoint is named as "
+                       f"its folder in the run's checkpoints/ (it holds '/'), such as 2, or best (nothing was started)")
+        refused(["fetch", *box, "--run-id", rid, "--checkpoint", spelled, "--dest", str(tmp_path)],
+                f"no checkpoint {spelled!r} in run {rid}")
+        refused(["evaluate", *box, "--run-id", rid, "--checkpoints", f"0,{spelled}"], "--checkpoints")
+    incomplete = f"is incomplete (config.json is 0 bytes, {size} when saved)"
+    line = refused(["evaluate", *box, "--run-id", rid, "--checkpoint", "3", "--speedup", "none"], incomplete)
+    assert f"checkpoint 3 in {b}/checkpoints {incomplete}: give a complete one (0, 1, 2)" in line, line
+    line = refused(["evaluate", *box, "--run-id", rid, "--checkpoint", "theirs", "--speedup", "none"],
+                   f"no checkpoint theirs in {b}/checkpoints (its checkpoints: 0, 1, 2)")
+    refused(["evaluate", *box, "--run-id", rid, "--checkpoints", "0,3"],
+            f"evaluate --checkpoints: checkpoint '3' of run {rid} on box {incomplete}; complete ones: 0, 1, 2")
+    refused(["fetch", *box, "--run-id", rid, "--checkpoint", "3", "--dest", str(tmp_path)],
+            f"fetch: checkpoint '3' of run {rid} on box {incomplete}; complete ones: 0, 1, 2")
+    refused(["fetch", *box, "--run-id", rid, "--checkpoint", "theirs", "--dest", str(tmp_path)],
+            f"fetch: no checkpoint 'theirs' in run {rid} on box (have: 0, 1, 2)")
+    r = inv("evaluate", *box, "--run-id", rid, "--checkpoints", "all", "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    starts = [ln for ln in r.stdout.splitlines() if "would start:" in ln and "vllm.entrypoints" in ln]
+    assert [re.search(r"checkpoints/(\w+)", s).group(1) for s in starts] == ["0", "1", "2"], starts
+    assert f"skipped the incomplete checkpoint(s) of {rid}: 3 (config.json is 0 bytes" in " ".join(
+        (r.stdout + r.stderr).split())
+    assert not (tmp_path / rid).exists()
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        _nothing_started(t, rid, b)
+        t.check(f"rm -rf {b} {jobs.run_path(t, other)}", "remove the copies")

@@ -187,6 +187,42 @@ def test_fetch_checkpoint_refusals_are_one_line(light_host, tmp_path):
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "not a group" in r.stderr, r.stderr
 
 
+def test_a_plain_fetch_leaves_an_incomplete_checkpoint_and_names_it(light_host, tmp_path):
+    """failures row 161: checkpoint 2 cut mid-save (its config.json 0 bytes, its marker saying 3): a
+    plain `inv fetch` brings checkpoint 1 and the rest of the run, not 2 nor the aliases naming it,
+    and says so in one line; --incomplete brings it too, said as well; --checkpoint 2 is refused."""
+    from specops_host import ckpt
+
+    rid = jobs.new_run_id("t") + "-half"
+    with connect(light_host) as t:
+        d = make_checkpointed_run(t, rid)
+        t.ensure_pushed()
+        mark = f"from specops_host import ckpt; ckpt.start_marking({d + '/checkpoints'!r})"
+        t.check(f"cd {shlex.quote(t.workdir)} && {t.expand(light_host.python)} -c {shlex.quote(mark)} && "
+                f": > {d}/checkpoints/2/config.json", "mark the saves, then cut checkpoint 2 short")
+    hosts = str(Path(light_host.key).parent / "hosts-light.yaml")
+    base = ["fetch", "--host", "light", "--hosts", hosts, "--run-id", rid]
+    r = inv(*base, "--dest", str(tmp_path / "plain"))
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (f"fetch: left the incomplete checkpoint(s) of {rid} on light: 2 (config.json is 0 bytes, 3 when saved); "
+            f"`inv fetch --run-id {rid} --incomplete --host light --hosts {hosts}` brings them too") in said, said
+    got = tmp_path / "plain" / rid
+    assert sorted(p.name for p in (got / "checkpoints").iterdir()) == ["1", "epoch0_end", "run.yaml", ckpt.POLICY]
+    assert (got / "output.log").is_file() and (got / "checkpoints/1" / ckpt.MARKER).is_file()
+    assert "verified (sha256)" in said
+    r = inv(*base, "--dest", str(tmp_path / "all"), "--incomplete")
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0 and "bringing the incomplete checkpoint(s) of" in said, said
+    assert "--incomplete): 2 (config.json is 0 bytes" in said, said
+    assert (tmp_path / "all" / rid / "checkpoints/2/config.json").stat().st_size == 0
+    r = inv(*base, "--checkpoint", "2", "--dest", str(tmp_path / "one"))
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"checkpoint '2' of run {rid} on light is incomplete (config.json is 0 bytes, 3 when saved)" in r.stderr
+    r = inv(*base, "--checkpoint", "1", "--incomplete")
+    assert r.returncode != 0 and "drop one of them" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
     """evaluate's record_pick merges best_served into the run's record on the host (the other
     fields kept, no temp file left) and fetch reads it; a record that is not a JSON object is

@@ -149,6 +149,36 @@ def test_fetch_asks_the_host_for_the_manifest_of_the_run():
     assert t.commands == [script("fetch.manifest", "/w/runs/r1")]
 
 
+def test_checkpoints_are_resolved_by_the_host_and_a_plain_fetch_leaves_the_incomplete_ones():
+    """ops/checkpoints.py: names resolved by the host's rule (ckpt.py), one command; an
+    incomplete one is one line naming why; a plain fetch lists the run and leaves the incomplete
+    checkpoint's folder and its alias out (failures rows 160-161)."""
+    from specops.ops import checkpoints, fetch
+
+    why = "config.json is 0 bytes, 2 when saved"
+    reply = framed({"ok": True, "complete": ["0", "1"], "incomplete": {"3": why},
+                    "aliases": {"checkpoint_best": "3", "epoch0_end": "0"},
+                    "resolved": [{"asked": "1", "name": "1", "path": "/w/runs/r1/checkpoints/1"},
+                                 {"asked": "3", "reason": "incomplete", "why": why}]})
+    t = RecordingTransport(host(), answers=[(r"specops_host\.ckpt", 0, reply)])
+    with pytest.raises(SpecopsError) as e:
+        checkpoints.several(t, "r1", "1,3")
+    assert str(e.value) == ("evaluate --checkpoints: checkpoint '3' of run r1 on h is incomplete (config.json is 0 "
+                            "bytes, 2 when saved); complete ones: 0, 1")
+    assert t.commands == [script("ckpt", "--run-dir /w/runs/r1 --checkpoint 1 --checkpoint 3")]
+    listing = "none\0" + "".join(f"f 2 1.0 644 {rel}\0" for rel in (
+        "output.log", "checkpoints/0/config.json", "checkpoints/3/config.json", "checkpoints/run.yaml")) + \
+        "".join(f"l 1 1.0 777 checkpoints/{a}\0" for a in ("checkpoint_best", "epoch0_end"))
+    t = RecordingTransport(host(), answers=[(r"specops_host\.ckpt", 0, reply), (r"^cd /w/runs/r1 ", 0, listing)])
+    only, left = fetch.incomplete_checkpoints(t, "r1", bring=False)
+    assert left == {"3": "config.json is 0 bytes, 2 when saved"}
+    assert only == {"output.log", "checkpoints/0/config.json", "checkpoints/run.yaml", "checkpoints/epoch0_end"}
+    assert t.commands == [script("ckpt", "--run-dir /w/runs/r1"), _FIND.format(root="/w/runs/r1")]
+    t = RecordingTransport(host(), answers=[(r"specops_host\.ckpt", 0, reply)])
+    assert fetch.incomplete_checkpoints(t, "r1", bring=True) == (None, left)  # (--incomplete: all of it, said)
+    assert t.commands == [script("ckpt", "--run-dir /w/runs/r1")]
+
+
 def test_inspect_data_passes_every_setting_and_the_expanded_path():
     from specops.ops import inspect_data
 

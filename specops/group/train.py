@@ -195,12 +195,12 @@ def _fetch_flags(run_id=None, checkpoint=None, **_) -> None:
 
 @refusing(_fetch_flags)
 def fetch_nodes(hosts: list[Host], *, connect=None, run_id: str, dest: str = "runs", bwlimit: int = 0,
-                streams=None, **_) -> Outcomes:
+                streams=None, incomplete: bool = False, **_) -> Outcomes:
     """`inv fetch --host @group`: each node's copy of the run into dest/<run id>/nodes/<host>/, in parallel."""
     from specops.ops.fetch import fetch
 
     def one(t: Transport):
-        return fetch(t, run_id, dest, bwlimit=bwlimit, node=True, streams=streams)
+        return fetch(t, run_id, dest, bwlimit=bwlimit, node=True, streams=streams, incomplete=incomplete)
 
     out = Outcomes(run_on(hosts, one, **({"connect": connect} if connect else {})))
     out.title = f"fetch {run_id}"

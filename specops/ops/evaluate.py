@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from specops.ops import fetch, jobs
+from specops.ops import checkpoints as ckpts, fetch, jobs
 from specops import metrics, paths
 from specops.contract import concurrency_levels
 from specops.ops.data import remote_input
@@ -201,24 +201,6 @@ def plot(ev: dict, path: Path) -> Optional[str]:
     return str(path)
 
 
-def select(have: list[str], which: str, run_id: str, host: str) -> list[str]:
-    """`--checkpoints all` or `0,2,...` against the run's checkpoints (in the order given, once each)."""
-    listed = ", ".join(have) or "none"
-    if not have:
-        raise SpecopsError(f"evaluate: run {run_id} on {host} has no checkpoint yet (none under checkpoints/): "
-                           f"train it first")
-    if which.strip() == "all":
-        return list(have)
-    want = list(dict.fromkeys(x.strip() for x in which.split(",") if x.strip()))
-    if not want:
-        raise SpecopsError(f"evaluate --checkpoints {which!r}: give all or names such as 0,2 (have: {listed})")
-    unknown = [x for x in want if x not in have]
-    if unknown:
-        raise SpecopsError(f"evaluate --checkpoints: no checkpoint {', '.join(map(repr, unknown))} in run {run_id} on "
-                           f"{host} (have: {listed})")
-    return want
-
-
 def val_accuracy(t: Transport, run_id: str, name: str) -> Optional[dict]:
     """The checkpoint's own validation accuracies (speculators' checkpoints/N/val_metrics.json):
     {"full": [per position], "cond": [...]}, or None when it has none."""
@@ -255,7 +237,7 @@ def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *,
     ("picked"). A dry run says every checkpoint's servers and job, then stops (what follows reads them)."""
     concurrency_levels(speedup)  # (bad levels: one line, before any server)
     _spec(t, run_id)  # (an unknown run: the same line as evaluate's)
-    names = select(fetch.run_checkpoints(t, run_id), checkpoints, run_id, t.host.name)
+    names = ckpts.several(t, run_id, checkpoints)
     evs: list[tuple[str, dict]] = []
     stopped: Optional[NotDone] = None
     for i, name in enumerate(names, 1):
@@ -390,6 +372,11 @@ def _evaluate_flags(run_id: Optional[str] = None, checkpoint: str = "best", chec
                     pick: bool = False, speedup: Optional[str] = None, prompts: Optional[str] = None,
                     tune: bool = False, **kw) -> None:
     jobs.needs_run_id("evaluate")(run_id=run_id)
+    if checkpoints is not None:
+        for name in (x.strip() for x in checkpoints.split(",")):
+            if name:
+                ckpts.spelling("--checkpoints", name, run_id, words=("all",))
+    ckpts.spelling("--checkpoint", checkpoint, run_id)
     if checkpoints is not None and checkpoint != "best":
         raise Refused(f"evaluate takes --checkpoint {checkpoint} (one) or --checkpoints {checkpoints} (several), "
                       f"not both")

