@@ -16,7 +16,6 @@ import json
 import os
 import re
 import select
-import shlex
 import shutil
 import signal
 import subprocess
@@ -33,6 +32,7 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if WORKER.startswith("gw") and WORKER != "gw0":
     os.environ["SPECOPS_TEST_USER"] = os.environ.get("SPECOPS_TEST_USER", "specops-ci") + WORKER[2:]
 
+from noinstall import InstallInFastLayer, installer, refuse_installs  # noqa: E402,F401  (test_layers: the first two)
 from rig import Rig  # noqa: E402  (reads SPECOPS_TEST_USER)
 
 # -- a suite started in the background (`make test &`, nohup, a CI runner without job control) inherits
@@ -121,33 +121,6 @@ class RigInFastLayer(AssertionError):
     pass
 
 
-class InstallInFastLayer(AssertionError):
-    pass
-
-
-#: the programs that install (or raise privileges to): a fast test starts none of them
-INSTALLERS = re.compile(r"(apt|apt-get|aptitude|dpkg|sudo|pip[0-9.]*|uv|conda)")
-
-
-def installer(args, env: dict | None = None) -> str | None:
-    """What in a subprocess's command line would install something: an installer by name (also
-    inside a shell string), `python -m pip`/`uv`, or .ci/system-deps without --check while its
-    PATH leads to this machine's apt-get; None when nothing."""
-    words = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-    words = [w for a in map(os.fsdecode, words) for w in (shlex.split(a) if " " in a.strip() else [a])]
-    for i, w in enumerate(words):
-        name = os.path.basename(w)
-        if INSTALLERS.fullmatch(name):
-            return name
-        if w == "-m" and words[i + 1:i + 2] in (["pip"], ["uv"]):
-            return f"-m {words[i + 1]}"
-        path = (env or os.environ).get("PATH")
-        if name == "system-deps" and "--check" not in words and shutil.which("apt-get", path=path) \
-                and shutil.which("apt-get", path=path) == shutil.which("apt-get"):
-            return "system-deps without --check"
-    return None
-
-
 @pytest.fixture(autouse=True)
 def fast_layer_guard(request, monkeypatch):
     """A `fast` test never starts a rig (a getfixturevalue or a direct Rig() would slip past the
@@ -171,14 +144,7 @@ def fast_layer_guard(request, monkeypatch):
     monkeypatch.setattr(netrig.NetRig, "start", refuse("starts the network-namespace rig"))
     popen = subprocess.Popen.__init__
 
-    def no_installs(self, args, *a, **k):
-        what = installer(args, k.get("env"))
-        if what:
-            raise InstallInFastLayer(f"{request.node.nodeid} is in the fast layer, which changes nothing on the "
-                                     f"machine, but starts {what}: {args!r}")
-        popen(self, args, *a, **k)
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", no_installs)
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_installs(popen, request.node.nodeid))
     monkeypatch.setitem(_warm, "on", True)
     yield
 
@@ -224,7 +190,8 @@ class WarmInv:
 
     def run(self, args: tuple, env: dict, timeout: float, cwd: Path | str) -> subprocess.CompletedProcess:
         out, err = self.tmp / "out", self.tmp / "err"
-        req = {"argv": list(args), "env": env, "cwd": str(cwd), "out": str(out), "err": str(err)}
+        req = {"argv": list(args), "env": env, "cwd": str(cwd), "out": str(out), "err": str(err),
+               "no_installs": "an `inv` of the fast layer"}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         pid = self.answer(None)["pid"]
         done = self.answer(timeout)

@@ -41,6 +41,7 @@ def test_a_fast_test_that_starts_an_installer_fails_loudly(tmp_path):
     --check are refused before they start; the check, and system-deps with a PATH of stand-ins, run."""
     for argv in (["apt-get", "install", "-y", "munge"], ["/usr/bin/sudo", "true"], ["bash", "-c", "pip install x"],
                  [sys.executable, "-m", "pip", "install", "x"], "uv pip install x", ["pip3.11", "--version"],
+                 [sys.executable, "-c", "import sys\nfrom pip._internal.cli.main import main\nmain()", "install", "x"],
                  ["bash", str(REPO / ".ci/system-deps"), "test"]):
         with pytest.raises(InstallInFastLayer, match=r"is in the fast layer, which changes nothing on the machine"):
             subprocess.run(argv, shell=isinstance(argv, str), capture_output=True)
@@ -49,6 +50,12 @@ def test_a_fast_test_that_starts_an_installer_fails_loudly(tmp_path):
     (tmp_path / "apt-get").write_text("#!/bin/sh\n")
     assert conftest.installer(["bash", ".ci/system-deps", "demo"], {"PATH": str(tmp_path)}) is None
     assert conftest.installer(["grep", "-r", "uvicorn", "pipeline.py"]) is None
+    # (an `inv` of the fast layer, forked by the warm server, is held to the same: `inv wheelhouse` drives pip
+    # through `python -c`)
+    r = conftest.inv("wheelhouse", "--profile", "cpu", "--dest", str(tmp_path / "wh"))
+    assert r.returncode != 0 and "an `inv` of the fast layer is in the fast layer, which changes nothing on the " \
+        "machine, but starts " in r.stderr, r.stderr[-3000:]
+    assert not (tmp_path / "wh").exists() or not any((tmp_path / "wh").rglob("*.whl"))
 
 
 def test_a_fast_layer_inv_is_a_process_of_its_own_forked_by_the_warm_server(tmp_path):

@@ -10,15 +10,19 @@ the modules are imported already, under the server's environment (conftest.INV_E
 every `inv` of the tests gets), so a variable read at import time (the consoles' COLUMNS and
 NO_COLOR) must not differ per call: conftest.inv starts a fresh process for a call that changes one.
 
-The protocol: one JSON request a line on stdin ({"argv", "env", "cwd", "out", "err"}), one JSON
+The protocol: one JSON request a line on stdin ({"argv", "env", "cwd", "out", "err", and
+"no_installs": who, for the fast layer's guard, tests/noinstall.py, in the child}), one JSON
 answer a line on stdout ({"pid"} at the fork, {"rc"} at its end).
 """
 
 import atexit
 import json
 import os
+import subprocess
 import sys
 import traceback
+
+import noinstall  # (beside this file: sys.path[0] until serve() makes it the repo)
 
 
 def run(req: dict) -> int:
@@ -32,6 +36,8 @@ def run(req: dict) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, target)
         os.close(fd)
+    if req.get("no_installs"):  # (the fast layer's guard, in this process too)
+        subprocess.Popen.__init__ = noinstall.refuse_installs(subprocess.Popen.__init__, req["no_installs"])
     sys.argv = ["inv", *req["argv"]]
     from invoke.main import program
 
