@@ -227,8 +227,20 @@ def test_a_dripping_webhook_holds_neither_a_restart_nor_the_runs_end_and_names_t
             pid = record(t, rid)["pid"]
             wait_for(lambda: t.run(f"ps -o stat= -p {pid}").stdout.strip()[:1] in ("", "Z"), 10,
                      "the supervisor's exit, its last notification done")
+            # `inv stop` while the end's notification drips: the stop does not wait for it either
+            hook.drip = 3
+            rid2 = jobs.new_run_id("t-drip-stop")
+            jobs.start(t, rid2, [py, "-c", "import time; time.sleep(120)"], kind="train", notify=url,
+                       watch={"restarts": 0, "stall_after": None, "restart_on_stall": False, "backoff": 1})
+            t0 = time.time()
+            stopped = jobs.stop(t, rid2, grace=30)
+            assert stopped.ok and time.time() - t0 < 8 and jobs.status(t, rid2)[0].state == "stopped", (
+                time.time() - t0, stopped)
+            wait_for(lambda: len(hook.got) == 3, 10, "the stop's notification")
+            assert hook.got[2]["text"].startswith(f"specops: train {rid2} on light: stopped (`inv stop`)")
+            assert hook.got[2]["closed"] is None  # (still dripping when the stop returned)
         auth = "Basic " + base64.b64encode(b"ops:PASSWORD").decode()
-        assert [(g["auth"], g["path"]) for g in hook.got] == [(auth, "/hooks/SECRET?token=SECRET2")] * 2
+        assert [(g["auth"], g["path"]) for g in hook.got[:2]] == [(auth, "/hooks/SECRET?token=SECRET2")] * 2
         assert hook.got[0]["text"] == f"specops: train {rid} on light: restart 1 of 1 in 0.2s: exit 3 before any step"
         assert hook.got[1]["text"] == f"specops: train {rid} on light: succeeded after 1 restart(s)"
         assert "SECRET" not in seen + log and "PASSWORD" not in seen + log, seen + log

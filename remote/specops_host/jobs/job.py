@@ -142,6 +142,8 @@ def stop_job(d, grace=60.0):
     kill_all(job_pids(raw), signal.SIGCONT)  # (a frozen process, e.g. a stalled trainer: its SIGTERM waits for this)
     killed = False
     while left := job_pids(raw):
+        if left == [raw.get("pid")] and (d / "exit_code").is_file():
+            break  # (its supervisor, done, sending its last notification: jobs/notify.py; it ends by itself)
         if time.time() - t0 > grace and not killed:
             kill_all(left, signal.SIGKILL)  # (the group and the tagged processes)
             killed = True
