@@ -235,8 +235,9 @@ def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, 
              overwrite=overwrite, learnable=learnable, seconds=seconds, size=size)
 
 
-#: a training's supervisor on the host (specops/ops/watch.py, remote/specops_host/jobs/watch.py)
-LOOKED_AFTER = {
+#: the flags of a training's Supervision (remote/specops_host/contract.py; built by specops/ops/watch.py,
+#: looked after by remote/specops_host/jobs/watch.py)
+SUPERVISION = {
     "restarts": "restart an abnormal end (exit, signal; never after `inv stop`) from the last complete checkpoint up "
                 "to N times (default: hosts.yaml restarts, else 3 on a cuda host, 0 on a cpu host)",
     "stall_after": "seconds without a training step before the run is `stalled` (its stacks written into the run) "
@@ -269,7 +270,7 @@ LOOKED_AFTER = {
                    "(default on, cached on the host per verifier, draft config and vLLM version; a group: the "
                    "first node); --no-serve-check skips it",
     "continue_on_new_data": "resume a run id on another dataset or other settings (refused otherwise; run.json keeps "
-                            "every start's data and settings)", **LOOKED_AFTER})
+                            "every start's data and settings)", **SUPERVISION})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=29500, hidden_states="auto",
           layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None, serve_check=True,
@@ -324,7 +325,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "disk_budget": DISK_BUDGET,
     "vllm_arg": VLLM_ARG, "plan_first": "first `inv plan` (measured on a sample, priced), then stop unless --yes",
     "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"],
-    "restarts": LOOKED_AFTER["restarts"], "notify": LOOKED_AFTER["notify"]})
+    "restarts": SUPERVISION["restarts"], "notify": SUPERVISION["notify"]})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
              disk_budget=None, vllm_arg=None, plan_first=False, yes=False, sample=32, restarts=None, notify=None):

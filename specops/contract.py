@@ -5,6 +5,7 @@ rule, one set of job states and one payload frame; its refusals raised here as S
 from __future__ import annotations
 
 from specops_host import contract as _mod
+from specops_host.contract import Supervision
 
 BEGIN, END = _mod.BEGIN, _mod.END
 JobState = _mod.JobState
@@ -17,6 +18,17 @@ NAME_MAX = _mod.NAME_MAX
 SPEEDUP_OFF = _mod.SPEEDUP_OFF
 VLLM_RESERVED = _mod.VLLM_RESERVED
 human_bytes = _mod.human_bytes
+
+
+def supervision(**fields) -> Supervision:
+    """A Supervision (a training's policy: restarts, back-off, stall, first step, notify, requeue)
+    by the host's rules, a refusal raised as the laptop's one-line args.Refused (exit 2)."""
+    from specops.args import USAGE, Refused as Refusal
+
+    try:
+        return Supervision(**fields)
+    except Refused as e:
+        raise Refusal(str(e), code=USAGE) from None
 
 
 def check_name(kind: str, value: str) -> str:

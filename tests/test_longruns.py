@@ -14,6 +14,7 @@ import time
 
 from conftest import cpu_train_config, inv, wait_for
 from specops import inventory
+from specops.contract import Supervision
 from specops.host.connection import connect
 from specops.ops import jobs
 from specops_host import ckpt
@@ -161,8 +162,7 @@ def test_the_same_failure_twice_stops_and_stop_in_the_back_off_ends_it_and_a_bad
         py = t.expand(light_host.python)
         fail = [py, "-c", "print('train/loss=1.0, global_step=7', flush=True); raise SystemExit(3)"]
         rid = jobs.new_run_id("t-same")
-        jobs.start(t, rid, fail, kind="train", watch={"restarts": 3, "stall_after": None, "restart_on_stall": False,
-                                                      "backoff": 0.2})
+        jobs.start(t, rid, fail, kind="train", supervision=Supervision(restarts=3, backoff=0.2))
         wait_for(lambda: jobs.status(t, rid)[0].ended, 60, "the end")
         j = jobs.status(t, rid)[0]
         assert j.state == "failed" and j.describe == ("failed (exit 3; restart 1 of 3: exit 3 at step 7; restarts "
@@ -170,8 +170,8 @@ def test_the_same_failure_twice_stops_and_stop_in_the_back_off_ends_it_and_a_bad
         assert jobs.tail(t, rid, 40).count("start: ") == 2
 
         rid = jobs.new_run_id("t-backoff")
-        jobs.start(t, rid, [py, "-c", "raise SystemExit(5)"], kind="train", notify="http://127.0.0.1:9/hooks/x",
-                   watch={"restarts": 2, "stall_after": None, "restart_on_stall": False, "backoff": 60})
+        jobs.start(t, rid, [py, "-c", "raise SystemExit(5)"], kind="train",
+                   supervision=Supervision(restarts=2, backoff=60, notify="http://127.0.0.1:9/hooks/x"))
         wait_for(lambda: "restart 1 of 2 in" in jobs.status(t, rid)[0].describe, 60, "the back-off")
         t0 = time.time()
         r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid)
@@ -200,8 +200,8 @@ def test_a_dripping_webhook_holds_neither_a_restart_nor_the_runs_end_and_names_t
             code = ("import os, time; n = os.environ.get('SPECOPS_RESTART'); "
                     "print('attempt', n or 0, 'ends at', time.time(), flush=True); raise SystemExit(0 if n else 3)")
             rid = jobs.new_run_id("t-drip")
-            jobs.start(t, rid, [py, "-c", code], kind="train", notify=url,
-                       watch={"restarts": 1, "stall_after": None, "restart_on_stall": False, "backoff": 0.2})
+            jobs.start(t, rid, [py, "-c", code], kind="train",
+                       supervision=Supervision(restarts=1, backoff=0.2, notify=url))
             wait_for(lambda: t.exists(jobs.run_path(t, rid, "exit_code"), "-f"), 60, "the run's end")
             ended = float(t.run(f"{py} -c 'import os, sys; print(os.stat(sys.argv[1]).st_mtime)' "
                                 f"{jobs.run_path(t, rid, 'exit_code')}").stdout)

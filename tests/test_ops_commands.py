@@ -7,6 +7,7 @@ up here as a diff. The real-sshd tests prove the same commands work on a host; n
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import pytest
 
 from fakes import RecordingTransport
 from specops import inventory
-from specops.contract import BEGIN, END
+from specops.contract import BEGIN, END, Supervision
 from specops.errors import SpecopsError
 from specops.host.transfer.listings import _FIND
 
@@ -441,31 +442,32 @@ def test_train_start_command_carries_the_supervisors_policy_and_the_env_file_the
                        notify="https://hooks.example/T0/SECRET")
     t = RecordingTransport(h, answers=[(r"jobs\.job start", 0, '@@SPECOPS-PAYLOAD-BEGIN@@{"ok": true, "run_id": "r1", '
                                                               '"pid": 5}@@SPECOPS-PAYLOAD-END@@\n')])
-    looks, target = ops_watch.settings(t, stall_after=900, restart_on_stall=True, backoff=5)
-    assert looks == {"restarts": 3, "stall_after": 900, "restart_on_stall": True, "backoff": 5.0,
-                     "first_step_after": None}
-    assert ops_watch.start_args(ops_watch.settings(t, first_step_after=1200)[0])[-2:] == ["--first-step-after", "1200"]
-    assert target == "https://hooks.example/T0/SECRET"
-    jobs.start(t, "r1", ["python", "-m", "x"], kind="train", lock="train", term="child", watch=looks, notify=target)
+    sup = ops_watch.supervision(t, stall_after=900, restart_on_stall=True, backoff=5)
+    assert sup.record() == {"restarts": 3, "stall_after": 900, "restart_on_stall": True, "backoff": 5.0,
+                            "first_step_after": None, "requeue": False}
+    assert ops_watch.supervision(t, first_step_after=1200).record()["first_step_after"] == 1200
+    assert sup.notify == "https://hooks.example/T0/SECRET"
+    jobs.start(t, "r1", ["python", "-m", "x"], kind="train", lock="train", term="child", supervision=sup)
     start = next(c for c in t.commands if "jobs.job start" in c)
-    assert ("start --run-id r1 --kind train --term child --lock train --watch --restarts 3 --backoff 5 "
-            "--stall-after 900 --restart-on-stall --env-file /w/runs/r1.env -- python -m x") in start
+    assert ("start --run-id r1 --kind train --term child --lock train --supervision " + shlex.quote(json.dumps(
+        {"restarts": 3, "backoff": 5.0, "stall_after": 900.0, "first_step_after": None, "restart_on_stall": True,
+         "requeue": False})) + " --env-file /w/runs/r1.env -- python -m x") in start
     assert "SECRET" not in " ".join(t.commands)
     env = [op[2] for op in t.ops if op[0] == "put" and op[1] == "/w/runs/r1.env"]
-    assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\nSPECOPS_NOTIFY_HOST=h\n"]  # (hosts.yaml's name)
-    assert ops_watch.said(looks, target) == ("restarts: up to 3 (back-off 5s, doubling); stall: no step for 900s, "
-                                             "then restarted; notify: https://hooks.example/...")
+    assert env == [b"SPECOPS_NOTIFY=https://hooks.example/T0/SECRET\nSPECOPS_NOTIFY_HOST=h\n"]
+    assert ops_watch.said(sup) == ("restarts: up to 3 (back-off 5s, doubling); stall: no step for 900s, "
+                                   "then restarted; notify: https://hooks.example/...")
     # a Slurm host: --restarts N is Slurm's requeue (#SBATCH --requeue, the batch shell recording each
     # requeued start through specops_host.jobs.requeued); the supervisor's other care is refused there
     slurm = inventory.Host(name="s", address="s", scheduler="slurm")
     for flag in ({"stall_after": 600}, {"restart_on_stall": True}, {"backoff": 5}, {"notify": "https://x/y"}):
         with pytest.raises(SpecopsError, match="a Slurm job is restarted by Slurm's requeue .--restarts N., not watched"):
-            ops_watch.settings(RecordingTransport(slurm), restarts=2, **flag)
-    looks = ops_watch.settings(RecordingTransport(slurm), restarts=2)[0]
-    assert looks == {"restarts": 2, "slurm": True}
-    assert ops_watch.settings(RecordingTransport(slurm))[0] == {"restarts": 3, "slurm": True}  # (a cuda host's default)
-    assert ops_watch.said(looks, None).startswith("restarts: up to 2, by Slurm's requeue")
-    assert ops_watch.said({"restarts": 0, "slurm": True}, None) == "restarts: off (#SBATCH --no-requeue)"
+            ops_watch.supervision(RecordingTransport(slurm), restarts=2, **flag)
+    sup = ops_watch.supervision(RecordingTransport(slurm), restarts=2)
+    assert sup == Supervision(restarts=2, requeue=True)
+    assert ops_watch.supervision(RecordingTransport(slurm)) == Supervision(restarts=3, requeue=True)  # (a cuda default)
+    assert ops_watch.said(sup).startswith("restarts: up to 2, by Slurm's requeue")
+    assert ops_watch.said(Supervision(restarts=0, requeue=True)) == "restarts: off (#SBATCH --no-requeue)"
 
 
 def test_a_slurm_trainings_restarts_are_slurms_requeue():
@@ -476,7 +478,7 @@ def test_a_slurm_trainings_restarts_are_slurms_requeue():
 
     req = script.Request(nodes=1, partition="debug")
     job = script.BatchJob(name="specops-r1", workdir="/w", run_dir="/w/runs/r1", command=["/v/bin/python3", "-m", "x"],
-                          request=req, requeue=2)
+                          request=req, supervision=Supervision(restarts=2, requeue=True))
     text = script.render(job)
     assert "#SBATCH --requeue\n" in text and "--no-requeue" not in text
     assert ('if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then\n'
@@ -485,7 +487,8 @@ def test_a_slurm_trainings_restarts_are_slurms_requeue():
             '  export SPECOPS_RESTART="$SLURM_RESTART_COUNT"\n'
             'fi\n') in text
     assert text.index("specops_host.jobs.requeued") < text.index("srun --ntasks-per-node=1")
-    none = script.render(script.BatchJob(name="n", workdir="/w", run_dir="/w/runs/n", command=["p"], request=req, requeue=0))
+    none = script.render(script.BatchJob(name="n", workdir="/w", run_dir="/w/runs/n", command=["p"], request=req,
+                                         supervision=Supervision(restarts=0, requeue=True)))
     assert "#SBATCH --no-requeue\n" in none and "requeued" not in none and "SBATCH --requeue" not in none
     plain = script.render(script.BatchJob(name="n", workdir="/w", run_dir="/w/runs/n", command=["p"], request=req))
     assert "requeue" not in plain

@@ -19,6 +19,7 @@ from conftest import inv
 from specops import inventory
 from specops.args import FLAGS, BadNumber
 from specops.errors import SpecopsError
+from specops_host.contract import FIRST_STEP_S, Refused, Supervision
 from specops_host.jobs import notify, records, watch
 from specops_host import ckpt
 
@@ -29,28 +30,28 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_causes_back_off_and_the_restart_decision():
     assert watch.cause_of(-9) == "signal 9 (SIGKILL)" and watch.cause_of(137) == "exit 137 (SIGKILL)"
     assert watch.cause_of(1) == "exit 1" and watch.cause_of(-15) == "signal 15 (SIGTERM)"
-    p = watch.Policy(restarts=3, backoff=30)
+    p = Supervision(restarts=3, backoff=30)
     assert [p.delay(n) for n in (1, 2, 3, 6)] == [30, 60, 120, 600]
     assert watch.decide(p, 0, ("exit 1", 33), None) == (True, "")
     assert watch.decide(p, 1, ("exit 1", 33), ("exit 1", 33)) == (False, "the same failure twice (exit 1 at step 33)")
     assert watch.decide(p, 1, ("exit 1", 34), ("exit 1", 33))[0]  # (another step: it got further)
     assert watch.decide(p, 3, ("exit 1", 40), ("exit 1", 33)) == (False, "no restart left (3 of 3 used)")
-    assert watch.decide(watch.Policy(), 0, ("exit 1", 1), None) == (False, "restarts are off (--restarts 0)")
+    assert watch.decide(Supervision(), 0, ("exit 1", 1), None) == (False, "restarts are off (--restarts 0)")
 
 
 def test_progress_times_steps_and_sets_the_stall_limit(tmp_path):
     log = tmp_path / "output.log"
     log.write_bytes(b"")
     pr = watch.Progress(log, 0, now=0.0)
-    p = watch.Policy()
+    p = Supervision()
     # (no step yet: a start is long, but one quiet for an hour, or --first-step-after, is a stall too)
-    assert pr.limit(p) == watch.FIRST_STEP_S == 3600 and pr.limit(watch.Policy(stall_after=45)) == 3600
-    assert pr.limit(watch.Policy(stall_after=7200)) == 7200 and pr.limit(watch.Policy(first_step_after=90)) == 90
+    assert pr.limit(p) == FIRST_STEP_S == 3600 and pr.limit(Supervision(stall_after=45)) == 3600
+    assert pr.limit(Supervision(stall_after=7200)) == 7200 and pr.limit(Supervision(first_step_after=90)) == 90
     for i, now in enumerate((10.0, 12.0, 14.0, 16.0)):
         pr.take(f"INFO train/loss=1.0, epoch=0,\n global_step={i}\n".encode(), now)
     assert pr.steps == 4 and pr.last_step == 3 and pr.median_step() == 2.0
     assert pr.limit(p) == watch.STALL_FLOOR_S  # (20 x 2 s < the floor)
-    assert pr.limit(watch.Policy(stall_after=45)) == 45
+    assert pr.limit(Supervision(stall_after=45)) == 45
     pr.take(b"\rTraining epoch 0 40%", 100.0)  # (a progress bar redrawn: alive)
     assert pr.quiet_for(101.0) == 1.0 and pr.steps == 4
     log.write_bytes(b"train/loss=2 global_step=7\ntrain/loss=2 glo")  # (a half-written line waits)
@@ -180,6 +181,11 @@ def job(tmp_path, *args):
     return p
 
 
+def sup(**fields):
+    """jobs/job.py start's --supervision: a Supervision's record, as the laptop sends it (ops/jobs.py start)."""
+    return ["--supervision", json.dumps(Supervision(**fields).record())]
+
+
 def wait_end(tmp_path, rid, timeout=30):
     t0 = time.time()
     while not (tmp_path / "runs" / rid / "exit_code").exists():
@@ -194,7 +200,7 @@ STEPS = ("import os, sys, time\nn = int(os.environ.get('SPECOPS_RESTART') or 0)\
 
 def test_supervisor_restarts_then_stops_at_the_same_failure_and_records_each_restart(tmp_path):
     (tmp_path / "t.py").write_text("print('train/loss=1.0, global_step=5', flush=True); raise SystemExit(3)\n")
-    job(tmp_path, "start", "--run-id", "r", "--kind", "train", "--watch", "--restarts", "3", "--backoff", "0.1",
+    job(tmp_path, "start", "--run-id", "r", "--kind", "train", *sup(restarts=3, backoff=0.1),
         "--", sys.executable, "t.py")
     assert wait_end(tmp_path, "r") == 3
     log = (tmp_path / "runs/r/output.log").read_text()
@@ -202,12 +208,37 @@ def test_supervisor_restarts_then_stops_at_the_same_failure_and_records_each_res
     assert "restarts stopped: the same failure twice (exit 3 at step 5)" in log and log.count("start: ") == 2
     rec = json.loads((tmp_path / "runs/r/run.json").read_text())
     assert [(r["n"], r["cause"], r["step"]) for r in rec["restarts"]] == [(1, "exit 3", 5)]
+    # the policy, carried whole in the job's record, as the laptop built it
+    assert json.loads((tmp_path / "runs/r/job.json").read_text())["supervision"] == Supervision(
+        restarts=3, backoff=0.1).record() == {"restarts": 3, "backoff": 0.1, "stall_after": None,
+                                              "first_step_after": None, "restart_on_stall": False, "requeue": False}
+
+
+def test_one_supervision_policy_its_rules_written_once(tmp_path):
+    """contract.Supervision: the restart-on-stall rule and the Slurm rule in one place (the laptop's
+    flags check, its builder and the host's reader all use it); the notification target, a secret,
+    never in its record; a bad record given to the host's job script: one framed line, nothing started."""
+    with pytest.raises(Refused, match="--restarts 0 allows no restart"):
+        Supervision(restart_on_stall=True)
+    with pytest.raises(Refused, match="--stall-after, --notify: a Slurm job is restarted by Slurm's requeue"):
+        Supervision(restarts=2, stall_after=60, notify="https://x/y", requeue=True)
+    s = Supervision.of({"restarts": 2, "backoff": 5}, notify="https://hooks.example/SECRET")
+    assert s.notify and "notify" not in s.record() and Supervision.of(s.record()) == Supervision(restarts=2, backoff=5)
+    assert Supervision.of(None) is None and [s.delay(n) for n in (1, 2, 8)] == [5, 10, 600]
+    assert Supervision().first_step_limit() == FIRST_STEP_S and Supervision(stall_after=7200).first_step_limit() == 7200
+    for bad in ({"restarts": "3"}, {"watch": {}}, {"restarts": 1, "notify": "x"}, [1], {"stall_after": -1}):
+        with pytest.raises(Refused):
+            Supervision.of(bad)
+    p = subprocess.run([sys.executable, "-m", "specops_host.jobs.job", "start", "--run-id", "x", "--supervision",
+                        "{not json", "--", "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--supervision '{not json': not JSON" in p.stdout, p.stdout
+    assert not (tmp_path / "runs").exists()
 
 
 def test_supervisor_finds_a_stall_writes_stacks_and_restarts_it(tmp_path):
     (tmp_path / "t.py").write_text(STEPS + "if not os.environ.get('SPECOPS_RESTART'):\n    time.sleep(600)\n")
-    job(tmp_path, "start", "--run-id", "s", "--kind", "train", "--watch", "--restarts", "1", "--backoff", "0.1",
-        "--stall-after", "1.5", "--restart-on-stall", "--", sys.executable, "t.py")
+    job(tmp_path, "start", "--run-id", "s", "--kind", "train",
+        *sup(restarts=1, backoff=0.1, stall_after=1.5, restart_on_stall=True), "--", sys.executable, "t.py")
     assert wait_end(tmp_path, "s") == 0
     log = (tmp_path / "runs/s/output.log").read_text()
     assert "stalled: no training step for" in log and "(at step 2; limit 2s)" in log
@@ -224,8 +255,8 @@ def test_a_start_that_hangs_before_its_first_step_is_a_stall_and_restarted(tmp_p
     written, and restarted with --restart-on-stall; the restarted one steps and ends."""
     (tmp_path / "t.py").write_text("import os, sys, time\nif not os.environ.get('SPECOPS_RESTART'):\n"
                                    "    time.sleep(600)\n" + STEPS.split("\n", 1)[1])
-    job(tmp_path, "start", "--run-id", "f", "--kind", "train", "--watch", "--restarts", "1", "--backoff", "0.1",
-        "--first-step-after", "1.5", "--restart-on-stall", "--", sys.executable, "t.py")
+    job(tmp_path, "start", "--run-id", "f", "--kind", "train", *sup(restarts=1, backoff=0.1,
+        first_step_after=1.5, restart_on_stall=True), "--", sys.executable, "t.py")
     assert wait_end(tmp_path, "f") == 0
     log = (tmp_path / "runs/f/output.log").read_text()
     assert "stalled: no training step for" in log and "(before any step; limit 2s)" in log, log
@@ -249,7 +280,7 @@ def test_a_nan_run_that_does_not_heed_sigterm_gets_it_again_then_sigkill(tmp_pat
     without the supervisor's watch."""
     (tmp_path / "t.py").write_text(DEAF)
     job(tmp_path, "start", "--run-id", "n", "--kind", "train", "--fail-on", "nonfinite-loss", "--fail-grace", "1",
-        "--term", "child", *(["--watch"] if watch else []), "--", sys.executable, "t.py")
+        "--term", "child", *(sup() if watch else []), "--", sys.executable, "t.py")
     t0 = time.time()
     assert wait_end(tmp_path, "n", timeout=60) == 1
     assert time.time() - t0 < 30
@@ -263,7 +294,7 @@ def test_a_nan_run_that_does_not_heed_sigterm_gets_it_again_then_sigkill(tmp_pat
 
 def test_stop_during_the_back_off_ends_the_run_without_a_restart(tmp_path):
     (tmp_path / "t.py").write_text("raise SystemExit(5)\n")
-    job(tmp_path, "start", "--run-id", "b", "--kind", "train", "--watch", "--restarts", "2", "--backoff", "30",
+    job(tmp_path, "start", "--run-id", "b", "--kind", "train", *sup(restarts=2, backoff=30),
         "--", sys.executable, "t.py")
     t0 = time.time()
     while "restart 1 of 2 in 30s" not in (tmp_path / "runs/b/output.log").read_text():
@@ -281,8 +312,8 @@ def test_stop_of_a_frozen_trainer_does_not_wait_for_the_grace(tmp_path):
     """A stalled trainer may be frozen (SIGSTOP): `stop` continues it after its SIGTERM, so it ends at
     once instead of at the SIGKILL after the grace."""
     (tmp_path / "t.py").write_text("import time\nprint('train/loss=1.0, global_step=0', flush=True)\ntime.sleep(600)\n")
-    job(tmp_path, "start", "--run-id", "f", "--kind", "train", "--term", "child", "--watch", "--", sys.executable,
-        "t.py")
+    job(tmp_path, "start", "--run-id", "f", "--kind", "train", "--term", "child", *sup(), "--",
+        sys.executable, "t.py")
     t0 = time.time()
     while "global_step=0" not in (tmp_path / "runs/f/output.log").read_text():
         assert time.time() - t0 < 20
@@ -318,7 +349,7 @@ def test_a_hung_trainer_that_answers_sigusr2_leaves_its_python_stacks(tmp_path):
     (tmp_path / "t.py").write_text(
         STEPS + "from specops_host.train import hooked\nhooked.stacks_on_signal()\n"
         + "def stuck_in_a_collective():\n    time.sleep(600)\nstuck_in_a_collective()\n")
-    job(tmp_path, "start", "--run-id", "h", "--kind", "train", "--watch", "--stall-after", "1.5", "--",
+    job(tmp_path, "start", "--run-id", "h", "--kind", "train", *sup(stall_after=1.5), "--",
         sys.executable, "t.py")
     t0 = time.time()
     while "not restarted (--restart-on-stall" not in (tmp_path / "runs/h/output.log").read_text():

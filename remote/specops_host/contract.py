@@ -11,11 +11,14 @@ set of rules.
 - ``check_name``: the one rule for every name that becomes a path (run ids, dataset names,
   host names);
 - ``concurrency_levels``: evaluate's `--speedup` list (concurrent requests per measurement);
+- ``Supervision``: a training's supervision policy (restarts, back-off, stall, first step, notify,
+  requeue), built once on the laptop, carried whole in job.json, read once on the host;
 - ``progress`` / ``Every``: a long wait's progress line (`[specops] ...` on stdout, one every
   PROGRESS_EVERY seconds: the laptop shows a job's log as it grows, and a synchronous script's
   such lines as they come).
 """
 
+import dataclasses
 import enum
 import json
 import os
@@ -129,6 +132,100 @@ def concurrency_levels(text):
         if int(part) not in out:
             out.append(int(part))
     return out
+
+
+#: a training's supervision: the first back-off (doubling, at most MAX_BACKOFF_S), and how long an
+#: attempt may go without a sign of life before its first step (unless first_step_after says)
+BACKOFF_S = 30.0
+MAX_BACKOFF_S = 600.0
+FIRST_STEP_S = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Supervision:
+    """What a training's supervisor does on its own: one policy, built once on the laptop
+    (specops/ops/watch.py supervision(): `inv train`'s flags over hosts.yaml's defaults), carried
+    whole in the job's record (job.json `supervision`: record()), read once on the host
+    (Supervision.of, for jobs/watch.py's loop). On a Slurm host (requeue) Slurm restarts the job
+    (`#SBATCH --requeue`, specops/slurm/script.py) and specops watches nothing.
+
+    restarts: abnormal ends restarted from the last complete checkpoint (0: none); backoff: seconds
+    before the first restart, doubling, at most MAX_BACKOFF_S; stall_after: seconds without a
+    training step that make a stall (None: 20x the median step time, at least 300); first_step_after:
+    the same before an attempt's first step (None: FIRST_STEP_S, or stall_after if larger);
+    restart_on_stall: a stalled trainer is restarted (a restart: needs restarts >= 1); notify: where
+    the end, a failure, a restart, a stall are told (a webhook URL or a command): a secret, it
+    travels in the job's 0600 env file (jobs/notify.py VAR), never in job.json (record() leaves it out)."""
+
+    restarts: int = 0
+    backoff: "float | None" = None
+    stall_after: "float | None" = None
+    first_step_after: "float | None" = None
+    restart_on_stall: bool = False
+    notify: "str | None" = None
+    requeue: bool = False
+
+    def __post_init__(self):
+        def number(name, v, low, strict):
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (v <= low if strict else v < low):
+                bound = "above" if strict else "at least"
+                raise Refused(f"supervision: {name} {v!r}: give a number of seconds, {bound} {low}")
+            return float(v)
+        if isinstance(self.restarts, bool) or not isinstance(self.restarts, int) or self.restarts < 0:
+            raise Refused(f"supervision: restarts {self.restarts!r}: give a count, 0 or more")
+        for name in ("restart_on_stall", "requeue"):
+            if not isinstance(getattr(self, name), bool):
+                raise Refused(f"supervision: {name} {getattr(self, name)!r}: give true or false")
+        if self.notify is not None and not isinstance(self.notify, str):
+            raise Refused(f"supervision: notify {self.notify!r}: give a webhook URL or a command")
+        for name, low, strict in (("backoff", 0, False), ("stall_after", 0, True), ("first_step_after", 0, True)):
+            object.__setattr__(self, name, number(name, getattr(self, name), low, strict))
+        if self.restart_on_stall and not self.restarts:
+            raise Refused("--restart-on-stall restarts a stalled trainer, but --restarts 0 allows no restart (given, "
+                          "or hosts.yaml restarts: 0, or a cpu host's default): give --restarts N (N >= 1) or drop "
+                          "--restart-on-stall")
+        if self.requeue:
+            asked = [f"--{n.replace('_', '-')}" for n in ("restart_on_stall", "stall_after", "first_step_after",
+                                                          "backoff", "notify") if getattr(self, n)]
+            if asked:
+                raise Refused(f"{', '.join(asked)}: a Slurm job is restarted by Slurm's requeue (--restarts N), not "
+                              f"watched by specops: stalls are not found and nobody is told there yet; drop them")
+        elif self.backoff is None:
+            object.__setattr__(self, "backoff", BACKOFF_S)
+
+    def record(self):
+        """What job.json keeps (`supervision`): every field but the notification target (a secret)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "notify"}
+
+    @classmethod
+    def of(cls, record, notify=None):
+        """The policy of a job record's `supervision` (None: the job has none), with the target from
+        its env file; a record of other fields or types: Refused."""
+        if record is None:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)} - {"notify"}
+        if not isinstance(record, dict) or set(record) - names:
+            raise Refused(f"supervision: {record!r}: give a JSON object of {', '.join(sorted(names))}")
+        return cls(**record, notify=notify)
+
+    @classmethod
+    def of_json(cls, text):
+        """The policy of its record as JSON text (jobs/job.py start's --supervision), or Refused."""
+        try:
+            record = json.loads(text)
+        except ValueError:
+            raise Refused(f"--supervision {text!r}: not JSON (a Supervision's record())") from None
+        return cls.of(record)
+
+    def delay(self, n):
+        """The back-off before restart n (1, 2, ...)."""
+        return min((BACKOFF_S if self.backoff is None else self.backoff) * 2 ** (n - 1), MAX_BACKOFF_S)
+
+    def first_step_limit(self):
+        """Seconds an attempt may go without a sign of life before its first step (then: stalled)."""
+        return self.first_step_after or max(FIRST_STEP_S, self.stall_after or 0)
 
 
 #: seconds between two progress lines of a long wait (a script's --progress-every; the laptop's

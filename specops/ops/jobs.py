@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -9,13 +10,13 @@ import time
 from typing import Callable, Optional, Sequence
 
 from specops.args import USAGE, Refused, refusing
-from specops.contract import JobState, check_name, unframed
+from specops.contract import JobState, Supervision, check_name, unframed
 from specops.errors import NoRetry, SpecopsError
 from specops.payloads import Job, Jobs, Started, Stopped
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops.slurm import cluster, script
-from specops.ops.watch import checkpoint_split, skipped_note, start_args
+from specops.ops.watch import checkpoint_split, skipped_note
 from specops_host.jobs import notify as host_notify
 
 
@@ -48,29 +49,30 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
           nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = (),
-          watch: Optional[dict] = None, notify: Optional[str] = None) -> Started:
+          supervision: Optional[Supervision] = None) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
     A slurm host: argv is each node's command of a batch job (`nodes` of them; default: the host's
     slurm.nodes), or each task's of a job array (`array` tasks: script.BatchJob.array); `before`:
     (label, argv) steps of the batch shell before it (script.BatchJob.before).
-    watch: the supervisor looks after the command (restarts, stalls: ops/watch.py settings());
-    notify: where it tells of the end, a failure, a restart, a stall (in the 0600 env file: a
-    webhook URL is a secret)."""
+    supervision: a training's (ops/watch.py supervision()): carried whole in job.json, the host's
+    supervisor looks after the command (restarts, stalls, notifications); its notification target
+    in the 0600 env file (a webhook URL is a secret); a Slurm host: Slurm's requeue."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
-    if notify and watch:  # (and the host's name in hosts.yaml: what the notifications call it)
-        env[host_notify.VAR], env[host_notify.HOST_VAR] = notify, t.host.name
+    if supervision and supervision.notify:  # (and the host's name in hosts.yaml: what the notifications call it)
+        env[host_notify.VAR], env[host_notify.HOST_VAR] = supervision.notify, t.host.name
     if t.host.is_slurm:
         return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before,
-                      requeue=watch.get("restarts") if watch else None)
+                      supervision=supervision)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
     if lock:
         args += ["--lock", lock]
     if fail_on:
         args += ["--fail-on", fail_on]
-    args += start_args(watch)
+    if supervision:
+        args += ["--supervision", json.dumps(supervision.record())]
     remote_env = put_env(t, run_id, env)
     if remote_env:
         args += ["--env-file", remote_env]
@@ -87,11 +89,11 @@ GPU_LOCK = "train"
 
 def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: dict,
            nodes: Optional[int] = None, lock: Optional[str] = None, array: int = 0,
-           before: Sequence[tuple] = (), requeue: Optional[int] = None) -> Started:
+           before: Sequence[tuple] = (), supervision: Optional[Supervision] = None) -> Started:
     """A slurm host: argv as every node's command of one batch job, checked (the partition, the
     shared workdir, `sbatch --test-only`) before anything is written, then submitted. A lock
-    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs. requeue:
-    a training's restarts (script.BatchJob.requeue)."""
+    other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs.
+    supervision: a training's, Slurm's requeue (script.BatchJob.supervision)."""
     s = t.host.slurm
     lock = None if lock == GPU_LOCK else lock
     for j in cluster.status(t) if lock else []:
@@ -101,7 +103,7 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
     job = script.BatchJob(name=f"specops-{run_id}", workdir=t.workdir, run_dir=run_path(t, run_id), command=list(argv),
                           request=script.Request.of(s, nodes=nodes), setup=tuple(s.setup),
                           env_file=run_path(t, run_id) + ".env" if env else None, array=array, before=tuple(before),
-                          requeue=requeue)
+                          supervision=supervision)
     text = cluster.check_job(t, job, kind)
     put_env(t, run_id, env)
     return cluster.submit(t, job, text, run_id, kind, lock=lock)
@@ -339,12 +341,12 @@ def run_following(t: Transport, run_id: str, task: Optional[int] = None,
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
-                 nodes: Optional[int] = None, before: Sequence[tuple] = (), watch: Optional[dict] = None,
-                 notify: Optional[str] = None) -> Optional[int]:
+                 nodes: Optional[int] = None, before: Sequence[tuple] = (),
+                 supervision: Optional[Supervision] = None) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached."""
     j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before,
-              watch=watch, notify=notify)
+              supervision=supervision)
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
     t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")

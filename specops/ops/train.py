@@ -315,13 +315,12 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     (default: half and half); vllm_arg: more vLLM server arguments (after the host's).
     nodes: a slurm host's nodes for this run (default: its slurm.nodes): one batch job, one
     torchrun per node (specops/slurm).
-    restarts, stall_after, restart_on_stall, backoff, notify: what the host's supervisor does on its
-    own (ops/watch.py): restart after an abnormal end, find a stall, tell of the end."""
+    restarts, stall_after, first_step_after, restart_on_stall, backoff, notify: the job's Supervision
+    (ops/watch.py supervision(), built here once): restart after an abnormal end, find a stall, tell."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     h = t.host
-    looks, target = watch.settings(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
-                                   first_step_after=first_step_after,
-                                   backoff=backoff, notify=notify)
+    sup = watch.supervision(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
+                            first_step_after=first_step_after, backoff=backoff, notify=notify)
     extra = None
     if h.is_slurm:  # (the partition first, before the data is read or anything written)
         hidden_states = slurm_settings(t, hidden_states, nodes)
@@ -342,15 +341,15 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     fresh = not t.exists(spec.run_dir, "-d")
     path = put_spec(t, spec)
     before = [serve_step(t, rid, path, vllm_arg)] if h.is_slurm and serve_check else []
-    if looks and (looks["restarts"] or target or looks.get("stall_after") or looks.get("restart_on_stall")):
-        t.note(f"looked after on {h.name}: {watch.said(looks, target)}")
+    if watch.worth_saying(sup):
+        t.note(f"looked after on {h.name}: {watch.said(sup)}")
     if spec.hidden_states == "online":
         t.would("the job would start the vLLM server: "
                 + shlex.join(map(str, spec.record["hidden_states"].get("server_command") or [])))
     try:
         code = jobs.run_attached(t, rid, launch_argv(t, path), kind="train", lock="train", detach=not follow,
                                  stop_on_interrupt=own, term="child", fail_on="nonfinite-loss", nodes=nodes,
-                                 before=before, watch=looks, notify=target)
+                                 before=before, supervision=sup)
     except NotDone:
         raise
     except SpecopsError:

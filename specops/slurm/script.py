@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from specops.contract import Supervision
 from specops.inventory import Slurm
 
 #: the variable the batch shell sets to the first node's address (remote/specops_host/jobs/launch.py reads it)
@@ -88,10 +89,10 @@ class BatchJob:
     array: int = 0
     #: (label, argv) run in the batch shell before srun; a step that fails ends the job with its code
     before: Sequence[tuple] = field(default_factory=tuple)
-    #: a training's restarts: None says nothing (Slurm's default), 0 `--no-requeue`, N `--requeue`
-    #: and the batch shell of a requeued start (SLURM_RESTART_COUNT > 0) records it through
-    #: remote/specops_host/jobs/requeued.py, which ends the job (exit 3) once past N
-    requeue: Optional[int] = None
+    #: a training's Supervision (its requeue): None says nothing (Slurm's default), restarts 0
+    #: `--no-requeue`, N `--requeue` and the batch shell of a requeued start (SLURM_RESTART_COUNT > 0)
+    #: records it through remote/specops_host/jobs/requeued.py, which ends the job (exit 3) once past N
+    supervision: Optional[Supervision] = None
 
     @property
     def output(self) -> str:
@@ -118,14 +119,15 @@ def render(job: BatchJob) -> str:
     """The sbatch script: the header from the request, srun starting one task per node."""
     head = [f"--job-name={job.name}", *job.request.options(), f"--chdir={job.workdir}", f"--output={job.output}",
             "--open-mode=append"] + ([f"--array=0-{job.array - 1}"] if job.array else [])
-    if job.requeue is not None:
-        head.append("--requeue" if job.requeue > 0 else "--no-requeue")
+    restarts = job.supervision.restarts if job.supervision is not None else None
+    if restarts is not None:
+        head.append("--requeue" if restarts > 0 else "--no-requeue")
     q = shlex.quote
     ex = shell_arg(job.exit_file)
     steps = []
-    if job.requeue:  # (a requeued start: recorded, or the job ended once past the restarts allowed)
+    if restarts:  # (a requeued start: recorded, or the job ended once past the restarts allowed)
         rec = shlex.join([job.command[0], "-m", "specops_host.jobs.requeued", "--run-dir", job.run_dir,
-                          "--of", str(job.requeue)])
+                          "--of", str(restarts)])
         steps += ['if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
                   f'  {rec} --count "$SLURM_RESTART_COUNT"; rc=$?',
                   f'  if [ "$rc" != 0 ]; then echo "$rc" > {ex}; exit "$rc"; fi',

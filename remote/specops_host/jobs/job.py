@@ -2,15 +2,16 @@
 
 Launch (what specops sends, from the host workdir):
     <venv>/bin/python3 -m specops_host.jobs.job start --run-id R --kind train [--lock train] \
-        [--env-file F] [--watch --restarts N --stall-after S --restart-on-stall --backoff S] -- CMD ARGS...
+        [--env-file F] [--supervision JSON] -- CMD ARGS...
     <venv>/bin/python3 -m specops_host.jobs.job status [--run-id R]
     <venv>/bin/python3 -m specops_host.jobs.job stop --run-id R [--grace 60]
 
 `start` spawns a supervisor in a new session (setsid: its own process group, no controlling
 terminal, stdin from /dev/null, output to runs/R/output.log) and returns at once; the job
 survives the SSH connection. The supervisor runs CMD in that process group, writes
-runs/R/exit_code when it ends and keeps runs/R/job.json up to date; with --watch it restarts the
-command after an abnormal end, finds a stall and notifies (jobs/watch.py). `stop` signals the
+runs/R/exit_code when it ends and keeps runs/R/job.json up to date; with --supervision (a training's
+contract.Supervision, kept whole in job.json) it restarts the command after an abnormal end, finds a
+stall and notifies (jobs/watch.py). `stop` signals the
 process group (SIGTERM, grace, SIGKILL) and waits until no process of the group is left.
 A pid is taken for the job's only while it is the recorded process (its start time, or the job's
 SPECOPS_JOB tag, in this run folder: procs.py); a job none of whose processes is left is
@@ -30,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from specops_host.contract import JobState, emit, read_json, write_json
-from specops_host.jobs import watch
+from specops_host.contract import JobState, Supervision, emit, read_json, write_json
+from specops_host.jobs import notify, watch
 from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_torchrun, kill_all,
                                      pid_alive, start_time, tagged, tie)
 from specops_host.jobs.records import (RUNS, all_jobs, file_size, gpu_memory_by_pid, holds, is_ours, job_pids,
@@ -237,7 +238,7 @@ def supervise(d, env_file=None, tied_to=None):
         return 0
     check = CHECKS.get(rec.get("fail_on"))
     grace = float(rec.get("fail_grace") or FAIL_GRACE_S)
-    policy = watch.Policy.of(rec, env)  # (a training's: restarts, stalls, notifications: jobs/watch.py)
+    policy = Supervision.of(rec.get("supervision"))  # (a training's, read once: jobs/watch.py looks after it)
 
     def start(n):
         """Attempt n (0: the first): the command started, its pid recorded; (Popen, log position) or None."""
@@ -269,7 +270,8 @@ def supervise(d, env_file=None, tied_to=None):
             return 127
         rc, found = watch_command(d, first[0], check, first[1], every=min(5.0, grace), grace=grace)
     else:
-        rc, found = watch.Supervisor(d, rec, policy, start, cleanup, check=check, scan=scan,
+        rc, found = watch.Supervisor(d, rec, policy, start, cleanup, notifier=notify.Notifier.of(env), check=check,
+                                     scan=scan,
                                      term=lambda pid: FailStop(pid, grace)).run()
         if rc == 127 and (d / "exit_code").is_file():
             return 127
@@ -358,14 +360,9 @@ def main():
     s.add_argument("--fail-grace", type=float, default=None,
                    help=f"after a --fail-on match's SIGTERM: seconds to a second SIGTERM, then to SIGKILL "
                         f"(default {FAIL_GRACE_S:g})")
-    s.add_argument("--watch", action="store_true", help="the supervisor looks after the command: jobs/watch.py")
-    s.add_argument("--restarts", type=int, default=0, help="with --watch: restarts after an abnormal end")
-    s.add_argument("--stall-after", type=float, default=None, help="with --watch: seconds without a step (default: "
-                                                                     "20x the median step time, at least 300)")
-    s.add_argument("--first-step-after", type=float, default=None,
-                   help="with --watch: seconds a start may go quiet before its first step (default: 3600 or --stall-after)")
-    s.add_argument("--restart-on-stall", action="store_true")
-    s.add_argument("--backoff", type=float, default=watch.BACKOFF_S, help="the first back-off (doubling, <= 600 s)")
+    s.add_argument("--supervision", type=Supervision.of_json, default=None,
+                   help="a training's contract.Supervision as JSON (its record()): the supervisor looks after the "
+                        "command (jobs/watch.py)")
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -385,10 +382,9 @@ def main():
         if not argv:
             emit({"ok": False, "error": "no command given after --"})
             return 2
-        looks = {"watch": {"restarts": a.restarts, "stall_after": a.stall_after, "first_step_after": a.first_step_after,
-                           "restart_on_stall": a.restart_on_stall, "backoff": a.backoff}} if a.watch else None
         res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
-                        fail_on=a.fail_on, fail_grace=a.fail_grace, extra=looks)
+                        fail_on=a.fail_on, fail_grace=a.fail_grace,
+                        extra={"supervision": a.supervision.record()} if a.supervision else None)
         emit(res)
         return 0 if res["ok"] else 1
     if a.cmd == "status":

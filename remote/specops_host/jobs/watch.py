@@ -1,8 +1,10 @@
 """A job that looks after itself: the supervisor's loop for a training (jobs/job.py supervise runs it).
 
-The policy travels in job.json's `watch` ({restarts, stall_after, restart_on_stall, backoff}; `inv
-train` sets it) and the notification target in the supervisor's environment (SPECOPS_NOTIFY, from
-the job's 0600 env file: jobs/notify.py's Notifier, which the loop never waits on). The loop:
+The policy is the job's contract.Supervision (restarts, back-off, stall, first step, notify): built
+once on the laptop (`inv train`, specops/ops/watch.py), kept whole in job.json's `supervision`, read
+once by jobs/job.py supervise (Supervision.of), which hands it to the loop; the notification target
+comes from the job's 0600 env file (SPECOPS_NOTIFY: jobs/notify.py's Notifier, which the loop never
+waits on). The loop:
 - runs the command (the trainer); while it runs, reads its log: the fail-on check (job.py CHECKS),
   and progress: a training step logged (`train/loss=`, `global_step=N`) or a progress bar redrawn;
 - **stall**: no progress for `stall_after` seconds (default: 20x the run's median step time, at
@@ -30,19 +32,13 @@ import time
 from pathlib import Path
 
 from specops_host.contract import read_json
-from specops_host.jobs import notify
 from specops_host.jobs.procs import kill_all
 from specops_host.jobs.records import job_pids, update_json
 
-#: back-off: the first wait (default), doubling, at most
-BACKOFF_S = 30.0
-MAX_BACKOFF_S = 600.0
 #: the default stall limit: this many median step times, at least STALL_FLOOR_S, once STEPS_TIMED are timed
+#: (before the first step: the Supervision's first_step_limit())
 STALL_TIMES = 20
 STALL_FLOOR_S = 300.0
-#: before an attempt's first step: this long without a sign of life (any log output that counts:
-#: BEAT) is a stall too (a trainer hung in its start: NCCL init, a collective), unless --first-step-after says
-FIRST_STEP_S = 3600.0
 STEPS_TIMED = 3
 #: a training step in the log (speculators' metric record), its step number, and other signs of life
 STEP = re.compile(rb"train/loss=")
@@ -55,30 +51,6 @@ RESTART_VAR = "SPECOPS_RESTART"
 
 def say(text):
     print(f"[specops] {time.strftime('%Y-%m-%d %H:%M:%S')} {text}", flush=True)
-
-
-class Policy:
-    """What the supervisor does on its own: job.json's `watch` and the notification target."""
-
-    def __init__(self, restarts=0, stall_after=None, restart_on_stall=False, backoff=BACKOFF_S, notify_to=None,
-                 first_step_after=None):
-        self.restarts, self.stall_after, self.restart_on_stall = int(restarts or 0), stall_after, bool(restart_on_stall)
-        #: seconds an attempt may go without a sign of life before its first step (then: stalled)
-        self.first_step_after = float(first_step_after) if first_step_after else max(FIRST_STEP_S, stall_after or 0)
-        self.backoff = BACKOFF_S if backoff is None else float(backoff)
-        self.notify_to = notify_to
-
-    @classmethod
-    def of(cls, rec, env):
-        w = rec.get("watch") if isinstance(rec.get("watch"), dict) else None
-        if w is None:
-            return None
-        return cls(w.get("restarts"), w.get("stall_after"), w.get("restart_on_stall"), w.get("backoff"),
-                   notify.Notifier.of(env), w.get("first_step_after"))
-
-    def delay(self, n):
-        """The back-off before restart n (1, 2, ...)."""
-        return min(self.backoff * 2 ** (n - 1), MAX_BACKOFF_S)
 
 
 def cause_of(rc):
@@ -157,7 +129,7 @@ class Progress:
         first step the policy's first_step_after (a trainer's start, the verifier's config, the data,
         a compile, logs no steps and may be long; a start that hangs is found all the same)."""
         if not self.steps:
-            return policy.first_step_after
+            return policy.first_step_limit()
         if policy.stall_after:
             return float(policy.stall_after)
         m = self.median_step()
@@ -236,8 +208,8 @@ class Supervisor:
     scan(log, pos, pattern) its reader and term(pid) what stops the command once the check matched
     (job.FailStop: a callable, called at every poll from then on)."""
 
-    def __init__(self, d, rec, policy, start, cleanup, check=None, scan=None, term=None):
-        self.d, self.rec, self.policy = Path(d), rec, policy
+    def __init__(self, d, rec, policy, start, cleanup, notifier=None, check=None, scan=None, term=None):
+        self.d, self.rec, self.policy, self.notifier = Path(d), rec, policy, notifier
         self.start, self.cleanup, self.check, self.scan, self.term = start, cleanup, check, scan, term
         self.run_id = rec.get("run_id", self.d.name)
 
@@ -249,8 +221,8 @@ class Supervisor:
             say(f"could not record {sorted(fields)} in job.json: {e}")
 
     def tell(self, event, text):
-        if self.policy.notify_to:  # (a notify.Notifier: queued, delivered off this loop, each within its deadline)
-            self.policy.notify_to.post(event, f"{self.rec.get('kind', 'job')} {self.run_id}", text, self.run_id, say)
+        if self.notifier:  # (a notify.Notifier: queued, delivered off this loop, each within its deadline)
+            self.notifier.post(event, f"{self.rec.get('kind', 'job')} {self.run_id}", text, self.run_id, say)
 
     def stopped(self):
         rec = read_json(self.d / "job.json")
