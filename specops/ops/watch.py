@@ -34,7 +34,7 @@ def check_flags(restarts: Optional[int] = None, restart_on_stall: bool = False, 
     target, and the Supervision's own rules where the flags alone decide them (--restarts given)."""
     why = problem(notify)
     if why:
-        raise Refused(f"--notify {notify!r}: {why}", code=2)
+        raise Refused(f"--notify {host_notify.named(notify)}: {why}", code=2)  # (never the URL's secrets)
     if restarts is not None:
         checked(restarts=restarts, restart_on_stall=restart_on_stall)
 
