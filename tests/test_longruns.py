@@ -230,8 +230,8 @@ def test_a_dripping_webhook_holds_neither_a_restart_nor_the_runs_end_and_names_t
             # `inv stop` while the end's notification drips: the stop does not wait for it either
             hook.drip = 3
             rid2 = jobs.new_run_id("t-drip-stop")
-            jobs.start(t, rid2, [py, "-c", "import time; time.sleep(120)"], kind="train", notify=url,
-                       watch={"restarts": 0, "stall_after": None, "restart_on_stall": False, "backoff": 1})
+            jobs.start(t, rid2, [py, "-c", "import time; time.sleep(120)"], kind="train",
+                       supervision=Supervision(restarts=0, backoff=1, notify=url))
             t0 = time.time()
             stopped = jobs.stop(t, rid2, grace=30)
             assert stopped.ok and time.time() - t0 < 8 and jobs.status(t, rid2)[0].state == "stopped", (
