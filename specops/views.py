@@ -159,6 +159,11 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
     c = ev["counters"]
     line(f"mean acceptance length {ev.get('mean_acceptance_length', float('nan')):.3f} "
          f"(drafts {c['drafts']:.0f}, draft tokens {c['draft_tokens']:.0f}, accepted {c['accepted']:.0f})")
+    if ev.get("by_category"):  # (each category's share of the spec-decode counters; a speedup times all prompts)
+        table("acceptance by category (the prompts' \"category\")", ("category", "prompts", "tokens", "mean acceptance "
+              "length", *[f"accepted at {i}" for i in range(len(acc))]), [[c, e["prompts"], e["generated_tokens"],
+              f(e.get("mean_acceptance_length")), *map(f, e.get("acceptance_by_position") or [])]
+              for c, e in [*ev["by_category"].items(), ("all", ev)]])
     for fl in ev.get("flags", []):
         line(f"! large gap at {fl}", "red")
     if ev.get("flags"):

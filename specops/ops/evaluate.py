@@ -26,6 +26,8 @@ from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
+from specops_host.contract import Refused as HostRefused
+from specops_host.serve import categories
 from specops_host.serve.speedup import METHODS
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -351,7 +353,8 @@ class Evaluation:
 
 
 def check_prompts_file(path: Optional[str]) -> None:
-    """A prompts file on the laptop: at least one prompt in it, every line JSON (else one line)."""
+    """A prompts file on the laptop: at least one prompt in it, every line JSON, a category as text (else one
+    line)."""
     p = Path(path).expanduser() if path else None
     if p is None or not p.is_file():
         return  # (a host path: the host's --plan checks it, before any server)
@@ -363,7 +366,11 @@ def check_prompts_file(path: Optional[str]) -> None:
             row = json.loads(line)
         except ValueError:
             raise Refused(f"--prompts {path}: line {i} is not JSON (one {{\"prompt\": ...}} per line)") from None
-        n += bool(isinstance(row, dict) and (row.get("prompt") or row.get("input_ids") or row.get("text")))
+        try:
+            categories.category_of(row, f"--prompts {path}: line {i}")
+        except HostRefused as e:
+            raise Refused(str(e)) from None
+        n += bool(categories.prompt_of(row))
     if not n:
         raise Refused(f"--prompts {path}: no prompt in it (one {{\"prompt\": text or token ids}} per line)")
 

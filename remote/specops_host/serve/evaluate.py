@@ -50,7 +50,7 @@ from pathlib import Path
 from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
-from specops_host.serve import speedup, vllm_server
+from specops_host.serve import categories, speedup, vllm_server
 from specops_host.contract import Refused, concurrency_levels, emit
 from specops_host.datafmt import read_arrow_columns, verifier_positions
 
@@ -164,14 +164,15 @@ def file_prompts(path, limit):
                 row = json.loads(line)
             except ValueError as e:
                 raise Refused(f"--prompts {path}: line {n} is not JSON ({e})") from None
-            prompt = (row.get("prompt") or row.get("input_ids") or row.get("text")) if isinstance(row, dict) else None
+            prompt = categories.prompt_of(row)
             if not prompt:
-                raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text): give one "
+                raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text, turns): give one "
                               f"{{\"prompt\": ...}} per line")
-            out.append({"prompt": prompt})
+            cat = categories.category_of(row, f"--prompts {path}: line {n}")
+            out.append({"prompt": prompt, **({"category": cat} if cat else {})})
     if not out:
         raise Refused(f"--prompts {path}: the file is empty: give one {{\"prompt\": ...}} per line")
-    return out[:limit], {"source": str(path)}
+    return categories.first(out, limit), {"source": str(path)}
 
 
 Server = collections.namedtuple("Server", "dir port url")
@@ -399,18 +400,27 @@ def main():
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
         base = up["draft"].url
         before = parse_metrics(get(f"{base}/metrics"))
-        gen_tokens, every = 0, contract.Every()
-        for i, p in enumerate(prompts, 1):
-            r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": p["prompt"], "max_tokens": a.max_tokens,
-                                                "temperature": 0.0})
-            gen_tokens += r.get("usage", {}).get("completion_tokens", 0)
-            if every.due() and i < len(prompts):
-                contract.progress(progress_line(i, len(prompts), gen_tokens, every.elapsed,
-                                                acceptance(before, parse_metrics(get(f"{base}/metrics")))))
-        time.sleep(1)
-        after = parse_metrics(get(f"{base}/metrics"))
+        groups = categories.grouped(prompts)  # (by category: the counters read between categories)
+        gen_tokens, every, i, by_cat, mark = 0, contract.Every(), 0, {}, before
+        for cat, idx in groups or [(None, range(len(prompts)))]:
+            cat_tokens = 0
+            for j in idx:
+                r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompts[j]["prompt"],
+                                                    "max_tokens": a.max_tokens, "temperature": 0.0})
+                cat_tokens += r.get("usage", {}).get("completion_tokens", 0)
+                i += 1
+                if every.due() and i < len(prompts):
+                    contract.progress(progress_line(i, len(prompts), gen_tokens + cat_tokens, every.elapsed,
+                                                    acceptance(before, parse_metrics(get(f"{base}/metrics")))))
+            gen_tokens += cat_tokens
+            time.sleep(1)
+            after = parse_metrics(get(f"{base}/metrics"))
+            if cat is not None:
+                by_cat[cat] = categories.entry(acceptance(mark, after), len(idx), cat_tokens)
+            mark = after
         res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
-               "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after)}
+               "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
+               **({"by_category": by_cat} if by_cat else {})}
         if res["counters"]["drafts"] <= 0:
             res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
         elif levels:

@@ -1,0 +1,107 @@
+"""evaluate's prompts by category (serve/categories.py): MT-Bench's and SPEED-Bench's question rows and
+generic {"prompt", "category"} rows read as they are, a bad row refused in one line naming the file and
+line, --max-prompts taking every category in turn, the shipped set's eight categories, the table."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specops_host.contract import Refused
+from specops_host.serve import categories
+from specops_host.serve.evaluate import acceptance, file_prompts
+
+REPO = Path(__file__).resolve().parents[1]
+MT_BENCH = [  # (MT-Bench's question.jsonl rows, as published: question_id, category, turns)
+    {"question_id": 81, "category": "writing", "turns": ["Write a travel blog post.", "Rewrite it in limericks."]},
+    {"question_id": 82, "category": "writing", "turns": ["Draft a professional email."]},
+    {"question_id": 101, "category": "reasoning", "turns": ["Who is in second place?", "And now?"]},
+    {"question_id": 111, "category": "math", "turns": ["What is the area of the triangle?"]},
+]
+
+
+def write(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_mt_bench_rows_give_their_first_turn_and_category(tmp_path):
+    prompts, source = file_prompts(write(tmp_path / "question.jsonl", MT_BENCH), 32)
+    assert prompts == [{"prompt": "Write a travel blog post.", "category": "writing"},
+                       {"prompt": "Draft a professional email.", "category": "writing"},
+                       {"prompt": "Who is in second place?", "category": "reasoning"},
+                       {"prompt": "What is the area of the triangle?", "category": "math"}]
+    assert source == {"source": str(tmp_path / "question.jsonl")}
+    # SPEED-Bench's rows: the same fields and more (sub_category, source, ...), read the same way
+    speed = [{"question_id": "q1", "category": "coding", "sub_category": "python", "turns": ["Sort a list."],
+              "source": "x", "src_id": "1", "difficulty": "easy", "multiturn": False}]
+    assert file_prompts(write(tmp_path / "speed.jsonl", speed), 8)[0] == [{"prompt": "Sort a list.",
+                                                                          "category": "coding"}]
+
+
+def test_generic_rows_with_and_without_a_category(tmp_path):
+    rows = [{"prompt": "Hello", "category": "chat"}, {"prompt": [1, 2, 3], "category": " code "}, {"text": "plain"}]
+    prompts, _ = file_prompts(write(tmp_path / "p.jsonl", rows), 8)
+    assert prompts == [{"prompt": "Hello", "category": "chat"}, {"prompt": [1, 2, 3], "category": "code"},
+                       {"prompt": "plain"}]
+    assert categories.grouped(prompts) == [("chat", [0]), ("code", [1]), (categories.NONE, [2])]
+    assert categories.grouped([{"prompt": "a"}, {"prompt": "b"}]) == []  # (no category: sent as they come)
+
+
+@pytest.mark.parametrize("row,why", [
+    ({"prompt": "x", "category": 3}, r'line 2: "category" is a JSON int: give it as text'),
+    ({"question_id": 1, "category": "math", "turns": []}, r'line 2 holds no "prompt" \(nor input_ids, text, turns\)'),
+])
+def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path, row, why):
+    import re
+
+    from specops.args import Refused as LaptopRefused
+    from specops.ops.evaluate import check_prompts_file
+
+    path = write(tmp_path / "bad.jsonl", [{"prompt": "ok", "category": "a"}, row])
+    with pytest.raises(Refused) as e:
+        file_prompts(path, 8)
+    msg = str(e.value)
+    assert "\n" not in msg and re.match(rf"--prompts {re.escape(str(path))}: {why}", msg), msg
+    if "category" in why:  # (the laptop refuses the same row before anything is uploaded)
+        with pytest.raises(LaptopRefused) as e2:
+            check_prompts_file(str(path))
+        assert str(e2.value) == msg
+
+
+def test_max_prompts_takes_every_category_in_turn(tmp_path):
+    rows = [{"prompt": f"{c}{i}", "category": c} for c in "abc" for i in range(4)]
+    prompts, _ = file_prompts(write(tmp_path / "p.jsonl", rows), 6)
+    assert [p["prompt"] for p in prompts] == ["a0", "a1", "b0", "b1", "c0", "c1"]
+    assert [p["prompt"] for p in file_prompts(write(tmp_path / "q.jsonl", [{"prompt": "x"}] * 5), 2)[0]] == ["x", "x"]
+
+
+def test_the_shipped_set_has_mt_benchs_eight_categories():
+    path = REPO / "configs" / "prompts" / "mt-categories.jsonl"
+    prompts, _ = file_prompts(path, 1000)
+    groups = dict(categories.grouped(prompts))
+    assert list(groups) == ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
+    assert all(len(idx) == 5 for idx in groups.values())
+    assert len(set(p["prompt"] for p in prompts)) == 40
+    # evaluate's default --max-prompts 32: four of each
+    assert [len(idx) for _, idx in categories.grouped(file_prompts(path, 32)[0])] == [4] * 8
+
+
+def counters(drafts, accepted, per_pos):
+    return {"drafts": drafts, "draft_tokens": 3 * drafts, "accepted": accepted, "per_pos": dict(enumerate(per_pos))}
+
+
+def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys):
+    from specops import views
+
+    marks = [counters(0, 0, [0, 0, 0]), counters(10, 12, [6, 4, 2]), counters(30, 18, [10, 6, 2])]
+    by = {c: categories.entry(acceptance(marks[i], marks[i + 1]), 2, 40) for i, c in enumerate(("math", "coding"))}
+    whole = acceptance(marks[0], marks[-1])
+    assert by["math"]["mean_acceptance_length"] == 2.2 and by["coding"]["mean_acceptance_length"] == 1.3
+    for k in ("drafts", "accepted"):
+        assert sum(e["counters"][k] for e in by.values()) == whole["counters"][k]
+    ev = {"prompts": 4, "num_spec_tokens": 3, "generated_tokens": 80, **whole, "by_category": by}
+    views.evaluation("r1", ev, "causes")
+    out = capsys.readouterr().out
+    assert "acceptance by category" in out and "math" in out and "coding" in out
+    assert "2.200" in out and "1.300" in out and f"{whole['mean_acceptance_length']:.3f}" in out
