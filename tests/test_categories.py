@@ -105,3 +105,34 @@ def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys
     out = capsys.readouterr().out
     assert "acceptance by category" in out and "math" in out and "coding" in out
     assert "2.200" in out and "1.300" in out and f"{whole['mean_acceptance_length']:.3f}" in out
+
+
+def test_evaluate_gives_acceptance_by_category_on_a_real_server(pipeline_run, hosts_file, tmp_path):
+    """The shipped set served by the real vLLM (CPU build) with a trained run's draft: one row per category,
+    each category's counters its share of the whole's (read between categories), and the table printed."""
+    from conftest import inv
+
+    rid = pipeline_run["run_id"]
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--prompts",
+            str(REPO / "configs" / "prompts" / "mt-categories.jsonl"), "--max-prompts", "16", "--max-tokens", "16",
+            "--speedup", "none", "--dest", str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    ev = json.loads((tmp_path / rid / "evaluation.json").read_text())
+    by = ev["by_category"]
+    assert list(by) == ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
+    assert all(e["prompts"] == 2 for e in by.values()) and ev["prompts"] == 16
+    assert sum(e["generated_tokens"] for e in by.values()) == ev["generated_tokens"] > 0
+    for k in ("drafts", "draft_tokens", "accepted"):
+        assert sum(e["counters"][k] for e in by.values()) == ev["counters"][k], (k, by)
+    for e in by.values():
+        c = e["counters"]
+        assert c["drafts"] > 0 and c["draft_tokens"] == 3 * c["drafts"], e
+        assert e["mean_acceptance_length"] == 1 + c["accepted"] / c["drafts"]
+        assert len(e["acceptance_by_position"]) == 3
+    # the whole's mean acceptance length: the categories' weighted by their drafts
+    drafts = ev["counters"]["drafts"]
+    assert abs(sum(e["mean_acceptance_length"] * e["counters"]["drafts"] for e in by.values()) / drafts
+               - ev["mean_acceptance_length"]) < 1e-9
+    assert "acceptance by category" in r.stdout and "humanities" in r.stdout
+    print("by category: " + json.dumps({c: round(e["mean_acceptance_length"], 3) for c, e in by.items()})
+          + f"; all {ev['mean_acceptance_length']:.3f}")
