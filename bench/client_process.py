@@ -67,7 +67,8 @@ def main():
                 t0 = time.time()
                 if arm == "one":
                     spec = work / f"{arm}-b{b}.json"
-                    spec.write_text(json.dumps([{"name": n, "args": args(n), "log": str(work / f"{n}.log")} for n in names]))
+                    spec.write_text(json.dumps([{"name": n, "args": args(n),
+                                                 "log": str(work / f"{n}.log")} for n in names]))
                     ran(subprocess.run([*mod, "--runs", str(spec)], env=env, capture_output=True, text=True), arm)
                 else:
                     for n in names:

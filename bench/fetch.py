@@ -28,8 +28,8 @@ equal shards (4 x 256 MiB at the default) and one file (1 GiB), each against `rs
 one stream through the same proxy, in the same run (rsync first, then specops; caches dropped
 before each pass and the host's hash cache removed: a first fetch). The specops figure is the
 whole `connect()` + `fetch_run()` (connection, push check, listing, link measurement, streams,
-the host's sha256 manifest, verification). --direct adds a pass without the proxy (the LAN); --diag adds, without delay, rsync with
-AES-GCM and specops with OpenSSH's default cipher (specops' streams prefer AES-GCM: the share of
+the host's sha256 manifest, verification). --direct adds a pass without the proxy (the LAN); --diag adds, without delay,
+rsync with AES-GCM and specops with OpenSSH's default cipher (specops' streams prefer AES-GCM: the share of
 the LAN figure that comes from the cipher).
 Prints each pass, the stream count specops chose and why, and rsync/specops per layout and
 delay (targets: >= 3 at 25 ms each way, a 50 ms round trip; >= 1.0 without delay).

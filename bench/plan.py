@@ -4,9 +4,9 @@
 
 Over the loopback sshd of tests/rig.py (as root it logs in $SPECOPS_TEST_USER, default specops-ci;
 its ~/ml-env is the cpu profile's venv, bootstrapped if missing; workdir ~/specops-bench-plan, whose
-learnable verifier is kept between runs): the demo's verifier (remote/specops_host/fixtures/learnable_verifier.py, trained
-once), the demo's rows (--rows conversations of remote/specops_host/fixtures/synthlang.py), configs/demo.yaml, layers
-1,2,3,4, --seq-length 512, vLLM --enforce-eager, as `inv demo` runs them. Then, back to back:
+learnable verifier is kept between runs): the demo's verifier (remote/specops_host/fixtures/learnable_verifier.py,
+trained once), the demo's rows (--rows conversations of remote/specops_host/fixtures/synthlang.py), configs/demo.yaml,
+layers 1,2,3,4, --seq-length 512, vLLM --enforce-eager, as `inv demo` runs them. Then, back to back:
   plan: `inv plan --sample N --steps K --json` (the CLI, as a user runs it);
   real: `inv pipeline` on the same rows and dataset, `--hidden-states offline` (the demo's mode),
         then its planned-vs-actual rows (ops/plan.py `versus`: the host's job times);

@@ -260,7 +260,8 @@ def on_hosts(c, host: Optional[str], hosts: Optional[str], op: Callable[..., Any
                      _on_each(hs, op, title or op.__name__, hosts, kw))
             return _show(shown, shown.Where("", hint_maker(c, host, hosts)), value, json_)
         if multi:
-            host = fanout.pick(targets(c, host, hosts), rank or 0).name  # (rank given: a group without one returned above)
+            host = fanout.pick(targets(c, host, hosts),
+                               rank or 0).name  # (rank given: a group without one returned above)
     with session(c, host, hosts) as t, errors():
         with views.progress_to_stderr() if json_ else contextlib.nullcontext():
             if progress:

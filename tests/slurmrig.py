@@ -54,7 +54,8 @@ class SlurmRig:
         argv = [shutil.which("munged") or "/usr/sbin/munged", "--foreground", "--force", f"--key-file={key}",
                 f"--socket={self.munge_sock}", f"--pid-file={self.root / 'munged.pid'}",
                 f"--log-file={self.root / 'munged.log'}", f"--seed-file={keydir / 'munge.seed'}"]
-        self.procs["munged"] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(self.root / "munged.err", "ab"))
+        self.procs["munged"] = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                                stderr=open(self.root / "munged.err", "ab"))
         self._wait(lambda: self.munge_sock.exists(), "munged's socket", "munged")
 
     # -- config --------------------------------------------------------------------------

@@ -178,7 +178,8 @@ def test_install_by_uv_where_it_fits(tmp_path):
     r = install_small(tmp_path, venv2, prof, env={"PIP_EXTRA_INDEX_URL": "http://127.0.0.1:9/simple",
                                                   "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert re.search(r"install: uv exited \d+ \(its output is in the log\): pip installs these 3 package\(s\)", r.stdout)
+    assert re.search(r"install: uv exited \d+ \(its output is in the log\): pip installs these 3 package\(s\)",
+                     r.stdout)
     assert decode(r.stdout)["ok"] is True
 
 

@@ -45,7 +45,8 @@ def test_run_script_decodes_the_framed_payload_and_names_bootstrap_when_the_venv
     gone = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", NO_VENV, "")])
     with pytest.raises(SpecopsError, match=r"venv /opt/ml env is missing on h .*run `inv bootstrap --host h`"):
         run_script(gone, "check.preflight", [])
-    broken = RecordingTransport(host(), answers=[(r"specops_host\.check\.preflight", 1, "Traceback ...\nKeyError: 'x'\n")])
+    broken = RecordingTransport(host(),
+                                answers=[(r"specops_host\.check\.preflight", 1, "Traceback ...\nKeyError: 'x'\n")])
     with pytest.raises(SpecopsError, match=r"specops_host/check/preflight\.py on h exited 1 without a result"):
         run_script(broken, "check.preflight", [])
 
@@ -53,7 +54,8 @@ def test_run_script_decodes_the_framed_payload_and_names_bootstrap_when_the_venv
 def test_a_job_secret_travels_as_a_0600_file_never_on_a_command_line():
     t = RecordingTransport(host(env={"HF_TOKEN": "s3cr3t-token"}),
                            answers=[(r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "r1", "pid": 42}))])
-    res = jobs.start(t, "r1", ["python3", "-m", "specops_host.train.run", "--spec", "s.json"], kind="train", lock="train")
+    res = jobs.start(t, "r1", ["python3", "-m", "specops_host.train.run", "--spec", "s.json"], kind="train",
+                     lock="train")
     assert res.pid == 42
     env_file = f"{ODD}/runs/r1.env"
     assert all("s3cr3t" not in c for c in t.commands)
@@ -108,7 +110,8 @@ def test_a_running_job_is_not_ended_and_an_ended_one_keeps_its_end_time():
     running = {"run_id": "r1", "kind": "data", "state": "running", "pid": 7, "started": 100.0}
     done = {"run_id": "r2", "kind": "train", "state": "succeeded", "exit_code": 0, "started": 100.0,
             "ended_at": 160.0}
-    t = RecordingTransport(host(), answers=[(r"specops_host\.jobs\.job status", 0, framed({"ok": True, "jobs": [running, done]}))])
+    t = RecordingTransport(host(),
+                           answers=[(r"specops_host\.jobs\.job status", 0, framed({"ok": True, "jobs": [running, done]}))])
     r1, r2 = jobs.status(t)
     assert r1.ended is False and r1.ended_at is None
     assert r2.ended is True and r2.ended_at - r2.started == 60.0

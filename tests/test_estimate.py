@@ -120,10 +120,12 @@ def _refused(r, code):
 
 
 @pytest.mark.parametrize("fields,want", [
-    ("price_per_hour: cheap", "field 'price_per_hour': must be a number, the price of an hour (e.g. 3.5) (got 'cheap')"),
+    ("price_per_hour: cheap",
+     "field 'price_per_hour': must be a number, the price of an hour (e.g. 3.5) (got 'cheap')"),
     ("price_per_hour: -2", "field 'price_per_hour': Input should be greater than or equal to 0"),
     ("price_per_hour: 3\n    price_per: node", "field 'price_per': Input should be 'host' or 'gpu'"),
-    ("price_per_hour: 3\n    price_per: gpu", "field 'price_per': gpu prices each GPU, but the host's `gpus` is not set"),
+    ("price_per_hour: 3\n    price_per: gpu",
+     "field 'price_per': gpu prices each GPU, but the host's `gpus` is not set"),
 ])
 def test_bad_prices_are_one_line(tmp_path, fields, want):
     from conftest import inv

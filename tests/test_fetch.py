@@ -238,7 +238,8 @@ def test_pick_is_written_whole_and_read_back(light_host, tmp_path):
         rec = json.loads(t.read_bytes(f"{d}/run.json"))
         assert rec["config"] == {"lr": 0.001} and rec["best_served"]["checkpoint"] == "5"
         assert not [x for x in t.run(f"ls -a {d}").stdout.split() if x.endswith((".tmp", ".part"))]
-        with pytest.raises(SpecopsError, match=r"the pick of run .*, checkpoint '5', is no longer on light \(have: 1, 2\)"):
+        with pytest.raises(SpecopsError,
+                           match=r"the pick of run .*, checkpoint '5', is no longer on light \(have: 1, 2\)"):
             fetch.fetch(t, rid, str(tmp_path), checkpoint="best-served")
         record_pick(t, rid, {"checkpoint": "2"})
         assert fetch.read_pick(t, rid)["checkpoint"] == "2" and fetch.read_pick(t, rid).get("mean_acceptance_length") is None

@@ -261,7 +261,8 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
         r = inv(*args)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert f"train {rid}: resuming from rank 0's epoch 1 checkpoint; copied it to node1" in r.stdout
-        sums = [t.run(f"cd {d}/1 && sha256sum model.safetensors training_state.json").stdout for t, d in ((t0, ck), (t1, ck1))]
+        sums = [t.run(f"cd {d}/1 && sha256sum model.safetensors training_state.json").stdout for t,
+                d in ((t0, ck), (t1, ck1))]
         assert sums[0] == sums[1] and sums[0].count("\n") == 2
         assert not t1.exists(f"{ck1}/0")  # only the epoch it resumes from travels
         for t in (t0, t1):  # (speculators then fails on this GPU-less machine)

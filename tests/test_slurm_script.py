@@ -16,7 +16,8 @@ def job(**kw):
     req = Request(**{"nodes": 2, "gpus_per_node": 8, "partition": "gpu", "account": "proj", "qos": "hi",
                      "time": "04:00:00", "constraint": "h100", **kw})
     return BatchJob(name="specops-r1", workdir="/shared/w", run_dir="/shared/w/runs/r1",
-                    command=[PY, "-m", "specops_host.train.run", "--spec", "/shared/w/runs/r1/train-spec.json"], request=req,
+                    command=[PY, "-m", "specops_host.train.run", "--spec",
+                             "/shared/w/runs/r1/train-spec.json"], request=req,
                     setup=("module load cuda/12.4",), env_file="/shared/w/runs/r1.env")
 
 
@@ -58,7 +59,8 @@ def test_launch_takes_the_node_from_slurm_and_reuses_torchrun():
     assert (node["nnodes"], node["node_rank"], node["rdzv_endpoint"], node["slurm_job_id"]) == (2, 1, "10.0.0.7:29500", "42")
     argv = launch.torchrun(node, python=PY)
     assert argv[argv.index("--rdzv-endpoint") + 1] == "10.0.0.7:29500" and "is_host=0" in argv
-    assert launch.torchrun(launch.slurm_node(spec, {"SLURM_NNODES": "1", "SLURM_NODEID": "0"}), PY)[-1] == "--standalone"
+    assert launch.torchrun(launch.slurm_node(spec, {"SLURM_NNODES": "1", "SLURM_NODEID": "0"}),
+                           PY)[-1] == "--standalone"
 
 
 RUNNING = ("JobId=7 JobName=specops-r1 UserId=u(1000) GroupId=u(1000) JobState=RUNNING Reason=None Dependency=(null) "
@@ -68,7 +70,8 @@ RUNNING = ("JobId=7 JobName=specops-r1 UserId=u(1000) GroupId=u(1000) JobState=R
 
 def test_scontrol_records_and_states():
     j = queue.jobs(RUNNING)["7"]
-    assert (j.state, j.nodes, j.run_time, j.stdout) == ("RUNNING", "node[1-2]", "00:01:02", "/shared/w/runs/r1/output.log")
+    assert (j.state, j.nodes, j.run_time, j.stdout) == ("RUNNING", "node[1-2]", "00:01:02",
+                                                        "/shared/w/runs/r1/output.log")
     assert j.job_state == "running" and j.describe() == "Slurm job 7 RUNNING on node[1-2] for 00:01:02"
     cancelled = queue.jobs(RUNNING.replace("JobState=RUNNING", "JobState=CANCELLED").replace("ExitCode=0:0", "ExitCode=0:15"))["7"]
     assert (cancelled.job_state, cancelled.code) == ("killed", -15) and "signal 15" in cancelled.describe()

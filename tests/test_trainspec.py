@@ -139,7 +139,8 @@ def test_a_reply_outside_the_contract_is_one_line_naming_the_field():
     from specops.payloads import HiddenStatesPlan
 
     h = inventory.Host(name="h", transport="local", profile="cpu", venv="/v", workdir="/w")
-    bad = RecordingTransport(h, answers=[(r"specops_host\.train\.online", 0, f"{BEGIN}{json.dumps({'ok': True, 'mode': 'x'})}{END}")])
+    bad = RecordingTransport(h,
+                             answers=[(r"specops_host\.train\.online", 0, f"{BEGIN}{json.dumps({'ok': True, 'mode': 'x'})}{END}")])
     with pytest.raises(SpecopsError, match=r"specops_host/train/online\.py on h answered outside the contract: mode: "):
         run_script(bad, "train.online", [], changes=False, model=HiddenStatesPlan)
     good = RecordingTransport(h, answers=[(r"specops_host\.train\.online", 0, f"{BEGIN}" + json.dumps(

@@ -88,7 +88,8 @@ def test_markers_tell_complete_from_incomplete_and_set_them_aside(tmp_path):
     os.symlink("2", ck / "epoch2_end")
     os.symlink("1", ck / "checkpoint_best")
     bad = dict((p.name, why) for p, why in ckpt.incomplete(ck))
-    assert bad == {"1": "model.safetensors is 10 bytes, 100 when saved", "2": f"no {ckpt.MARKER} (its save did not finish)"}
+    assert bad == {"1": "model.safetensors is 10 bytes, 100 when saved",
+                   "2": f"no {ckpt.MARKER} (its save did not finish)"}
     aside = ckpt.set_aside(ck, now=0)
     assert [(a, b.startswith("incomplete-"), why) for a, b, why in aside] == [
         ("1", True, bad["1"]), ("2", True, bad["2"])]
@@ -132,7 +133,8 @@ def test_notify_posts_json_runs_a_command_and_reports_a_failure_in_one_line(tmp_
     finally:
         srv.shutdown()
     out = tmp_path / "said"
-    assert notify.send(f"echo \"$SPECOPS_EVENT|$SPECOPS_RUN_ID|$SPECOPS_TEXT\" > {out}", "stall", "no step", "r2") is None
+    assert notify.send(f"echo \"$SPECOPS_EVENT|$SPECOPS_RUN_ID|$SPECOPS_TEXT\" > {out}", "stall", "no step",
+                       "r2") is None
     assert out.read_text() == "stall|r2|no step\n"
     why = notify.send("http://127.0.0.1:9/none", "end", "x", timeout=5)
     assert why and "\n" not in why and "refused" in why.lower()

@@ -1,6 +1,7 @@
 """Extraction by hand, with the flags `inv extract` used: the peer of bench 2a (issue 21).
 
-    cd WORKDIR && /opt/torch/.venv/bin/python3 REPO/bench/h200/hand_extract.py SPECOPS_LOG FROM_DATASET TO_DATASET OUT.json
+    cd WORKDIR && /opt/torch/.venv/bin/python3 REPO/bench/h200/hand_extract.py \\
+        SPECOPS_LOG FROM_DATASET TO_DATASET OUT.json
 
 Reads the two commands specops printed in SPECOPS_LOG (an `inv extract` output: the vLLM server's
 `[specops] vLLM server: $ ...` line and the `[specops] $ ... generate-offline-data ...` line), moves
@@ -8,7 +9,8 @@ them from FROM_DATASET to TO_DATASET (a copy of the same prepared rows, no hidde
 port of its own, then does what a person does by hand: starts that server in a shell of its own,
 waits for GET /health, runs `speculators generate-offline-data`, stops the server. The server's
 environment is the one specops gives it (the caches under the workdir), so the two differ only in
-who drives (EXTRA_SERVER_ARGS adds server flags). Writes {server_start_s, generate_s, wall_s} to OUT.json. Bench tooling, not specops.
+who drives (EXTRA_SERVER_ARGS adds server flags). Writes {server_start_s, generate_s, wall_s} to OUT.json. Bench
+tooling, not specops.
 """
 
 import json

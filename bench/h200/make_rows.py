@@ -18,5 +18,6 @@ rng = random.Random(0)
 with open(a.out, "w") as f:
     for _ in range(a.rows):
         ids = [min(128000, a.vocab - 1)] + [rng.randrange(0, a.vocab) for _ in range(a.tokens - 1)]
-        f.write(json.dumps({"input_ids": ids, "loss_mask": [0] * (a.tokens // 4) + [1] * (a.tokens - a.tokens // 4)}) + "\n")
+        f.write(json.dumps({"input_ids": ids,
+                            "loss_mask": [0] * (a.tokens // 4) + [1] * (a.tokens - a.tokens // 4)}) + "\n")
 print(f"{a.rows} rows x {a.tokens} tokens -> {a.out}")

@@ -39,7 +39,8 @@ def slurm_dist_check(host: Host, *, nodes: Optional[int], nproc: int, port: int,
         j = jobs.wait_ended(t, rid, timeout)
         if not j.ended:
             jobs.stop(t, rid, grace=10)
-            raise SpecopsError(f"dist-check {rid} on {host.name}: not finished after {timeout}s ({j.describe}); stopped")
+            raise SpecopsError(f"dist-check {rid} on {host.name}: not finished after {timeout}s ({j.describe}); "
+                               f"stopped")
         lines = rank_lines(t.read_bytes(jobs.run_path(t, rid, "output.log")))
         if j.state != jobs.JobState.SUCCEEDED or not lines or not all(x["ok"] for x in lines):
             raise SpecopsError(f"dist-check {rid} on {host.name} failed: {j.describe}", detail=jobs.tail(t, rid, 12))

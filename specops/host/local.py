@@ -23,7 +23,8 @@ class LocalTransport(Transport):
 
     def _run(self, cmd: str, *, timeout: Optional[float] = None, hide=True, out_stream=None) -> Result:
         try:
-            r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh", out_stream=out_stream)
+            r = self.ctx.run(cmd, hide=hide, warn=True, timeout=timeout, in_stream=False, shell="/bin/sh",
+                             out_stream=out_stream)
         except CommandTimedOut:
             raise SpecopsError(f"command timed out after {timeout}s on {self.host.name}: {cmd[:80]}") from None
         assert r is not None  # (warn=True: invoke returns the result, never raises on an exit code)

@@ -293,7 +293,8 @@ class Transport:
 
     def put(self, local: str, remote: str) -> None:
         if self.dry_run:
-            self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}", transfer=True, file=remote)
+            self.plan(f"put: {shlex.quote(local)} -> {self.host.name}:{shlex.quote(remote)}", transfer=True,
+                      file=remote)
             self.wrote(remote)
             return
         self._put(local, remote)

@@ -126,7 +126,8 @@ def existing_profile(t: Transport, prof: profiles.Profile) -> profiles.Profile:
     except SpecopsError:
         if not t.pending(f"{t.workdir}/{paths.MANIFEST}"):  # (remote/ pushed by this dry run: not there yet)
             raise
-        t.would(f"would pick the profile of family {prof.name} built on the venv's torch (once specops_host/ is pushed)")
+        t.would(f"would pick the profile of family {prof.name} built on the venv's torch "
+                f"(once specops_host/ is pushed)")
         return prof
     chosen, why = profiles.for_existing(prof.name, res.installed.get("torch", ""))
     if why:
@@ -149,7 +150,8 @@ def bootstrap(t: Transport, *, profile: Optional[str] = None, force: bool = Fals
     if wheelhouse:
         with t.step(f"wheelhouse {wheelhouse} -> {h.name}"):
             wheelhouse = push_wheelhouse(t, wheelhouse, prof)
-    with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}" + (" (top-up)" if h.venv_existing else "")):
+    top_up = " (top-up)" if h.venv_existing else ""
+    with t.step(f"profile {prof.name} ({prof.sha256[:12]}) -> {h.venv_path}{top_up}"):
         out.install = install(t, prof, force=force, wheelhouse=wheelhouse)
     if out.install.mode == "existing":
         for line in top_up_lines(h.name, out.install):

@@ -52,7 +52,8 @@ def norm(name: str) -> str:
 def marker_env(python: str, platform_tags: list[str]) -> dict:
     tag = platform_tags[0]
     machine = next((a for a in ("x86_64", "aarch64", "i686", "ppc64le", "s390x", "arm64") if tag.endswith(a)), "")
-    system = "Linux" if "linux" in tag else "Darwin" if tag.startswith("macosx") else "Windows" if tag.startswith("win") else ""
+    system = ("Linux" if "linux" in tag else "Darwin" if tag.startswith("macosx") else
+              "Windows" if tag.startswith("win") else "")
     sys_platform = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}.get(system, "")
     return {"python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
             "platform_python_implementation": "CPython", "implementation_version": f"{python}.0",

@@ -94,7 +94,8 @@ def checkpoint_split(listing: dict, under: str = "checkpoints/") -> tuple[list[s
              if e.kind == "f" and rel.startswith(under) and rel[len(under):].count("/") == 1
              and rel.endswith("/config.json")}
     marked = f"{under}{ckpt.POLICY}" in listing
-    done = {n for n in names if not n.startswith(ckpt.SET_ASIDE) and (not marked or f"{under}{n}/{ckpt.MARKER}" in listing)}
+    done = {n for n in names
+            if not n.startswith(ckpt.SET_ASIDE) and (not marked or f"{under}{n}/{ckpt.MARKER}" in listing)}
     order = lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)  # noqa: E731
     return sorted(done, key=order), sorted(names - done, key=order)
 

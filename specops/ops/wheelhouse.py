@@ -139,7 +139,8 @@ def laptop_requirements() -> list[str]:
     except ImportError:  # Python 3.10
         m = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
         if m is None:
-            raise SpecopsError("pyproject.toml: no `dependencies = [...]` list: the laptop's requirements are unknown") from None
+            raise SpecopsError("pyproject.toml: no `dependencies = [...]` list: the laptop's requirements are "
+                               "unknown") from None
         return re.findall(r'"([^"]+)"', m.group(1))
 
 
@@ -208,7 +209,8 @@ def build(profile: str, *, python: str = DEFAULT_PYTHON, platform: Optional[str]
         man["dropped"] = [{"package": Requirement(r).name, "requirement": r, "reason": "skipped (--skip)"}
                           for r, _ in reqs if (r, _) not in keep]
         man["requirements"] = [r for r, _ in keep]
-        note(f"downloading profile {prof.name} ({prof.mode}: {'no deps' if prof.mode == 'exact' else 'resolved by pip'}) ...")
+        how = "no deps" if prof.mode == "exact" else "resolved by pip"
+        note(f"downloading profile {prof.name} ({prof.mode}: {how}) ...")
         pip.download([r for r, _ in keep], out, deps=prof.mode != "exact")
     if laptop:
         lap = out / "laptop"

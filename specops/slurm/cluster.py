@@ -295,7 +295,8 @@ def _array_job(t: Transport, rec: dict, known: dict[str, queue.SlurmJob]) -> Job
         detail += f"; {bad.run_id} {bad.detail}"
     return Job(run_id=rid, kind=rec.get("kind", ""), state=state, detail=detail,
                age_s=round(time.time() - rec.get("submitted", time.time()), 1),
-               log_bytes=sum(j.log_bytes for j in tasks), last_line=next((j.last_line for j in tasks if j.last_line), ""),
+               log_bytes=sum(j.log_bytes for j in tasks),
+               last_line=next((j.last_line for j in tasks if j.last_line), ""),
                exit_code=exit_code, error=bad.error if bad is not None else None, slurm_job_id=jid,
                nodes=",".join(j.nodes for j in tasks if j.nodes), lock=rec.get("lock"), subjobs=tasks, array=n)
 

@@ -115,7 +115,8 @@ def fixture(kind, log):
 
 
 def attempt(i, settings, kind, ver, data, steps, timeout):
-    from specops_host.train import run as launcher  # remote/specops_host/train/run.py: the same command `inv train` runs
+    # remote/specops_host/train/run.py: the same command `inv train` runs
+    from specops_host.train import run as launcher
 
     d = (ROOT / f"attempt-{i}").resolve()
     subprocess.run(["rm", "-rf", str(d)])
@@ -177,7 +178,8 @@ def main():
         assert isinstance(cands, list) and cands and all(
             isinstance(c, dict) and {"draft-attn-impl", "loss-implementation"} <= set(c) for c in cands)
     except (ValueError, AssertionError):
-        emit({"ok": False, "error": "--settings must be a JSON list of {draft-attn-impl, loss-implementation, compile}"})
+        emit({"ok": False,
+              "error": "--settings must be a JSON list of {draft-attn-impl, loss-implementation, compile}"})
         return 2
     hostenv.apply(os.getcwd(), a.kind)
     if len(os.environ.get("TMPDIR", "")) > 60:  # multiprocess' AF_UNIX sockets live there (<108 bytes)

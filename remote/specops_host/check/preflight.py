@@ -144,7 +144,8 @@ def check_torch(kind, gpus):
     n = torch.cuda.device_count()
     row("CUDA", True, f"torch {torch.__version__}, CUDA {torch.version.cuda}, {n} GPU(s)")
     if gpus is not None:
-        row("GPU count", n >= gpus, f"{n} visible, hosts.yaml says {gpus}", "check CUDA_VISIBLE_DEVICES / the container's GPUs")
+        row("GPU count", n >= gpus, f"{n} visible, hosts.yaml says {gpus}",
+            "check CUDA_VISIBLE_DEVICES / the container's GPUs")
     for i in range(n):
         free, total = torch.cuda.mem_get_info(i)
         row(f"GPU {i}", None, f"{torch.cuda.get_device_name(i)}: {free / 2**30:.1f} / {total / 2**30:.1f} GiB free")
@@ -171,7 +172,8 @@ def main():
     in_venv = sys.prefix != sys.base_prefix and os.path.realpath(sys.prefix) == os.path.realpath(a.venv)
     row("sys.prefix is the venv", in_venv, sys.prefix, f"expected {a.venv}: run via `inv check`, not a bare python3")
     v = sys.version_info
-    row("Python", v >= (3, 10), sys.version.split()[0], "the venv needs Python >= 3.10: set base_python and re-bootstrap")
+    row("Python", v >= (3, 10), sys.version.split()[0],
+        "the venv needs Python >= 3.10: set base_python and re-bootstrap")
     check_pins(a.profile)
     try:
         check_imports()

@@ -15,8 +15,8 @@ Launch (from the host workdir):
 
 1. The draft: `speculators train <the run's flags> --dry-run` (speculators 0.9.0's own "build the
    speculator, initialise its weights, save a checkpoint, exit before training"), started the way
-   the training starts it (remote/specops_host/train/run.py command(): remote/specops_host/train/cpu.py on a cpu host, one
-   process), so the draft has the run's configuration: draft vocabulary and d2t/t2d (from the
+   the training starts it (remote/specops_host/train/run.py command(): remote/specops_host/train/cpu.py on a cpu host,
+   one process), so the draft has the run's configuration: draft vocabulary and d2t/t2d (from the
    dataset's token_freq.pt / t2d-N.npy, read through links in a scratch folder, so nothing is
    written into the dataset; no "data": a uniform token_freq.pt of the verifier's vocabulary),
    layers, layer ids, norms. Its weights are random: a serving check, not an acceptance check.
@@ -41,8 +41,8 @@ Cache: a pass is kept in <workdir>/.specops/serve-check/<key>.json; key = sha256
 whether vLLM serves the draft: the verifier (path, config.json), the training flags that shape
 the draft (all but TRAINING_ONLY), the layer ids, whether the draft gets the config's draft
 vocabulary or the verifier's whole one (not the dataset: its d2t/t2d values change no serving), the
-server's settings (a cpu host's --enforce-eager counted once) and the installed torch/transformers/vllm/speculators versions. A cached pass
-answers at once (`cached: true`, with the seconds it took then); a failure is never cached.
+server's settings (a cpu host's --enforce-eager counted once) and the installed torch/transformers/vllm/speculators
+versions. A cached pass answers at once (`cached: true`, with the seconds it took then); a failure is never cached.
 """
 
 import argparse
@@ -264,9 +264,10 @@ def failure_line(res):
 def step_line(res):
     """A job step's one line in the job's log."""
     if res.get("ok"):
+        secs = res.get("check_seconds") or 0
         how = (f"skipped: {res['skipped']}" if res.get("skipped") else
-               f"passed before ({res.get('cached_at')}, {res.get('check_seconds') or 0:.0f} s then)" if res.get("cached")
-               else f"vLLM served the verifier with an untrained draft in {res.get('check_seconds') or 0:.0f} s")
+               f"passed before ({res.get('cached_at')}, {secs:.0f} s then)" if res.get("cached")
+               else f"vLLM served the verifier with an untrained draft in {secs:.0f} s")
         return f"[specops] draft-serves preflight: {how}"
     return (f"[specops] error: the draft-serves preflight failed: {failure_line(res)}; the trainer was not started "
             f"(--no-serve-check skips the preflight)")

@@ -317,12 +317,14 @@ def inspect_torch_files(root, rep, sample, pattern, kind):
             continue
         for k, v in obj.items():
             if isinstance(v, (list, tuple)):
-                desc = f"list[{len(v)}] of " + (f"{v[0].dtype} {shape_str(v[0].shape)}" if v and hasattr(v[0], "shape") else "?")
+                first = f"{v[0].dtype} {shape_str(v[0].shape)}" if v and hasattr(v[0], "shape") else "?"
+                desc = f"list[{len(v)}] of {first}"
             elif hasattr(v, "shape"):
                 desc = f"{v.dtype} {shape_str(v.shape)}"
             else:
                 desc = type(v).__name__
-            keys.setdefault(str(k), Counter())[desc.split(" [")[0] if "[" in desc and not desc.startswith("list") else desc] += 1
+            kind = desc.split(" [")[0] if "[" in desc and not desc.startswith("list") else desc
+            keys.setdefault(str(k), Counter())[kind] += 1
     table = [{"key": k, "dtype": d, "ndim": "", "files": c} for k, cnt in sorted(keys.items()) for d, c in cnt.items()]
     hint = ("speculators 0.9 cannot read this layout: `inv convert-data --src DIR --dst NEW`"
             if kind == "legacy-v0.3" else "a SpecForge layout: speculators 0.9 does not read it")

@@ -204,7 +204,8 @@ def main():
     ap.add_argument("--existing", action="store_true", help="top up an existing venv; never change what is there")
     ap.add_argument("--list-installed", action="store_true")
     ap.add_argument("--env-file", default=None,
-                    help="--existing: where the environment inv check verifies goes (default .specops/env-<profile>.txt)")
+                    help="--existing: where the environment inv check verifies goes "
+                         "(default .specops/env-<profile>.txt)")
     ap.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
                     help="auto (default): uv where it fits (an exact profile, no wheelhouse), else pip")
     contract.progress_option(ap)

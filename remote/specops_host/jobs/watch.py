@@ -8,8 +8,8 @@ waits on). The loop:
 - runs the command (the trainer); while it runs, reads its log: the fail-on check (job.py CHECKS),
   and progress: a training step logged (`train/loss=`, `global_step=N`) or a progress bar redrawn;
 - **stall**: no progress for `stall_after` seconds (default: 20x the run's median step time, at
-  least 300 s, once three steps have been timed), counted from the attempt's first step -> job.json `stall` (`inv status` shows `stalled`),
-  a line in the log, the Python stacks of the job's processes in RUN/stacks/ (py-spy where
+  least 300 s, once three steps have been timed), counted from the attempt's first step -> job.json `stall` (`inv
+  status` shows `stalled`), a line in the log, the Python stacks of the job's processes in RUN/stacks/ (py-spy where
   installed, else faulthandler through SIGUSR2 (train/hooked.py registers it), else the kernel's
   view from /proc), a notification; with `restart_on_stall` the trainer is killed and restarted;
 - **restart**: an abnormal end (a non-zero exit, a signal) restarts the command on the same run
@@ -72,7 +72,8 @@ def at_step(step):
 
 
 def decide(policy, done, key, last_key):
-    """(restart?, why not). done: restarts so far; key: this failure (cause kind, step); last_key: the previous one's."""
+    """(restart?, why not). done: restarts so far; key: this failure (cause kind, step); last_key: the
+    previous one's."""
     if policy.restarts <= 0:
         return False, "restarts are off (--restarts 0)"
     if done >= policy.restarts:
@@ -192,12 +193,13 @@ def dump_stacks(d, pids, wait_s=3.0):
             if (fh.stat().st_size if fh.exists() else 0) > before:
                 time.sleep(0.3)  # (the dump's last threads)
                 how = "faulthandler"
+        stacks = f"stacks/faulthandler-{pid}.txt"
         note = "" if how == "faulthandler" else (
             "(no Python stacks: py-spy is not installed" + (" and the process did not answer SIGUSR2 (stopped?); its "
-                                                            f"faulthandler writes stacks/faulthandler-{pid}.txt if it goes on)"
+                                                            f"faulthandler writes {stacks} if it goes on)"
                                                             if answers_sigusr2(d, pid) else ")") + "\n")
         f.write_text(note + kernel_view(pid)
-                     + (f"--- Python stacks (faulthandler): stacks/faulthandler-{pid}.txt\n" if how == "faulthandler" else ""))
+                     + (f"--- Python stacks (faulthandler): {stacks}\n" if how == "faulthandler" else ""))
         done.append((pid, how))
     return done
 

@@ -412,9 +412,9 @@ def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out
                 p = subprocess.run([python, "-m", "specops_host.serve.vllm_bench", "--runs", str(plan_file)],
                                    stderr=err)
             if p.returncode != 0:
+                why = last_error(out_dir / "bench.log")
                 raise SystemExit(f"speedup: vllm bench serve failed (exit {p.returncode})"
-                                 f"{': ' + last_error(out_dir / 'bench.log') if last_error(out_dir / 'bench.log') else ''}"
-                                 f" (its log: {out_dir / 'bench.log'})")
+                                 f"{': ' + why if why else ''} (its log: {out_dir / 'bench.log'})")
             for r in runs:
                 results[r["file"]] = figures(json.loads((out_dir / r["file"]).read_text()))
             all_runs += runs

@@ -344,7 +344,8 @@ def run(spec, trainer_argv, *, poll=1.0):
         if left:
             print(f"[specops] {left} staged hidden-state file(s) the trainer did not load: removed", flush=True)
     if died is not None:
-        print(f"VLLMServerError: {vllm_server.died_line(died, server_dir)}", flush=True)  # (the job's error: its last XError line)
+        print(f"VLLMServerError: {vllm_server.died_line(died, server_dir)}",
+              flush=True)  # (the job's error: its last XError line)
         return 1
     return 128 - code if code < 0 else code  # (a trainer killed by signal N: 128+N, as a shell says it)
 

@@ -91,7 +91,8 @@ def command(spec, endpoint=None):
     run = Path(spec["run_dir"])
     f = dict(spec["flags"])
     f["logger"] = loggers(f.get("logger"))
-    if "trust-remote-code" not in f and vllm_server.decide_trust(spec["verifier"], spec.get("trust_remote_code", "auto")):
+    if "trust-remote-code" not in f and vllm_server.decide_trust(spec["verifier"],
+                                                                 spec.get("trust_remote_code", "auto")):
         f["trust-remote-code"] = True  # (the trainer loads the verifier's config and tokenizer: its custom code)
     if spec.get("hidden_states") == "online":
         f.update({"on-missing": "generate", "vllm-endpoint": endpoint or "http://127.0.0.1:<port>/v1"})

@@ -56,7 +56,7 @@ from specops.host.transfer.upload import Range, Upload, upload, upload_file
 from specops.host.transfer.tuning import (MAX_STREAMS, MIB, PART_PREFIX, PIECE, RANGE_MIN, SKIP_PREFIX,
                                         UP_PREFIX, UP_RANGE, Progress)
 
-__all__ = ["streams", "tuning", "Entry", "NoDirectory", "local_listing", "remote_has_rsync", "remote_listing", "Link",
-           "choose_streams", "measure_rtt", "Batch", "LinkCheck", "stream_ssh", "Download", "Piece", "download", "Range",
-           "Upload", "upload", "upload_file", "MAX_STREAMS", "MIB", "PART_PREFIX", "PIECE", "RANGE_MIN", "SKIP_PREFIX",
-           "UP_PREFIX", "UP_RANGE", "Progress"]
+__all__ = ["streams", "tuning", "Entry", "NoDirectory", "local_listing", "remote_has_rsync", "remote_listing",
+           "Link", "choose_streams", "measure_rtt", "Batch", "LinkCheck", "stream_ssh", "Download", "Piece", "download",
+           "Range", "Upload", "upload", "upload_file", "MAX_STREAMS", "MIB", "PART_PREFIX", "PIECE", "RANGE_MIN",
+           "SKIP_PREFIX", "UP_PREFIX", "UP_RANGE", "Progress"]

@@ -20,7 +20,8 @@ from typing import IO, Optional
 from specops.errors import SpecopsError
 from specops.host.transfer import tuning
 from specops.host.transfer.listings import Entry, _local_entry, _same, remote_has_rsync, remote_listing
-from specops.host.transfer.streams import Batch, LinkCheck, _Limiter, _Lost, _Meter, _Pool, _Refused, _Session, _Tail, _last_line, _pipe_size
+from specops.host.transfer.streams import (Batch, LinkCheck, _Limiter, _Lost, _Meter, _Pool, _Refused, _Session, _Tail,
+                                           _last_line, _pipe_size)
 
 
 # -- downloads --------------------------------------------------------------------------------------
@@ -211,7 +212,8 @@ class Download(_Session):
             for e in regular:
                 lp = self.local / e.rel
                 lp.parent.mkdir(parents=True, exist_ok=True)
-                self.ranged[e.rel] = _Ranged(lp, e, max(tuning.MIB, math.ceil(e.size / tuning.MIB) * tuning.MIB), fresh=True)
+                self.ranged[e.rel] = _Ranged(lp, e, max(tuning.MIB, math.ceil(e.size / tuning.MIB) * tuning.MIB),
+                                             fresh=True)
             small = [] if not self.rsync else [e for e in small if e.kind != "f"]
         self.small = small
         self.pieces = [p for r in self.ranged.values() for p in r.pieces()]
@@ -274,7 +276,8 @@ class Download(_Session):
                 if r.prefix:
                     self.hq.put(r)
             batches = self._batches(n) if self.work else []
-            self.pool = _Pool(len(batches), self.t.host.name)  # (the batches are the streams: a small rsync group rides along)
+            self.pool = _Pool(len(batches),
+                              self.t.host.name)  # (the batches are the streams: a small rsync group rides along)
             self.aborted = False
             try:
                 self.pool.run(batches, self._run_batch)

@@ -87,9 +87,9 @@ def choose_streams(rtt: float, one_stream: Optional[float], work_bytes: int, uni
         return 1, f"1 stream (round trip {ms}: one stream is not window-bound)"
     bound = tuning.WINDOW / rtt
     if one_stream is not None and one_stream < tuning.LINK_BOUND * bound:
-        return 1, (f"1 stream (one stream moves {tuning._mib(one_stream)}, well under the {tuning._mib(bound)} an SSH window "
-                   f"allows at a {ms} round trip: the link, not the window, is the limit)")
+        return 1, (f"1 stream (one stream moves {tuning._mib(one_stream)}, well under the {tuning._mib(bound)} an SSH "
+                   f"window allows at a {ms} round trip: the link, not the window, is the limit)")
     per = one_stream or bound
     n = min(max(2, math.ceil(tuning.AIM / per)), max_streams, cap)
-    return n, (f"{n} stream(s) (round trip {ms}; one stream " +
-               (f"moves {tuning._mib(one_stream)}" if one_stream else f"is bounded near {tuning._mib(bound)} by its window") + ")")
+    one = f"moves {tuning._mib(one_stream)}" if one_stream else f"is bounded near {tuning._mib(bound)} by its window"
+    return n, f"{n} stream(s) (round trip {ms}; one stream {one})"

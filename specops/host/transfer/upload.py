@@ -17,7 +17,8 @@ from typing import Optional
 from specops.errors import SpecopsError
 from specops.host.transfer import tuning
 from specops.host.transfer.listings import Entry, _local_entry, _same, local_listing, remote_has_rsync, remote_listing
-from specops.host.transfer.streams import Batch, LinkCheck, _Limiter, _Lost, _Meter, _Pool, _Refused, _Session, _Tail, _last_line
+from specops.host.transfer.streams import (Batch, LinkCheck, _Limiter, _Lost, _Meter, _Pool, _Refused, _Session, _Tail,
+                                           _last_line)
 
 
 # -- uploads ----------------------------------------------------------------------------------------
@@ -236,7 +237,8 @@ class Upload(_Session):
         for e in self.big:
             d = e.rel.rpartition("/")[0]
             k = self.key(e)
-            parts = [(f"{d}/" if d else "") + f"{tuning.UP_PREFIX}{k}.{i}" for i in range(max(1, math.ceil(e.size / tuning.UP_RANGE)))]
+            n_parts = max(1, math.ceil(e.size / tuning.UP_RANGE))
+            parts = [(f"{d}/" if d else "") + f"{tuning.UP_PREFIX}{k}.{i}" for i in range(n_parts)]
             first, rest = parts[0], parts[1:]
             q = shlex.quote
             stamp = time.strftime("%Y%m%d%H%M.%S", time.gmtime(e.mtime_ns // 10**9))
