@@ -122,6 +122,8 @@ class Stopped(Payload):
 class Started(Payload):
     run_id: Optional[str] = None
     pid: Optional[int] = None
+    #: the run's output.log size before this start (a re-run, a resume, appends): its follower starts there
+    log_from: int = 0
     slurm_job_id: Optional[str] = None  # (a Slurm host's job)
 
 

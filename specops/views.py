@@ -194,15 +194,21 @@ def speedup(sp: dict) -> None:
     for name, s in (sp.get("sides") or {}).items():
         for c, v in s["by_concurrency"].items():
             tps = v.get("output_tokens_per_s") or {}
-            rows.append([name, c, f(tps.get("median")), _pct(tps.get("spread")), f((v.get("tpot_ms") or {}).get("median"), 2),
+            rows.append([name, c, f(tps.get("median")), f((v.get("baseline_tokens_per_s") or {}).get("median")),
+                         _pct(tps.get("spread")), f((v.get("tpot_ms") or {}).get("median"), 2),
                          f((v.get("ttft_ms") or {}).get("median")), f(v.get("acceptance_length"), 2), ratio_range(v),
                          "noisy" if v.get("noisy") else ""])
     req = sp.get("requests") or {}
     table(f"speedup: output tokens/s of the verifier with the draft over without it (vllm bench serve: "
           f"{', '.join(f'{n} requests at {c}' for c, n in req.items())}; {sp.get('repeats')} repeat(s), "
           f"{'paired' if sp.get('paired') else 'ratio of medians'}; {sp.get('settings')})",
-          ("side", "concurrent requests", "output tokens/s", "spread", "TPOT ms", "TTFT ms", "acceptance length",
-           "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
+          ("side", "concurrent requests", "output tokens/s",
+           "baseline tokens/s " + ("(its paired runs)" if sp.get("paired") else "(median)"), "spread", "TPOT ms",
+           "TTFT ms", "acceptance length", "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"),
+          rows)
+    if sp.get("paired"):
+        line("the baseline row pools its runs of every pass; each side's speedup is against the baseline runs timed "
+             "beside it (its own column)")
     spreads(sp)
     inexact(sp)
     lost = sum(v.get("unstreamed") or 0 for s in (sp.get("sides") or {}).values() for v in s["by_concurrency"].values())
@@ -282,6 +288,9 @@ def trained(host: str, res: dict, hint) -> None:
         line(f"train {rid}: started on every node (`{hint(f'logs -f --run-id {rid}')}` follows rank 0)")
     elif res["exit_code"] is None:
         line(f"train {rid} on {host}: started (`{hint(f'logs -f --run-id {rid}')}` follows it)")
+    elif res.get("stopped"):
+        line(f"train {rid} on {host}: stopped (`inv stop`), not finished; `{hint(f'fetch --run-id {rid}')}` brings "
+             f"back what it saved")
     else:
         line(f"train {rid} on {host}: finished (exit {res['exit_code']}); `{hint(f'fetch --run-id {rid}')}` brings it back")
 
@@ -342,8 +351,9 @@ def inexact(sp: dict) -> None:
              "length may differ)", "yellow")
 
 
-def demo_acceptance(res: dict) -> None:
-    """The demo's last word: the trained draft served by vLLM beside its controls, same prompts."""
+def demo_acceptance(res: dict, speed: bool = True) -> None:
+    """The demo's last word (and `inv evaluate --controls`'): the trained draft served by vLLM beside its controls,
+    same prompts; speed=False: no speedup line (evaluate's own table shows it)."""
     acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
 
     def f(x):
@@ -369,7 +379,7 @@ def demo_acceptance(res: dict) -> None:
          f"accepted; at most {k + 1}).")
     for v in res.get("controls_verdict") or []:
         line(f"control: {v}")
-    if levels:
+    if levels and speed:
         by = sp["by_concurrency"]
         req = sp.get("requests")
         req = ", ".join(f"{n} at {c}" for c, n in req.items()) if isinstance(req, dict) else req

@@ -315,3 +315,31 @@ def test_a_run_whose_answers_came_in_one_piece_keeps_its_tokens_per_s_but_not_it
     views.speedup({"sides": rec, "requests": {"1": 32}, "repeats": 2, "paired": True, "settings": "cpu"})
     assert "TTFT and TPOT leave out 1 run(s) whose answers reached the benchmark's client in one piece" in \
         capsys.readouterr().out
+
+
+def test_each_sides_baseline_column_is_the_runs_its_paired_ratio_used(capsys):
+    """issue 46 item 7: the draft paired with the baseline of pass 0, ngram with pass 1's (the baseline pools
+    both: 30.4 tok/s beside the draft's 30.3 for a 1.09x speedup): each side's row shows its own baseline."""
+    b, d, n = sp.Side("baseline", "baseline"), sp.Side("draft", "draft"), sp.Side("ngram", "baseline-method")
+    runs, results = [], {}
+    for batch, side, pairs in ((0, "draft", [(30.3, 27.8), (30.5, 28.0)]), (1, "ngram", [(33.0, 33.2), (32.8, 33.0)])):
+        for r, (x, y) in enumerate(pairs):
+            for s, v in ((side, x), ("baseline", y)):
+                runs.append({"side": s, "level": 1, "repeat": r, "batch": batch, "file": f"{s}-{batch}-{r}"})
+                results[f"{s}-{batch}-{r}"] = fig(v)
+    rec = sp.record([b, d, n], runs, results, [1], paired=True)
+    dv, pooled = rec["draft"]["by_concurrency"]["1"], rec["baseline"]["by_concurrency"]["1"]
+    assert pooled["output_tokens_per_s"]["median"] == 30.5 and pooled["output_tokens_per_s"]["n"] == 4
+    assert dv["baseline_tokens_per_s"]["median"] == 27.9 and dv["baseline_tokens_per_s"]["n"] == 2
+    assert dv["ratio"]["median"] == pytest.approx(30.4 / 27.9, abs=0.002)
+    assert rec["ngram"]["by_concurrency"]["1"]["baseline_tokens_per_s"]["median"] == 33.1
+    unpaired = sp.record([b, d, n], runs, results, [1], paired=False)["draft"]["by_concurrency"]["1"]
+    assert unpaired["baseline_tokens_per_s"] == pooled["output_tokens_per_s"]
+    from specops import views
+
+    views.speedup({"sides": rec, "requests": {"1": 8}, "repeats": 2, "paired": True, "settings": "cpu"})
+    out = capsys.readouterr().out
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in out.splitlines() if "\t" in ln}
+    assert rows["draft"][2:4] == ["30.4", "27.9"] and rows["ngram"][2:4] == ["32.9", "33.1"], out
+    assert rows["baseline"][2:4] == ["30.5", ""], out
+    assert "baseline tokens/s (its paired runs)" in out and "against the baseline runs timed beside it" in out

@@ -74,6 +74,36 @@ def test_train_outlives_client_logs_reattach_lock_and_stop(pipeline_run, hosts_f
         assert rec["run_id"] == rid and len(rec["starts"]) == 1
 
 
+def test_a_followed_train_stopped_says_stopped_and_its_resume_follows_only_its_own_start(pipeline_run, hosts_file,
+                                                                                            tmp_path):
+    """issue 46 item 7: `inv train --follow` whose run `inv stop` ends said `finished (exit 0)` (the trainer
+    exits 0 on SIGTERM): it says `stopped`, as `inv status` does; the resume's follower (-v: the log byte for
+    byte) showed the first start's `new run` before `resuming from checkpoint`: it follows its own start only."""
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(LONG)
+    rid = "t-stopped-" + str(int(time.time()))
+    h = inventory.load(str(hosts_file)).get("box")
+    base = ["--host", "box", "--hosts", str(hosts_file)]
+    argv = [sys.executable, "-m", "invoke", "train", *base, "--config", str(cfg), "--run-id", rid, "--dataset", "pipe",
+            "--follow", "--no-serve-check", "-v"]
+    with connect(h) as t:
+        log = jobs.run_path(t, rid, "output.log")
+        for n in (1, 2):
+            p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") >= n, 240, f"start {n}'s first step")
+            r = inv("stop", *base, "--run-id", rid, "--grace", "120")
+            assert r.returncode == 0, r.stderr
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0, out[-3000:]
+            assert f"train {rid} on box: stopped" in out and "finished (exit" not in out, out[-3000:]
+            assert jobs.status(t, rid)[0].state == "stopped"
+            if n == 1:
+                assert f"train {rid}: new run" in out, out[-3000:]
+            else:
+                assert f"train {rid}: resuming from checkpoint" in out and "new run" not in out, out[-3000:]
+                assert out.count("train/loss=") < (t.read_bytes(log) or b"").count(b"train/loss="), out[-3000:]
+
+
 def test_train_follow_is_quiet_and_verbose_streams_the_log(pipeline_run, hosts_file):
     """`inv train --follow` (the real trainer): its figures (step, loss, accuracy per draft position,
     tokens/s; each epoch's validation), not its per-step INFO panels, which stay whole in the run's

@@ -327,15 +327,21 @@ def wait_ended(t: Transport, run_id: str, timeout: float) -> Job:
 
 
 def run_following(t: Transport, run_id: str, task: Optional[int] = None,
-                  write: Optional[Callable[[bytes], None]] = None) -> Optional[int]:
-    """Follow a run's log (to `write`, else the connection's log sink) until it ends (its exit
+                  write: Optional[Callable[[bytes], None]] = None, offset: int = 0) -> Optional[int]:
+    """Follow a run's log (to `write`, else the connection's log sink) from byte `offset` until it ends (its exit
     code); Ctrl-C detaches (None), the run goes on."""
     try:
-        return follow(t, run_id, task=task, write=write)[1]
+        return follow(t, run_id, task=task, write=write, offset=offset)[1]
     except KeyboardInterrupt:
         t.note(f"detached from {run_id}; it keeps running on {t.host.name} (`{t.hint(f'logs -f --run-id {run_id}')}` "
                f"re-attaches, `{t.hint(f'stop --run-id {run_id}')}` stops it)", "warn")
         return None
+
+
+def was_stopped(t: Transport, run_id: str) -> bool:
+    """An ended run's state is `stopped` (`inv stop`: its trainer may still exit 0), as `inv status` says."""
+    found = [j for j in status(t, run_id) if j.run_id == run_id]
+    return bool(found) and found[0].state == JobState.STOPPED
 
 
 def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
@@ -353,9 +359,9 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
     if detach:
         return None
     if not stop_on_interrupt:
-        return run_following(t, run_id)
+        return run_following(t, run_id, offset=j.log_from)
     try:
-        _, code = follow(t, run_id, write=write)
+        _, code = follow(t, run_id, write=write, offset=j.log_from)
     except KeyboardInterrupt:
         t.note(f"interrupted: stopping {run_id} (and the processes it started) ...", "warn")
         res = stop(t, run_id, grace=60)

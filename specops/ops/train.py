@@ -360,11 +360,12 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     if follow and code not in (None, 0):
         raise jobs.failure(t, rid, "train")
     return Trained({"run_id": rid, "exit_code": code, "run_dir": spec.run_dir, "hidden_states": spec.hidden_states,
-                    "serve_check": served})
+                    "serve_check": served, "stopped": code is not None and jobs.was_stopped(t, rid)})
 
 
 class Trained(dict):
-    """train(): {run_id, exit_code (None while it runs), run_dir, hidden_states, serve_check};
+    """train(): {run_id, exit_code (None while it runs), run_dir, hidden_states, serve_check, stopped (by `inv stop`:
+    its exit code 0 is no finish)};
     a group's (group.train): {run_id, exit_code, states, nodes: True}."""
 
 

@@ -86,6 +86,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
                **({"fail_grace": fail_grace} if fail_grace else {}),
                **(extra or {})}
         write_json(d / "job.json", rec)
+        log_from = file_size(d / "output.log")  # (a re-run appends: its follower starts here, not at an earlier start)
         log = open(d / "output.log", "ab")
         sup = [sys.executable, "-m", "specops_host.jobs.job", "supervise", "--dir", str(d.resolve())]
         if env_file:
@@ -105,7 +106,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         # (p is this process's unreaped child: its pid cannot have changed hands yet)
         rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, pid_start=start_time(p.pid),
                                state=JobState.RUNNING.value))
-    return {"ok": True, **rec}
+    return {"ok": True, **rec, "log_from": log_from}
 
 
 def stop_job(d, grace=60.0):

@@ -261,7 +261,8 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
             continue
         r = d[c].get("ratio") or {}
         by[c] = {"draft_tokens_per_s": d[c]["output_tokens_per_s"]["median"],
-                 "baseline_tokens_per_s": b[c]["output_tokens_per_s"]["median"], "ratio": r.get("median"),
+                 "baseline_tokens_per_s": (d[c].get("baseline_tokens_per_s") or b[c]["output_tokens_per_s"])["median"],
+                 "ratio": r.get("median"),
                  "ratio_min": r.get("min"), "ratio_max": r.get("max"), "ratio_spread": r.get("spread"),
                  "draft_spread": d[c]["output_tokens_per_s"]["spread"],
                  "baseline_spread": b[c]["output_tokens_per_s"]["spread"],
