@@ -71,8 +71,7 @@ def status(host: str, jobs: list) -> None:
     """One row per run, then one per job it started itself (`RUN/server`: an online run's vLLM server)."""
     def row(j, name):
         pid = j.pid or (f"job {j.slurm_job_id}" if getattr(j, "slurm_job_id", None) else "")  # (Slurm's job id)
-        return [name, j.kind, j.describe, age(j.age_s), pid, "" if j.gpu_mib is None else j.gpu_mib,
-                j.last_line]
+        return [name, j.kind, j.describe, age(j.age_s), pid, "" if j.gpu_mib is None else j.gpu_mib, j.last_line]
 
     table(f"runs on {host}", ("run id", "kind", "state", "age", "pid", "GPU MiB", "last line"),
           [r for j in jobs for r in [row(j, j.run_id), *(row(s, f"{j.run_id}/{s.run_id}") for s in j.subjobs)]])
@@ -199,16 +198,12 @@ def speedup(sp: dict) -> None:
                          f((v.get("ttft_ms") or {}).get("median")), f(v.get("acceptance_length"), 2), ratio_range(v),
                          "noisy" if v.get("noisy") else ""])
     req = sp.get("requests") or {}
+    base = f"baseline tokens/s ({'its paired runs; the baseline row pools all' if sp.get('paired') else 'median'})"
     table(f"speedup: output tokens/s of the verifier with the draft over without it (vllm bench serve: "
           f"{', '.join(f'{n} requests at {c}' for c, n in req.items())}; {sp.get('repeats')} repeat(s), "
           f"{'paired' if sp.get('paired') else 'ratio of medians'}; {sp.get('settings')})",
-          ("side", "concurrent requests", "output tokens/s",
-           "baseline tokens/s " + ("(its paired runs)" if sp.get("paired") else "(median)"), "spread", "TPOT ms",
-           "TTFT ms", "acceptance length", "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"),
-          rows)
-    if sp.get("paired"):
-        line("the baseline row pools its runs of every pass; each side's speedup is against the baseline runs timed "
-             "beside it (its own column)")
+          ("side", "concurrent requests", "output tokens/s", base, "spread", "TPOT ms", "TTFT ms", "acceptance length",
+           "speedup (min-max)", f"spread > {100 * sp.get('noisy_above', 0.05):.0f}%"), rows)
     spreads(sp)
     inexact(sp)
     lost = sum(v.get("unstreamed") or 0 for s in (sp.get("sides") or {}).values() for v in s["by_concurrency"].values())
@@ -226,8 +221,7 @@ def speedup(sp: dict) -> None:
     if sp.get("note"):
         line(f"note: {sp['note']}", "yellow")
     elif not sp.get("cuda_graphs"):
-        line("note: vLLM ran eager (CUDA graphs off): both throughputs are below what a served model reaches",
-             "yellow")
+        line("note: vLLM ran eager (CUDA graphs off): both throughputs are below what a served model reaches", "yellow")
 
 
 def preflight(name: str, res: dict) -> None:
@@ -288,11 +282,9 @@ def trained(host: str, res: dict, hint) -> None:
         line(f"train {rid}: started on every node (`{hint(f'logs -f --run-id {rid}')}` follows rank 0)")
     elif res["exit_code"] is None:
         line(f"train {rid} on {host}: started (`{hint(f'logs -f --run-id {rid}')}` follows it)")
-    elif res.get("stopped"):
-        line(f"train {rid} on {host}: stopped (`inv stop`), not finished; `{hint(f'fetch --run-id {rid}')}` brings "
-             f"back what it saved")
-    else:
-        line(f"train {rid} on {host}: finished (exit {res['exit_code']}); `{hint(f'fetch --run-id {rid}')}` brings it back")
+    else:  # (a run `inv stop` ended may exit 0: stopped, as `inv status` says)
+        end = "stopped (`inv stop`), not finished" if res.get("stopped") else f"finished (exit {res['exit_code']})"
+        line(f"train {rid} on {host}: {end}; `{hint(f'fetch --run-id {rid}')}` brings it back")
 
 
 def dry_run_done(host: str, plan=None) -> None:
@@ -352,8 +344,7 @@ def inexact(sp: dict) -> None:
 
 
 def demo_acceptance(res: dict, speed: bool = True) -> None:
-    """The demo's last word (and `inv evaluate --controls`'): the trained draft served by vLLM beside its controls,
-    same prompts; speed=False: no speedup line (evaluate's own table shows it)."""
+    """The demo's last word: the trained draft served by vLLM beside its controls, same prompts (speed: its speedup)."""
     acc, k = res["acceptance"], res.get("num_spec_tokens", 3)
 
     def f(x):
