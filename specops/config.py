@@ -58,6 +58,8 @@ def check_flags(where: str, flags: Any) -> dict:
             near = difflib.get_close_matches(k, TRAIN_FLAGS, n=1)
             raise SpecopsError(f"{where}: {k!r} is not a flag of speculators {SPECULATORS}'s train"
                                + (f": did you mean {near[0]!r}?" if near else ": `speculators train --help` lists them"))
+        if k == "draft-vocab-size" and v == "auto":  # (sized to the dataset's distinct tokens: specops/vocab.py)
+            continue
         if k in NUMBERS and v is not None:
             try:
                 NUMBERS[k].parse(v)
@@ -116,7 +118,14 @@ def load_config(path: Optional[str], profile: str, overrides: dict) -> dict:
     for name, over in profiles.items():
         check_flags(f"{p}: profiles.{name}", over or {})
     flags.update(profiles.get(profile) or {})
-    flags.update({k: v for k, v in overrides.items() if v is not None})
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "draft-vocab-size" in overrides and overrides["draft-vocab-size"] != "auto":
+        try:
+            overrides["draft-vocab-size"] = NUMBERS["draft-vocab-size"].parse(overrides["draft-vocab-size"])
+        except BadNumber as e:
+            raise SpecopsError(f"--draft-vocab-size {overrides['draft-vocab-size']!r}: {e}, or auto (the dataset's "
+                               f"distinct tokens)") from None
+    flags.update(overrides)
     bad = RESERVED & set(flags)
     if bad:
         raise SpecopsError(f"{p}: {sorted(bad)} are set by specops (from the host, the data and the run id)")

@@ -215,6 +215,23 @@ def rows(m: dict, *, epochs: int, gpus: int, price_per_hour: Optional[float] = N
     return out
 
 
+#: a training past this many hours gets one line saying so, with what would shorten it
+LONG_HOURS = 3.0
+
+
+def too_long(seconds: float, tokens_per_s: float, *, epochs: int, draft_vocab=None,
+             basis: str = "measured") -> Optional[str]:
+    """The line that warns of a training past LONG_HOURS (None when shorter): its hours at the tokens/s,
+    and what shortens it (a draft vocabulary sized to the data, fewer epochs, shorter or fewer rows)."""
+    hours = seconds / 3600
+    if hours <= LONG_HOURS:
+        return None
+    vocab = (f"a draft vocabulary sized to the data (--draft-vocab-size auto; now {draft_vocab}), "
+             if draft_vocab not in (None, "auto") else "")
+    return (f"the training takes about {hours:.1f} h at {tokens_per_s:.0f} tokens/s ({basis}, {epochs} epoch(s)): "
+            f"{vocab}fewer epochs (--epochs), shorter rows (--seq-length) or fewer rows shorten it")
+
+
 def error(planned: float, actual: float) -> Optional[float]:
     """(planned - actual) / actual; None without an actual."""
     return (planned - actual) / actual if actual else None

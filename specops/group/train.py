@@ -177,10 +177,11 @@ def _group_flags(hidden_states: str = "auto", server_gpus=None, train_gpus=None,
 @refusing(_group_flags)
 def train_group(hosts: list[Host], *, connect=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=DEFAULT_PORT,
                 config=None, run_id=None, dataset=None, verifier=None, nproc=None, follow=False, serve_check=True,
-                continue_on_new_data=False, **_) -> train.Trained:
+                continue_on_new_data=False, draft_vocab_size=None, **_) -> train.Trained:
     """`inv train --host @group`: train_nodes() (one torchrun per host, c10d on the first)."""
     res = train_nodes(hosts, config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=nproc,
-                      overrides={"epochs": epochs, "max-steps": max_steps}, rdzv_host=rdzv_host, port=rdzv_port,
+                      overrides={"epochs": epochs, "max-steps": max_steps, "draft-vocab-size": draft_vocab_size},
+                      rdzv_host=rdzv_host, port=rdzv_port,
                       follow=follow, connect=connect, serve_check=serve_check,
                       continue_on_new_data=continue_on_new_data)
     return train.Trained(res, nodes=True)

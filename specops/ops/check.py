@@ -7,7 +7,7 @@ import json
 import re
 from typing import Optional
 
-from specops import paths
+from specops import paths, vocab
 from specops.config import load_config
 from specops.errors import SpecopsError
 from specops.payloads import Check, CheckRow, DeepCheck, ServeCheck
@@ -244,6 +244,16 @@ def serve_spec(t: Transport, *, config: Optional[str] = None, verifier: Optional
             except ValueError:
                 rec = {}
             spec["target_layer_ids"] = (rec.get("layer_ids") or [])[:-1] or None
+    if cfg["flags"].get("draft-vocab-size") == vocab.AUTO:  # (sized as `inv train` sizes it: the data's tokens)
+        try:
+            vc = json.loads(t.read_bytes(f"{spec['verifier']}/config.json") or b"{}")
+        except ValueError:
+            vc = {}
+        size = (vc.get("text_config") or {}).get("vocab_size") or vc.get("vocab_size")
+        raw = t.read_bytes(f"{spec['data']}/token_freq.pt", limit=64 << 20) if dataset else None
+        cfg["flags"]["draft-vocab-size"], line = vocab.choose(vocab.AUTO, vocab.distinct_tokens(raw),
+                                                               size if isinstance(size, int) else None, cfg["path"])
+        t.note(line)
     return spec
 
 

@@ -87,12 +87,14 @@ def train_records(t: Transport, run_id: str, tmp: Path) -> list[dict]:
 
 
 def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, config: Optional[str], steps: int,
-                  layers: Optional[str], vllm_arg: list, tokens: int, train_ratio: float, tmp: Path) -> dict:
+                  layers: Optional[str], vllm_arg: list, tokens: int, train_ratio: float, tmp: Path,
+                  draft_vocab_size: Optional[str] = None) -> dict:
     """A few real training steps (speculators train, one epoch capped at `steps`, its checkpoint
     and validation included) on the sample: train.train itself, then its step times."""
     rid = jobs.new_run_id(f"plan-{mode}")
     res = train.train(t, config=config, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
-                      overrides={"max-steps": steps, "epochs": 1}, hidden_states=mode, layers=layers,
+                      overrides={"max-steps": steps, "epochs": 1, "draft-vocab-size": draft_vocab_size},
+                      hidden_states=mode, layers=layers,
                       vllm_arg=vllm_arg, serve_check=False, own=True)  # (the plan's: Ctrl-C stops it)
     job = jobs.status(t, res["run_id"])[0]
     recs = train_records(t, rid, tmp)
@@ -107,7 +109,8 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
-            vllm_arg: Optional[list] = None, disk_budget_gb: Optional[float] = None) -> dict:
+            vllm_arg: Optional[list] = None, disk_budget_gb: Optional[float] = None,
+            draft_vocab_size: Optional[str] = None) -> dict:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
     take). Returns the plan (also written to the dataset's plan.json on the host); a dry run says
@@ -115,7 +118,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
     h = t.host
-    cfg = load_config(config, h.profile, {"epochs": epochs})  # (its keys and numbers first)
+    cfg = load_config(config, h.profile, {"epochs": epochs, "draft-vocab-size": draft_vocab_size})  # (keys, numbers)
     n_epochs = int(cfg["flags"].get("epochs") or 1)
     ratio = float(cfg["flags"].get("train-data-ratio") or estimate.TRAIN_RATIO)
     ddir = data.data_dir(t, dataset)
@@ -157,7 +160,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                 f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
                 "the sample's prepared rows for the online training")
         kw = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
-                  tokens=tokens, train_ratio=ratio, tmp=tmp)
+                  tokens=tokens, train_ratio=ratio, tmp=tmp, draft_vocab_size=draft_vocab_size)
         trained = {}
         for mode in modes:
             with t.step(f"plan: {steps} training step(s) {mode} on the sample"):
@@ -174,7 +177,12 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                         disk_budget=None if disk_budget_gb is None else disk_budget_gb * 2**30, train_ratio=ratio)
     # (the host's clock when the plan's last job ended: `versus` counts the data jobs started after it)
     host_end = max((float(x.get("ended") or 0) for x in trained.values()), default=0.0) or None
-    plan = {"host": h.name, "created": time.time(), "host_clock_end": host_end, "data_file": str(data_file), "data_dir": ddir, "verifier": ver,
+    chosen = out["modes"].get(out["auto"]["mode"]) or next(iter(out["modes"].values()))
+    tr = chosen["stages"][-1]["parts"]
+    long = estimate.too_long(tr["seconds"], tr["tokens_per_s"], epochs=n_epochs,
+                             draft_vocab=cfg["flags"].get("draft-vocab-size"), basis=f"measured on {n} row(s)")
+    plan = {"host": h.name, "created": time.time(), "long": long,
+            "host_clock_end": host_end, "data_file": str(data_file), "data_dir": ddir, "verifier": ver,
             "config": cfg["path"], "config_flags": cfg["flags"], "hidden_states": hidden_states, "layers": layers,
             "seq_length": seq_length, "sample_rows": n, "steps": steps, "gpus": gpus,
             "price_per_hour": h.price_per_hour, "price_per": h.price_per, "measured": measured, **out,

@@ -8,7 +8,7 @@ import json
 import shlex
 from typing import Optional, Union
 
-from specops import paths
+from specops import estimate, paths, vocab
 from specops.args import refusing
 from specops.ops import jobs, watch
 from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
@@ -92,6 +92,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         raise SpecopsError("--server-gpus/--train-gpus split GPUs between the vLLM server and the trainer of an "
                            "online run: drop them, or pass --hidden-states online (nothing was started)")
     cfg = load_config(config, h.profile, overrides or {})  # (its keys and types first: a dry run shows them)
+    cfg["flag_vocab"] = (overrides or {}).get("draft-vocab-size") is not None
     if hidden_states != "offline":
         if extra and extra.get("nnodes", 1) > 1:
             raise SpecopsError(f"--hidden-states {hidden_states}: online hidden states train on one host; a "
@@ -103,6 +104,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         plan = hidden_states_plan(t, data=data_dir(t, dataset), verifier=verifier or h.verifier, mode=hidden_states,
                                   layers=layers, disk_budget_gb=disk_budget_gb, server_gpus=server_gpus,
                                   train_gpus=train_gpus, nproc=nproc, vllm_arg=vllm_arg, run_id=rid)
+        size_draft_vocab(t, cfg, data_dir(t, dataset), plan.get("verifier_vocab_size"))
         refuse_draft_vocab(cfg, plan.get("verifier_vocab_size"), plan.get("verifier_config"))
         note_plan(t, plan)
         if plan.mode == "online":
@@ -127,7 +129,9 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         v = summary.violations[0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
+    size_draft_vocab(t, cfg, data, summary.verifier_vocab_size)
     refuse_draft_vocab(cfg, summary.verifier_vocab_size, summary.verifier_config)
+    warn_long(t, data, "offline", summary.get("tokens"), cfg["flags"])
     rec = summary.record or {}
     layer_ids = rec.get("layer_ids")
     if not layer_ids:
@@ -143,6 +147,39 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
     })
+
+
+def size_draft_vocab(t: Transport, cfg: dict, data: str, verifier_vocab: Optional[int]) -> None:
+    """The config's draft-vocab-size made a number (auto: from the dataset's token_freq.pt, specops/vocab.py),
+    said in one line."""
+    flags = cfg["flags"]
+    setting = flags.get("draft-vocab-size")
+    distinct = vocab.distinct_tokens(t.read_bytes(f"{data}/token_freq.pt", limit=64 << 20))
+    where = ("--draft-vocab-size" if cfg.get("flag_vocab") else f"draft-vocab-size {setting} in {cfg['path']}"
+             if setting is not None else cfg["path"])
+    n, line = vocab.choose(setting, distinct, verifier_vocab, where)
+    if n is not None:
+        flags["draft-vocab-size"] = n
+    t.note(line)
+
+
+def warn_long(t: Transport, data: str, mode: str, tokens: Optional[int], flags: dict) -> None:
+    """One line when the dataset's plan (`inv plan`: plan.json, its measured tokens/s) puts this training
+    past estimate.LONG_HOURS, with what would shorten it."""
+    if not tokens or flags.get("max-steps"):
+        return
+    try:
+        plan = json.loads(t.read_bytes(f"{data}/plan.json") or b"{}")
+        tps = float(plan["measured"]["train"][mode]["tokens_per_s"]["median"])
+    except (ValueError, KeyError, TypeError):
+        return
+    epochs = int(flags.get("epochs") or 1)
+    ratio = float(flags.get("train-data-ratio") or estimate.TRAIN_RATIO)
+    line = estimate.too_long(epochs * tokens * ratio / tps, tps, epochs=epochs,
+                             draft_vocab=plan.get("config_flags", {}).get("draft-vocab-size"),
+                             basis=f"the dataset's plan, {plan.get('sample_rows')} row(s) measured")
+    if line:
+        t.note(f"train: {line}", "warn")
 
 
 def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) -> None:
@@ -371,8 +408,9 @@ class Trained(dict):
 
 @refusing(watch.check_flags)
 def train_run(t: Transport, *, epochs: Optional[int] = None, max_steps: Optional[int] = None,
-              disk_budget: Optional[float] = None, **kw) -> Trained:
-    """`inv train` on one host: train() with --epochs/--max-steps as overrides and --disk-budget in GiB
-    (kw: train()'s; a group's --rdzv-host/--rdzv-port have no use here)."""
+              disk_budget: Optional[float] = None, draft_vocab_size: Optional[str] = None, **kw) -> Trained:
+    """`inv train` on one host: train() with --epochs/--max-steps/--draft-vocab-size as overrides and
+    --disk-budget in GiB (kw: train()'s; a group's --rdzv-host/--rdzv-port have no use here)."""
     kw.pop("rdzv_host", None), kw.pop("rdzv_port", None)
-    return train(t, overrides={"epochs": epochs, "max-steps": max_steps}, disk_budget_gb=disk_budget, **kw)
+    return train(t, overrides={"epochs": epochs, "max-steps": max_steps, "draft-vocab-size": draft_vocab_size},
+                 disk_budget_gb=disk_budget, **kw)
