@@ -96,8 +96,8 @@ def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, ho
 
 
 def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipeline_run, hosts_file):
-    """The README's path (make-verifier, then train with the default config: draft-vocab-size
-    32000 against the tiny verifier's vocabulary) is refused in one line, a dry run shows it. An
+    """A draft vocabulary of 32000 (the default config's before it was sized to the data: `--draft-vocab-size
+    32000` now) against the tiny verifier's vocabulary is refused in one line, a dry run shows it. An
     online plan (remote/specops_host/train/online.py) is refused the same way, before any vLLM server starts (the
     draft-serves preflight is left on: it never runs)."""
     h = inventory.load(str(hosts_file)).get("box")
@@ -105,7 +105,7 @@ def test_a_draft_vocab_larger_than_the_verifiers_is_refused_at_plan_time(pipelin
         rid = "t-vocab-" + str(int(time.time()))
         serve = [] if "online" in extra else ["--no-serve-check"]
         r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", *serve,
-                "--run-id", rid, *extra)
+                "--run-id", rid, "--draft-vocab-size", "32000", *extra)
         assert r.returncode != 0
         line = one_line(r)
         assert "eagle3.yaml: draft-vocab-size 32000 is larger than the verifier's vocabulary (1024 tokens, " \
