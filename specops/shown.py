@@ -139,6 +139,8 @@ def _regenerated(w: Where, res) -> None:
 
 def _priced(w: Where, p) -> None:
     views.plan(p.plan)
+    if p.plan.get("long"):  # (a training past estimate.LONG_HOURS, with what shortens it)
+        views.line(f"plan: {p.plan['long']}", "yellow")
     views.next_step(p.next, p.why)
 
 

@@ -489,8 +489,6 @@ def plan(p: dict) -> None:
     chosen = p["modes"].get(a["mode"]) or next(iter(p["modes"].values()))
     line(f"total wall time ({a['mode'] if a['mode'] in p['modes'] else next(iter(p['modes']))}): "
          f"{chosen['hours']:.3f} h ({chosen['seconds']:.0f} s); plan kept in {p['path']}")
-    if p.get("long"):
-        line(f"plan: {p['long']}", "yellow")
 
 
 def plan_versus(v: Optional[dict]) -> None:
