@@ -21,7 +21,8 @@ from specops.group.extract import extract_hosts, extract_one
 from specops.group.train import fetch_nodes, train_group
 from specops.ops import bootstrap as _bootstrap, check as _check, data as _data, evaluate as _evaluate
 from specops.ops import fetch as _fetch, inspect_data as _inspect, jobs as _jobs, pipeline as _pipeline
-from specops.ops import plan as _plan, regenerate as _regenerate, train as _train, wheelhouse as _wh
+from specops.ops import plan as _plan, regenerate as _regenerate, synthesize as _synthesize, train as _train
+from specops.ops import wheelhouse as _wh
 
 HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
@@ -320,6 +321,36 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
+    **COMMON, "rows": "how many conversations to write (required)",
+    "out": "output name: <workdir>/synthesized/NAME.jsonl on the host (default: <verifier>-synth-<rows>-s<seed>)",
+    "verifier": VERIFIER, "seed": "the same seed, the same rows (where vLLM's sampling allows; default 0)",
+    "topics": "a file of topics, one a line, that steer the questions (a laptop file is uploaded; else a host path)",
+    "question_temperature": "the questions' temperature (default 1.0, Magpie's) or `config`: the verifier's "
+                            "generation config",
+    "answer_temperature": "the answers' temperature (default 0: greedy) or `config`: the verifier's generation config",
+    "question_tokens": "a question's token cap (default 128; one cut there is dropped)",
+    "max_tokens": "an answer's token cap (default 1024; one cut there is dropped)",
+    "concurrency": "requests in flight (default 32)",
+    "attempts": "candidate conversations at most (default 4 x rows + 16): the rows kept by then are written",
+    "max_model_len": "the server's --max-model-len (default: the verifier's)", "overwrite": "replace --out",
+    "detach": "start it and return", "vllm_arg": VLLM_ARG})
+def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, seed=0, topics=None,
+               question_temperature="1.0", answer_temperature="0", question_tokens=128, max_tokens=1024,
+               concurrency=32, attempts=None, max_model_len=None, overwrite=False, detach=False, vllm_arg=None):
+    """Conversations the verifier writes itself, question and answer (Magpie), for a dataset.
+
+    One managed vLLM server of the verifier: its chat template up to the user turn lets it write a
+    question, then it answers it; deduplicated, and texts cut at their cap, looping or refusing
+    dropped (each counted). The output goes through `inv prepare-data --data <it>`.
+
+    Example: inv synthesize --host gpu1 --rows 20000"""
+    on_hosts(c, host, hosts, _synthesize.synthesize, group=False, rows=rows, out=out, verifier=verifier, seed=seed,
+             topics=topics, question_temperature=question_temperature, answer_temperature=answer_temperature,
+             question_tokens=question_tokens, max_tokens=max_tokens, concurrency=concurrency, attempts=attempts,
+             max_model_len=max_model_len, overwrite=overwrite, vllm_args=vllm_arg, detach=detach)
+
+
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
     **COMMON, "data": "conversations .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "backend": "vllm (default) or hf", "layers": "layer ids",
     "seq_length": "max tokens per row (default 2048)", "config": "training config",
@@ -464,6 +495,6 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
 
 
 ns = Collection(hosts, bootstrap, check, push, status, clean, logs, stop, fetch, inspect_data, convert_data,
-                prepare_data, extract, make_verifier, train, regenerate, plan, pipeline, demo, dist_check, wheelhouse,
-                evaluate)
+                prepare_data, extract, make_verifier, train, regenerate, synthesize, plan, pipeline, demo, dist_check,
+                wheelhouse, evaluate)
 ns.configure({"specops": {"host": None, "hosts": None}})

@@ -125,6 +125,10 @@ TASK_FLAGS: dict[str, dict[str, Number]] = {
     "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
     "plan": {"sample": _i("how many rows to measure on", 32, ge=2)},
     "pipeline": {"sample": _i("how many rows --plan-first measures on", 32, ge=2)},
+    "synthesize": {"rows": _i("how many conversations to write", 1000),
+                   "seed": _i("the seed of the questions' sampling", 0, ge=0, le=2**31 - 1),
+                   "question_tokens": _i("how many tokens a question has at most", 128),
+                   "attempts": _i("how many candidate conversations at most", 4000)},
 }
 
 

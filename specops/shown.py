@@ -24,6 +24,7 @@ from specops.ops.data import Extracted, Prepared, Verifier
 from specops.ops.evaluate import CAUSES, Evaluation
 from specops.ops.pipeline import Demo
 from specops.ops.regenerate import Regenerated
+from specops.ops.synthesize import Synthesized
 from specops.ops.train import Trained
 from specops.payloads import Inspection, Stopped
 
@@ -203,6 +204,7 @@ VIEWS: dict[type, View] = {
     Verifier: View(_verifier),
     Trained: View(lambda w, r: views.trained(w.name, r, w.hint)),
     Regenerated: View(_regenerated),
+    Synthesized: View(lambda w, r: views.synthesized(r)),
     plan.Priced: View(_priced, json=lambda p: p.plan),
     Demo: View(_demo),
     Evaluation: View(_evaluation, json=lambda e: e.ev),

@@ -376,8 +376,8 @@ class Runs(list):
 
 
 #: the kinds of run specops starts (`inv status --kind`); a host may hold others (its own runs' kinds count too)
-KINDS = ("prepare", "extract", "data", "plan-data", "train", "evaluate", "regenerate", "dist-check", "vllm-warm",
-         "vllm-server")
+KINDS = ("prepare", "extract", "data", "plan-data", "train", "evaluate", "regenerate", "synthesize", "dist-check",
+         "vllm-warm", "vllm-server")
 
 
 def runs(t: Transport, run_id: Optional[str] = None, kind: Optional[str] = None) -> Runs:

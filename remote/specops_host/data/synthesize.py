@@ -1,0 +1,436 @@
+"""Conversations the verifier writes itself (Magpie's method, arXiv 2406.08464): its chat template
+rendered up to where a user's words begin (the pre-query template) is all the verifier is given;
+what it writes there is a question, which it then answers through its chat template. One managed
+vLLM server of the verifier serves both (the same launch code as extraction and regeneration),
+many requests in flight.
+
+Launch (what `inv synthesize` sends, from the host workdir; `--plan` first, synchronously, then
+the same arguments without it as a detached job):
+    <venv>/bin/python3 -m specops_host.data.synthesize --out synthesized/NAME.jsonl --verifier /models/V \
+        --kind cuda --rows 1000 [--seed 0] [--topics FILE] [--question-temperature 1.0|config] \
+        [--answer-temperature 0|config] [--question-tokens 128] [--max-tokens 1024] [--concurrency 32] \
+        [--attempts N] [--max-model-len N] [--tensor-parallel 8] [--trust-remote-code auto|true|false] \
+        [--vllm-arg=ARG ...] [--overwrite] [--plan [--topics-later]] [--result R]
+
+Candidates are numbered from 0; candidate i's requests carry the seed derived from (--seed, i), and
+rows are kept in candidate order, so the same seed gives the same rows where vLLM's sampling is
+reproducible (per-request seeds; a batch's numerics may still differ on some kernels). With
+--topics (one a line), candidate i's question is steered by a system turn naming topic i mod n (in
+the pre-query template only: the answer sees the question alone).
+
+Dropped, and counted: a question or answer cut at its token cap, empty, looping (repeated
+n-grams), a refusal (the answer), a duplicate (the question, case and spacing aside), a failed
+request. Candidates go in rounds until --rows are kept or --attempts are spent (default 4 x rows +
+16: then the rows kept so far are written and the shortfall said).
+
+Output: one JSONL row per conversation, the format `inv prepare-data` takes:
+    {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."},
+     {"role": "assistant", "content": "..."}]}   (+ "topic" with --topics)
+written whole (a temp file, renamed) or not at all; an existing --out only with --overwrite.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
+
+from specops_host import contract
+from specops_host.contract import Refused, emit
+from specops_host.data.datafmt import verifier_config
+from specops_host.jobs.records import job_state
+from specops_host.serve import vllm_server
+
+PORT = "<port>"
+MARK = "SPECOPSUSERTURN7F3A"  # (no spaces: templates `| trim` a turn's content)
+TOPIC = "The user asks about {topic}."
+DROPS = ("question_cut", "answer_cut", "empty", "looping", "refusal", "duplicate", "error")
+REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i cannot|i can'?t|i can not|i won'?t|"
+                     r"i am (?:not able|unable)|i'?m (?:not able|unable)|as an ai|as a language model)", re.I)
+
+
+# -- the filters (pure) ------------------------------------------------------------------------
+
+def looping(text, n=4, share=0.5, least=12):
+    """Repeated n-grams: of a text's word n-grams (character 3n-grams where it has few spaces: a
+    language written without them), under `share` distinct (a greedy loop repeats one phrase to the
+    cap); a text with fewer than `least` n-grams never loops."""
+    u = text.split()
+    if len(u) * 12 < len(text):
+        u, n = list("".join(u)), 3 * n
+    grams = [tuple(u[i:i + n]) for i in range(len(u) - n + 1)]
+    return len(grams) >= least and len(set(grams)) < share * len(grams)
+
+
+def refusal(text):
+    return bool(REFUSAL.match(text.strip()[:200]))
+
+
+def normal(text):
+    """A question as dedup compares it: case, spacing and end punctuation aside."""
+    return " ".join(text.lower().split()).strip(" .?!")
+
+
+def seed_of(seed, i):
+    """Candidate i's request seed: a 31-bit hash of (seed, i)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{i}".encode()).digest()[:4], "big") >> 1
+
+
+def judge_question(text, finish):
+    if not text.strip():
+        return "empty"
+    if looping(text):
+        return "looping"
+    return "question_cut" if finish == "length" else None
+
+
+def judge_answer(text, finish):
+    if not text.strip():
+        return "empty"
+    if looping(text):
+        return "looping"
+    if finish == "length":
+        return "answer_cut"
+    return "refusal" if refusal(text) else None
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+def generation_config(model):
+    try:
+        d = json.loads((Path(model) / "generation_config.json").read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def sampling(flag, setting, model, what):
+    """(request params, one line saying them) for --question-temperature / --answer-temperature:
+    a temperature (0: greedy), or `config`: the verifier's generation_config.json (temperature,
+    top_p, top_k, min_p; greedy where it sets none or do_sample false, which questions refuse)."""
+    if str(setting).lower() == "config":
+        gc = generation_config(model)
+        params = {k: gc[k] for k in ("temperature", "top_p", "top_k", "min_p") if isinstance(gc.get(k), (int, float))}
+        if gc.get("do_sample") is False or not params.get("temperature"):
+            if what == "questions":
+                raise Refused(f"{flag} config: the verifier's generation config ({model}/generation_config.json) "
+                              f"samples nothing (no temperature, or do_sample false), and greedy questions are all "
+                              f"one: give a temperature, e.g. {flag} 1.0 (Magpie's)")
+            return {"temperature": 0.0}, f"{what}: greedy (the verifier's generation config sets no sampling)"
+        shown = ", ".join(f"{k} {v}" for k, v in params.items())
+        return params, f"{what}: the verifier's generation config ({shown})"
+    try:
+        t = float(setting)
+    except ValueError:
+        t = -1.0
+    if not (math.isfinite(t) and 0 <= t <= 5):
+        raise Refused(f"{flag} {setting}: give a temperature from 0 (greedy) to 5, or config (the verifier's "
+                      f"generation config)")
+    if t == 0:
+        if what == "questions":
+            raise Refused(f"{flag} 0: greedy questions are all one (a pre-query template has one greedy "
+                          f"continuation): give a temperature, e.g. {flag} 1.0 (Magpie's)")
+        return {"temperature": 0.0}, f"{what}: greedy (temperature 0)"
+    return {"temperature": t, "top_p": 1.0}, f"{what}: temperature {t:g}, top_p 1" + (
+        " (Magpie's)" if what == "questions" and t == 1 else "")
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+def chat_template(model):
+    """Where the verifier's chat template is (None: it has none)."""
+    d = Path(model)
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (d / name).is_file():
+            return name
+    try:
+        tc = json.loads((d / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return "tokenizer_config.json" if isinstance(tc, dict) and tc.get("chat_template") else None
+
+
+def read_topics(path):
+    p = Path(path)
+    if not p.is_file():
+        raise Refused(f"--topics {path}: no such file on this host")
+    topics = [ln.strip() for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
+    if not topics:
+        raise Refused(f"--topics {path}: no topic in it: give one topic a line")
+    return topics
+
+
+def pre_query(tok, system=None):
+    """(the text, its token ids) of the chat template up to where a user's words begin."""
+    msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": MARK}]
+    try:
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
+    except Exception as e:  # noqa: BLE001 - a template's own raise_exception, a missing system role
+        raise Refused(f"the verifier's chat template cannot render a user turn"
+                      + (" after a system turn (--topics)" if system else "") + f": {str(e).splitlines()[0][:200]}")
+    i = text.find(MARK)
+    if i <= 0:
+        raise Refused("the verifier's chat template does not write a user's words as given: no pre-query template "
+                      "can be cut from it")
+    return text[:i], tok(text[:i], add_special_tokens=False)["input_ids"]
+
+
+def tokenizer(model, trust):
+    from transformers import AutoTokenizer  # (lazy: the plan's cheap checks first)
+
+    return AutoTokenizer.from_pretrained(model, trust_remote_code=trust)
+
+
+def plan(a):
+    if not a.verifier:
+        raise Refused("no verifier: set `verifier:` for the host in hosts.yaml or pass --verifier PATH")
+    if verifier_config(a.verifier) is None:
+        raise Refused(f"verifier {a.verifier}: no config.json there (a HF model directory is needed)")
+    for flag, v in (("--rows", a.rows), ("--question-tokens", a.question_tokens), ("--max-tokens", a.max_tokens),
+                    ("--concurrency", a.concurrency), ("--tensor-parallel", a.tensor_parallel)):
+        if v < 1:
+            raise Refused(f"{flag} {v}: give 1 or more")
+    attempts = a.attempts or 4 * a.rows + 16
+    if attempts < a.rows:
+        raise Refused(f"--attempts {attempts}: give at least --rows ({a.rows}): each row takes one candidate or more")
+    if a.max_model_len is not None and a.max_model_len <= a.question_tokens + a.max_tokens:
+        raise Refused(f"--max-model-len {a.max_model_len}: a question ({a.question_tokens} tokens at most) and its "
+                      f"answer ({a.max_tokens}) must fit with the template: give more than "
+                      f"{a.question_tokens + a.max_tokens}")
+    if chat_template(a.verifier) is None:
+        raise Refused(f"verifier {a.verifier}: its tokenizer has no chat template (no chat_template.jinja, no "
+                      f"`chat_template` in tokenizer_config.json): synthesize writes through one; give a chat "
+                      f"(instruct) model")
+    vllm_server.check_user_args(a.vllm_arg)
+    out = Path(a.out)
+    if out.suffix != ".jsonl":
+        raise Refused(f"--out {a.out}: the output is a .jsonl file")
+    if out.exists() and not a.overwrite:
+        raise Refused(f"{out} exists: pick another --out name, or --overwrite to replace it")
+    qs, qline = sampling("--question-temperature", a.question_temperature, a.verifier, "questions")
+    ans, aline = sampling("--answer-temperature", a.answer_temperature, a.verifier, "answers")
+    info = {"verifier": os.path.abspath(a.verifier), "out": str(out.resolve()), "rows": a.rows, "seed": a.seed,
+            "attempts": attempts, "question_sampling": qs, "answer_sampling": ans,
+            "sampling": [f"{qline}, up to {a.question_tokens} tokens, seeded (--seed {a.seed})",
+                         f"{aline}, up to {a.max_tokens} tokens"],
+            "trust_remote_code": vllm_server.decide_trust(a.verifier, a.trust_remote_code),
+            "tensor_parallel": a.tensor_parallel, "vllm_args": list(a.vllm_arg), "topics": None}
+    if a.topics and a.topics_later and not Path(a.topics).exists():
+        info["topics_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
+    elif a.topics:
+        info["topics"] = len(read_topics(a.topics))
+    tok = tokenizer(a.verifier, info["trust_remote_code"])
+    text, ids = pre_query(tok, TOPIC.format(topic="x") if a.topics else None)
+    info.update(pre_query=text, pre_query_tokens=len(ids))
+    info["commands"] = [server_cmd(a, info, PORT)]
+    return info
+
+
+def server_cmd(a, info, port):
+    return vllm_server.server_argv(info["verifier"], port, kind=a.kind, max_model_len=a.max_model_len,
+                                   tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"],
+                                   user_args=a.vllm_arg)
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+def post(url, body, timeout):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        choice = json.loads(r.read())["choices"][0]
+    text = choice.get("text") if "text" in choice else (choice.get("message") or {}).get("content")
+    return (text or "").strip(), choice.get("finish_reason")
+
+
+class Synth:
+    """One run's state: the server's address, the counts, the rows kept (in candidate order)."""
+
+    def __init__(self, a, info, url, server_dir, tok):
+        self.a, self.info, self.url, self.server_dir = a, info, url, server_dir
+        self.topics = read_topics(a.topics) if a.topics else None
+        self.prefix = {t: pre_query(tok, TOPIC.format(topic=t))[1] for t in self.topics} if self.topics else \
+            {None: pre_query(tok)[1]}
+        self.rows, self.seen, self.tried = [], set(), 0
+        self.drops = dict.fromkeys(DROPS, 0)
+        self.first_error = None
+        self.t0 = time.time()
+        self.clock = contract.Every()
+
+    def topic(self, i):
+        return self.topics[i % len(self.topics)] if self.topics else None
+
+    def ask(self, i):
+        body = {"model": self.info["verifier"], "prompt": self.prefix[self.topic(i)], "max_tokens": self.a.question_tokens,
+                "seed": seed_of(self.a.seed, i), "skip_special_tokens": True, **self.info["question_sampling"]}
+        return self.request("/v1/completions", body)
+
+    def answer(self, i, question):
+        body = {"model": self.info["verifier"], "messages": [{"role": "user", "content": question}],
+                "max_tokens": self.a.max_tokens, "seed": seed_of(self.a.seed, i), **self.info["answer_sampling"]}
+        return self.request("/v1/chat/completions", body)
+
+    def request(self, path, body):
+        try:
+            return post(self.url + path, body, self.a.request_timeout)
+        except Exception as e:  # noqa: BLE001 - a dead server ends the run; any other failure is one dropped row
+            self.check_server()
+            self.first_error = self.first_error or f"{type(e).__name__}: {str(e)[:200]}"
+            return None, "error"
+
+    def check_server(self):
+        st = (job_state(self.server_dir) or {}).get("state")
+        if st != contract.JobState.RUNNING.value:
+            raise vllm_server.ServerDied(vllm_server.died_line(f"the vLLM server exited ({st}) during synthesis",
+                                                              self.server_dir))
+
+    def phase(self, pool, fn, items):
+        """fn(*item) for every item, `concurrency` at once, in order; a progress line when due."""
+        futs = [pool.submit(fn, *it) for it in items]
+        while True:
+            done, pending = wait(futs, timeout=1.0)
+            if not pending:
+                return [f.result() for f in futs]
+            if self.clock.due():
+                self.say(f" ({len(done)}/{len(futs)} of this round's {fn.__name__} requests back)")
+
+    def round(self, pool, size):
+        idx = list(range(self.tried, self.tried + size))
+        self.tried += size
+        asked = self.phase(pool, self.ask, [(i,) for i in idx])
+        todo = []
+        for i, (q, finish) in zip(idx, asked):
+            why = "error" if finish == "error" else judge_question(q, finish)
+            if why is None and normal(q) in self.seen:
+                why = "duplicate"
+            if why:
+                self.drops[why] += 1
+                continue
+            self.seen.add(normal(q))
+            todo.append((i, q))
+        answers = self.phase(pool, self.answer, todo)
+        for (i, q), (ans, finish) in zip(todo, answers):
+            why = "error" if finish == "error" else judge_answer(ans, finish)
+            if why:
+                self.drops[why] += 1
+            elif len(self.rows) < self.a.rows:
+                row = {"id": f"synth-{self.a.seed}-{i}",
+                       "conversations": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
+                if self.topics:
+                    row["topic"] = self.topic(i)
+                self.rows.append(row)
+        if self.drops["error"] > 8 + self.tried // 10:
+            raise vllm_server.StepFailed(f"{self.drops['error']} of {self.tried} requests failed (first: "
+                                         f"{self.first_error})")
+
+    def run(self):
+        with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
+            while len(self.rows) < self.a.rows and self.tried < self.info["attempts"]:
+                need = self.a.rows - len(self.rows)
+                self.round(pool, min(max(need + need // 4 + 1, self.a.concurrency), self.info["attempts"] - self.tried,
+                                     self.a.round_max))
+                self.say()
+                self.clock.restart()
+
+    def rate(self):
+        secs = time.time() - self.t0
+        return len(self.rows) / secs if secs > 0 else 0.0
+
+    def say(self, extra=""):
+        n, want, r = len(self.rows), self.a.rows, self.rate()
+        eta = f"ETA {clock((want - n) / r)}" if r > 0 and n < want else ("done" if n >= want else "ETA ?")
+        drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.drops.items() if v) or "none"
+        contract.progress(f"synthesize: {n}/{want} rows, {r:.2f} rows/s, {eta}; {self.tried} candidates, "
+                          f"dropped: {drops}{extra}")
+
+
+def clock(seconds):
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def publish(rows, dst):
+    """The rows into dst whole: a temp file beside it, then a rename."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, dst)
+
+
+def execute(a, info, run_dir):
+    for ln in info["sampling"]:
+        contract.progress(f"sampling: {ln}")
+    tok = tokenizer(a.verifier, info["trust_remote_code"])
+    port = vllm_server.free_port()
+    env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
+    server = None
+    try:
+        server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
+        s = Synth(a, info, f"http://127.0.0.1:{port}", server, tok)
+        s.run()
+    finally:
+        vllm_server.stop(server)
+    res = {"rows": len(s.rows), "candidates": s.tried, "dropped": s.drops, "first_error": s.first_error,
+           "synthesize_seconds": round(time.time() - s.t0, 1), "rows_per_s": round(s.rate(), 3)}
+    if not s.rows:
+        raise Refused(f"no conversation kept of {s.tried} candidate(s) (dropped: "
+                      + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in s.drops.items() if v)
+                      + "): raise --question-tokens / --max-tokens, or give a chat model that ends its turns")
+    publish(s.rows, info["out"])
+    if len(s.rows) < a.rows:
+        res["short"] = a.rows - len(s.rows)
+        contract.progress(f"only {len(s.rows)} of {a.rows} rows after {s.tried} candidates (--attempts): the filters "
+                          f"dropped the rest; raise --attempts or the token caps")
+    contract.progress(f"{len(s.rows)} conversation(s) the verifier wrote -> {info['out']} "
+                      f"({res['rows_per_s']:.2f} rows/s)")
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="synthesize.py")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--verifier", default=None)
+    ap.add_argument("--kind", choices=["cpu", "cuda"], required=True)
+    ap.add_argument("--rows", type=int, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--topics", default=None)
+    ap.add_argument("--question-temperature", default="1.0")
+    ap.add_argument("--answer-temperature", default="0")
+    ap.add_argument("--question-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--attempts", type=int, default=None)
+    ap.add_argument("--round-max", type=int, default=4096)
+    ap.add_argument("--request-timeout", type=float, default=1800)
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--tensor-parallel", type=int, default=1)
+    ap.add_argument("--trust-remote-code", default="auto", choices=vllm_server.TRUST_CHOICES)
+    ap.add_argument("--vllm-arg", action="append", default=[])
+    ap.add_argument("--server-timeout", type=float, default=900)
+    ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--plan", action="store_true")
+    ap.add_argument("--topics-later", action="store_true")
+    ap.add_argument("--result", default=None)
+    a = ap.parse_args()
+    if a.plan:
+        emit({"ok": True, **plan(a)})
+        return 0
+    contract.watch("verifier", a.verifier)
+    run_dir = Path(a.result).parent if a.result else Path(a.out).parent
+
+    def work():
+        info = plan(a)  # (again: what changed since the laptop's plan is refused in the result)
+        return {**info, **execute(a, info, run_dir)}
+
+    return vllm_server.server_job("synthesize", a.kind, a.result, work)
+
+
+if __name__ == "__main__":
+    contract.main(main)

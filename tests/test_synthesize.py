@@ -1,0 +1,195 @@
+"""`inv synthesize` (issue 46 item 2): conversations the verifier writes itself (Magpie's method), for
+real over the loopback sshd in the cpu venv with the demo's learnable verifier (its chat template's
+pre-query text makes it write a question of its language, which it then answers): rows written,
+taken by prepare-data as they are, the filters counted, the same seed the same rows. The pure
+parts (filters, sampling, the plan's refusals, the exact commands) in the fast layer."""
+
+import hashlib
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import inv
+from fakes import RecordingTransport
+from specops import inventory
+from specops.host.connection import connect
+from specops_host.contract import Refused
+from specops_host.data import synthesize as host_synth
+from test_ops_commands import PY, framed, host, script
+
+FAST = ["--enforce-eager"]
+
+
+# -- the pure parts ------------------------------------------------------------------------------
+
+def test_filters_see_loops_refusals_and_duplicates():
+    loop = "the cat sat on the mat. " * 10
+    assert host_synth.looping(loop) and host_synth.judge_answer(loop, "length") == "looping"
+    prose = ("Speculative decoding lets a small draft model propose several tokens that the large model then checks "
+             "in one forward pass, so the output is unchanged while the wall time falls when the draft is right.")
+    assert not host_synth.looping(prose) and host_synth.judge_answer(prose, "stop") is None
+    assert host_synth.judge_answer(prose, "length") == "answer_cut"
+    assert host_synth.judge_question("What is a draft model?", "length") == "question_cut"
+    assert host_synth.looping("猫が好きです。" * 12)  # (no spaces: character n-grams)
+    assert not host_synth.looping("moss cloud rain wind leaf root")  # (too short to say)
+    for r in ("I'm sorry, but I can't help with that.", "As an AI language model, I cannot", "  I cannot do that"):
+        assert host_synth.refusal(r) and host_synth.judge_answer(r, "stop") == "refusal", r
+    assert not host_synth.refusal("Sorrow is a feeling of deep distress.")
+    assert host_synth.judge_answer("  ", "stop") == host_synth.judge_question("", "stop") == "empty"
+    assert host_synth.normal("What is  a Draft?") == host_synth.normal("what is a draft") != host_synth.normal("why")
+    assert host_synth.seed_of(0, 1) == host_synth.seed_of(0, 1) != host_synth.seed_of(1, 1)
+    assert 0 <= host_synth.seed_of(7, 10**6) < 2**31
+
+
+def test_sampling_is_said_and_greedy_questions_are_refused(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9, "do_sample": True}))
+    s = host_synth.sampling
+    assert s("--q", "1.0", tmp_path, "questions") == ({"temperature": 1.0, "top_p": 1.0},
+                                                      "questions: temperature 1, top_p 1 (Magpie's)")
+    assert s("--a", "0", tmp_path, "answers") == ({"temperature": 0.0}, "answers: greedy (temperature 0)")
+    assert s("--a", "config", tmp_path, "answers") == (
+        {"temperature": 0.6, "top_p": 0.9}, "answers: the verifier's generation config (temperature 0.6, top_p 0.9)")
+    with pytest.raises(Refused, match="greedy questions are all one"):
+        s("--question-temperature", "0", tmp_path, "questions")
+    with pytest.raises(Refused, match="give a temperature from 0"):
+        s("--answer-temperature", "hot", tmp_path, "answers")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1}))  # (no sampling in it)
+    assert s("--a", "config", tmp_path, "answers")[0] == {"temperature": 0.0}
+    with pytest.raises(Refused, match=r"samples nothing .* --question-temperature 1.0"):
+        s("--question-temperature", "config", tmp_path, "questions")
+
+
+def plan_args(tmp_path, **over):
+    return SimpleNamespace(**{"verifier": str(tmp_path), "rows": 8, "question_tokens": 16, "max_tokens": 32,
+                              "concurrency": 4, "tensor_parallel": 1, "attempts": None, "max_model_len": None,
+                              "vllm_arg": [], "out": str(tmp_path / "o.jsonl"), "overwrite": False,
+                              "question_temperature": "1.0", "answer_temperature": "0", "seed": 0,
+                              "trust_remote_code": "auto", "topics": None, "topics_later": False, "kind": "cpu",
+                              **over})
+
+
+def test_plan_refuses_a_model_without_a_chat_template_before_anything_starts(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8, "num_hidden_layers": 2}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    with pytest.raises(Refused, match=r"its tokenizer has no chat template .*give a chat \(instruct\) model"):
+        host_synth.plan(plan_args(tmp_path))
+    with pytest.raises(Refused, match="--rows 0: give 1 or more"):
+        host_synth.plan(plan_args(tmp_path, rows=0))
+    with pytest.raises(Refused, match="no config.json there"):
+        host_synth.plan(plan_args(tmp_path / "nothing"))
+    with pytest.raises(Refused, match="must fit with the template"):
+        host_synth.plan(plan_args(tmp_path, max_model_len=40))
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    (tmp_path / "o.jsonl").write_text("")
+    with pytest.raises(Refused, match="exists: pick another --out name, or --overwrite"):
+        host_synth.plan(plan_args(tmp_path))
+    (tmp_path / "topics.txt").write_text("\n \n")
+    with pytest.raises(Refused, match="no topic in it"):
+        host_synth.read_topics(tmp_path / "topics.txt")
+
+
+def test_synthesize_plans_then_starts_its_job_with_one_writer_per_output():
+    from specops.ops import synthesize
+
+    out = "/w/synthesized/v-synth-8-s3.jsonl"
+    lock = "synth-" + hashlib.sha1(out.encode()).hexdigest()[:12]
+    t = RecordingTransport(host(), answers=[
+        (r"specops_host\.data\.synthesize", 0, framed({"ok": True, "commands": [], "sampling": ["q", "a"]})),
+        (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "sy1", "pid": 9}))])
+    assert synthesize.synthesize(t, rows=8, seed=3, verifier="/m/v", run_id="sy1", detach=True) is None
+    args = (f"--out {out} --verifier /m/v --kind cpu --rows 8 --seed 3 --question-temperature 1.0 "
+            "--answer-temperature 0 --question-tokens 128 --max-tokens 1024 --concurrency 32 "
+            "--tensor-parallel 1 --trust-remote-code auto")
+    assert t.commands == [
+        script("data.synthesize", f"{args} --plan"),
+        script("jobs.job", f"start --run-id sy1 --kind synthesize --term group --lock {lock} -- {PY} "
+                      f"-m specops_host.data.synthesize {args} --result /w/runs/sy1/result.json")]
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--rows", "0"], "--rows 0: give how many conversations to write, 1 or more"),
+    ([], "synthesize needs --rows N"),
+    (["--rows", "4", "--answer-temperature", "warm"], "--answer-temperature 'warm': give a temperature from 0"),
+])
+def test_bad_flags_are_one_line_before_anything_connects(flags, said):
+    r = inv("synthesize", "--host", "nowhere-at-all", *flags)
+    assert r.returncode != 0 and said in r.stderr + r.stdout, r.stderr + r.stdout
+    assert "Traceback" not in r.stderr and "nowhere-at-all" not in r.stderr + r.stdout
+
+
+# -- over the real sshd, in the cpu venv, with the learnable verifier --------------------------------
+
+@pytest.fixture(scope="module")
+def learnt(cpu_box, hosts_file, work):
+    """The demo's learnable verifier (trained on the host's CPU, about a minute): it ends its turns."""
+    path = f"{work}/models/synth-learnable"
+    r = inv("make-verifier", "--host", "box", "--hosts", str(hosts_file), "--learnable", "--path", path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return path
+
+
+def rows_of(t, path):
+    return [json.loads(x) for x in t.read_bytes(path).decode().splitlines()]
+
+
+def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, work, tmp_path):
+    r = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
+            "--seed", "5", "--question-tokens", "24", "--max-tokens", "96", "--out", "t-synth",
+            "--vllm-arg=--enforce-eager")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    dest = f"{work}/synthesized/t-synth.jsonl"
+    assert f"synthesize: 12 conversation(s) -> {dest}" in r.stdout, out[-3000:]
+    assert "sampling: questions: temperature 1, top_p 1 (Magpie's), up to 24 tokens, seeded (--seed 5)" in r.stdout
+    assert "sampling: answers: greedy (temperature 0), up to 96 tokens" in r.stdout
+    assert re.search(r"synthesize: \d+/12 rows, [\d.]+ rows/s", r.stdout), out[-3000:]  # (the progress line)
+    m = re.search(r"(\d+) candidate\(s\); dropped: (.*)", r.stdout)
+    assert m, out[-3000:]
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        rows = rows_of(t, dest)
+        res = json.loads(t.read_bytes(f"{work}/runs/{re.search(r'run (synthesize-[^)]+)', r.stdout).group(1)}"
+                                      f"/result.json"))
+    assert len(rows) == res["rows"] == 12
+    assert int(m.group(1)) == res["candidates"] >= 12 + sum(res["dropped"].values())
+    qs = [x["conversations"][0]["content"] for x in rows]
+    assert len({host_synth.normal(q) for q in qs}) == 12  # (deduplicated)
+    for x in rows:
+        (u, a), = [x["conversations"]]
+        assert u["role"] == "user" and a["role"] == "assistant" and u["content"] and a["content"]
+        assert "<|" not in u["content"] + a["content"]  # (no template marker leaks into the text)
+    # the format prepare-data takes as it is
+    p = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", dest, "--dataset", "t-synth",
+            "--verifier", learnt, "--seq-length", "256", "--vllm-arg=--enforce-eager")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert "prepare-data:" in p.stdout and "ready" in p.stdout
+    # the same seed, the same rows (a second output, same flags)
+    again = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
+                "--seed", "5", "--question-tokens", "24", "--max-tokens", "96", "--out", "t-synth-again",
+                "--vllm-arg=--enforce-eager")
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    with connect(h) as t:
+        assert rows_of(t, f"{work}/synthesized/t-synth-again.jsonl") == rows
+        # an existing output is never replaced without --overwrite, refused before any server starts
+        n = t.run(f"ls {work}/runs | wc -l").stdout
+    refused = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
+                  "--out", "t-synth")
+    assert refused.returncode != 0 and "exists: pick another --out name, or --overwrite" in refused.stderr
+    with connect(h) as t:
+        assert t.run(f"ls {work}/runs | wc -l").stdout == n
+
+
+def test_synthesize_refuses_a_verifier_without_a_chat_template(learnt, hosts_file, work):
+    bare = f"{work}/models/synth-no-template"
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        t.check(f"rm -rf {bare} && cp -r {learnt} {bare} && rm -f {bare}/chat_template.jinja && "
+                f"{t.expand(h.python)} -c \"import json,sys; p=sys.argv[1]; d=json.load(open(p)); "
+                f"d.pop('chat_template', None); json.dump(d, open(p, 'w'))\" {bare}/tokenizer_config.json",
+                "a verifier without its chat template")
+    r = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", bare, "--rows", "4")
+    assert r.returncode != 0
+    assert f"verifier {bare}: its tokenizer has no chat template" in r.stderr, r.stdout + r.stderr
+    assert "started on box" not in r.stdout + r.stderr
