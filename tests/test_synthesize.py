@@ -136,7 +136,7 @@ def rows_of(t, path):
 
 def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, work, tmp_path):
     r = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
-            "--seed", "5", "--question-tokens", "24", "--max-tokens", "96", "--out", "t-synth",
+            "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out", "t-synth",
             "--vllm-arg=--enforce-eager")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
@@ -162,12 +162,12 @@ def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, 
         assert "<|" not in u["content"] + a["content"]  # (no template marker leaks into the text)
     # the format prepare-data takes as it is
     p = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", dest, "--dataset", "t-synth",
-            "--verifier", learnt, "--seq-length", "256", "--vllm-arg=--enforce-eager")
+            "--verifier", learnt, "--seq-length", "512", "--vllm-arg=--enforce-eager")
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert "prepare-data:" in p.stdout and "ready" in p.stdout
     # the same seed, the same rows (a second output, same flags)
     again = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
-                "--seed", "5", "--question-tokens", "24", "--max-tokens", "96", "--out", "t-synth-again",
+                "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out", "t-synth-again",
                 "--vllm-arg=--enforce-eager")
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     with connect(h) as t:
