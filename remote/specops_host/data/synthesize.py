@@ -171,8 +171,9 @@ def pre_query(tok, system=None):
     try:
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
     except Exception as e:  # noqa: BLE001 - a template's own raise_exception, a missing system role
-        raise Refused(f"the verifier's chat template cannot render a user turn"
-                      + (" after a system turn (--topics)" if system else "") + f": {str(e).splitlines()[0][:200]}")
+        raise Refused("the verifier's chat template cannot render a user turn"
+                      + (" after a system turn (--topics)" if system else "")
+                      + f": {(str(e).splitlines() or [type(e).__name__])[0][:200]}") from None
     i = text.find(MARK)
     if i <= 0:
         raise Refused("the verifier's chat template does not write a user's words as given: no pre-query template "
@@ -265,8 +266,9 @@ class Synth:
         return self.topics[i % len(self.topics)] if self.topics else None
 
     def ask(self, i):
-        body = {"model": self.info["verifier"], "prompt": self.prefix[self.topic(i)], "max_tokens": self.a.question_tokens,
-                "seed": seed_of(self.a.seed, i), "skip_special_tokens": True, **self.info["question_sampling"]}
+        body = {"model": self.info["verifier"], "prompt": self.prefix[self.topic(i)],
+                "max_tokens": self.a.question_tokens, "seed": seed_of(self.a.seed, i), "skip_special_tokens": True,
+                **self.info["question_sampling"]}
         return self.request("/v1/completions", body)
 
     def answer(self, i, question):
