@@ -143,15 +143,15 @@ def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, 
     dest = f"{work}/synthesized/t-synth.jsonl"
     assert f"synthesize: 12 conversation(s) -> {dest}" in r.stdout, out[-3000:]
     assert "sampling: questions: temperature 1, top_p 1 (Magpie's), up to 24 tokens, seeded (--seed 5)" in r.stdout
-    assert "sampling: answers: greedy (temperature 0), up to 96 tokens" in r.stdout
+    assert "sampling: answers: greedy (temperature 0), up to 256 tokens" in r.stdout
     assert re.search(r"synthesize: \d+/12 rows, [\d.]+ rows/s", r.stdout), out[-3000:]  # (the progress line)
     m = re.search(r"(\d+) candidate\(s\); dropped: (.*)", r.stdout)
     assert m, out[-3000:]
+    rid = re.search(r"rows/s \(run ([^)]+)\)", r.stdout).group(1)
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         rows = rows_of(t, dest)
-        res = json.loads(t.read_bytes(f"{work}/runs/{re.search(r'run (synthesize-[^)]+)', r.stdout).group(1)}"
-                                      f"/result.json"))
+        res = json.loads(t.read_bytes(f"{work}/runs/{rid}/result.json"))
     assert len(rows) == res["rows"] == 12
     assert int(m.group(1)) == res["candidates"] >= 12 + sum(res["dropped"].values())
     qs = [x["conversations"][0]["content"] for x in rows]
@@ -165,13 +165,22 @@ def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, 
             "--verifier", learnt, "--seq-length", "512", "--vllm-arg=--enforce-eager")
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert "prepare-data:" in p.stdout and "ready" in p.stdout
-    # the same seed, the same rows (a second output, same flags)
-    again = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
-                "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out", "t-synth-again",
-                "--vllm-arg=--enforce-eager")
-    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    # the same seed, the same rows: candidate i's requests carry the seed of (5, i), so a run of the first 6
+    # candidates only (--attempts 6, another batch) keeps exactly the first run's rows among them
+    again = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "6",
+                "--attempts", "6", "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out",
+                "t-synth-again", "--vllm-arg=--enforce-eager")
+    first = [x for x in rows if int(x["id"].rsplit("-", 1)[1]) < 6]
+    said = again.stdout + again.stderr
+    if not first:
+        assert again.returncode != 0 and "no conversation kept of 6 candidate(s)" in said, said[-3000:]
+    else:
+        assert again.returncode == 0, said[-3000:]
+        if len(first) < 6:
+            assert f"synthesize: {len(first)} conversation(s) (asked 6: --attempts spent)" in said, said[-3000:]
     with connect(h) as t:
-        assert rows_of(t, f"{work}/synthesized/t-synth-again.jsonl") == rows
+        if first:
+            assert rows_of(t, f"{work}/synthesized/t-synth-again.jsonl") == first
         # an existing output is never replaced without --overwrite, refused before any server starts
         n = t.run(f"ls {work}/runs | wc -l").stdout
     refused = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
