@@ -344,10 +344,7 @@ def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, see
     dropped (each counted). The output goes through `inv prepare-data --data <it>`.
 
     Example: inv synthesize --host gpu1 --rows 20000"""
-    on_hosts(c, host, hosts, _synthesize.synthesize, group=False, rows=rows, out=out, verifier=verifier, seed=seed,
-             topics=topics, question_temperature=question_temperature, answer_temperature=answer_temperature,
-             question_tokens=question_tokens, max_tokens=max_tokens, concurrency=concurrency, attempts=attempts,
-             max_model_len=max_model_len, overwrite=overwrite, vllm_args=vllm_arg, detach=detach)
+    on_hosts(c, host, hosts, _synthesize.synthesize, group=False, **passed(locals()))
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={

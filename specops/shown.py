@@ -138,6 +138,18 @@ def _regenerated(w: Where, res) -> None:
         views.line(f"regenerate: {res['quality']}", "yellow")
 
 
+def _synthesized(w: Where, res) -> None:
+    drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in (res.get("dropped") or {}).items() if v) or "none"
+    short = f" (asked {res['rows'] + res['short']}: --attempts spent)" if res.get("short") else ""
+    views.line(f"synthesize: {res['rows']} conversation(s){short} -> {res['out']} in {res.get('synthesize_seconds')}s, "
+               f"{res.get('rows_per_s')} rows/s (run {res['run_id']})")
+    for line in res.get("sampling") or []:
+        views.line(f"  sampling: {line}")
+    views.line(f"  {res.get('candidates')} candidate(s); dropped: {drops}"
+               + (f"; first failed request: {res['first_error']}" if res.get("first_error") else ""))
+    views.next_step(res["next"], "tokenise the conversations for training")
+
+
 def _priced(w: Where, p) -> None:
     views.plan(p.plan)
     if p.plan.get("long"):  # (a training past estimate.LONG_HOURS, with what shortens it)
@@ -204,7 +216,7 @@ VIEWS: dict[type, View] = {
     Verifier: View(_verifier),
     Trained: View(lambda w, r: views.trained(w.name, r, w.hint)),
     Regenerated: View(_regenerated),
-    Synthesized: View(lambda w, r: views.synthesized(r)),
+    Synthesized: View(_synthesized),
     plan.Priced: View(_priced, json=lambda p: p.plan),
     Demo: View(_demo),
     Evaluation: View(_evaluation, json=lambda e: e.ev),

@@ -143,19 +143,6 @@ def inspect_brief(res: dict) -> None:
          f"{res.get('hidden_size')}; {len(res.get('sampled') or [])} file(s) fully loaded; verdict: OK")
 
 
-def synthesized(res: dict) -> None:
-    """inv synthesize's result: rows and rate, the sampling, what the filters dropped, the next step."""
-    drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in (res.get("dropped") or {}).items() if v) or "none"
-    short = f" (asked {res['rows'] + res['short']}: --attempts spent)" if res.get("short") else ""
-    line(f"synthesize: {res['rows']} conversation(s){short} -> {res['out']} in {res.get('synthesize_seconds')}s, "
-         f"{res.get('rows_per_s')} rows/s (run {res['run_id']})", "bold")
-    for s_ in res.get("sampling") or []:
-        line(f"  sampling: {s_}")
-    line(f"  {res.get('candidates')} candidate(s); dropped: {drops}"
-         + (f"; first failed request: {res['first_error']}" if res.get("first_error") else ""))
-    next_step(res["next"], "tokenise the conversations for training")
-
-
 def evaluation(run_id: str, ev: dict, causes: str) -> None:
     acc = ev.get("acceptance_by_position") or []
     cond = ev.get("conditional_acceptance_by_position") or []

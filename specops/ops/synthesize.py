@@ -63,7 +63,7 @@ def _temperature(flag: str, value: str) -> str:
 def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: Optional[str] = None, seed: int = 0,
                topics: Optional[str] = None, question_temperature: str = "1.0", answer_temperature: str = "0",
                question_tokens: int = 128, max_tokens: int = 1024, concurrency: int = 32,
-               attempts: Optional[int] = None, max_model_len: Optional[int] = None, vllm_args: Optional[list] = None,
+               attempts: Optional[int] = None, max_model_len: Optional[int] = None, vllm_arg: Optional[list] = None,
                overwrite: bool = False, run_id: Optional[str] = None, detach: bool = False) -> Optional[Synthesized]:
     """`rows` conversations the host's verifier writes itself, question and answer, into
     <workdir>/synthesized/NAME.jsonl (out: NAME, default <verifier>-synth-<rows>-s<seed>).
@@ -93,7 +93,7 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
         args += ["--max-model-len", str(int(max_model_len))]
     if overwrite:
         args += ["--overwrite"]
-    args += h.vllm_flags(list(vllm_args or []))
+    args += h.vllm_flags(list(vllm_arg or []))
     plan = run_script(t, "data.synthesize", args + ["--plan"] + later, changes=False, model=ServePlan)
     if not plan.ok:
         raise SpecopsError(f"synthesize on {h.name} refused: {plan.error} (nothing was started)")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused, emit
-from specops_host.data.datafmt import verifier_config
+from specops_host.datafmt import verifier_config
 from specops_host.jobs.records import job_state
 from specops_host.serve import vllm_server
 
