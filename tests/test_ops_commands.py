@@ -275,6 +275,24 @@ def test_regenerate_plans_then_starts_its_job_with_one_writer_per_output():
                       f"-m specops_host.data.regenerate {args} --result /w/runs/rg1/result.json")]
 
 
+def test_synthesize_plans_then_starts_its_job_with_one_writer_per_output():
+    from specops.ops import synthesize
+
+    out = "/w/synthesized/v-synth-8-s3.jsonl"
+    lock = "synth-" + hashlib.sha1(out.encode()).hexdigest()[:12]
+    t = RecordingTransport(host(), answers=[
+        (r"specops_host\.data\.synthesize", 0, framed({"ok": True, "commands": [], "sampling": ["q", "a"]})),
+        (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "sy1", "pid": 9}))])
+    assert synthesize.synthesize(t, rows=8, seed=3, verifier="/m/v", run_id="sy1", detach=True) is None
+    args = (f"--out {out} --verifier /m/v --kind cpu --rows 8 --seed 3 --question-temperature 1.0 "
+            "--answer-temperature 0 --question-tokens 128 --max-tokens 1024 --concurrency 32 "
+            "--tensor-parallel 1 --trust-remote-code auto")
+    assert t.commands == [
+        script("data.synthesize", f"{args} --plan"),
+        script("jobs.job", f"start --run-id sy1 --kind synthesize --term group --lock {lock} -- {PY} "
+                      f"-m specops_host.data.synthesize {args} --result /w/runs/sy1/result.json")]
+
+
 def test_resolve_asks_pip_for_the_targets_metadata_only(monkeypatch):
     from specops.ops import resolve
 

@@ -4,7 +4,6 @@ pre-query text makes it write a question of its language, which it then answers)
 taken by prepare-data as they are, the filters counted, the same seed the same rows. The pure
 parts (filters, sampling, the plan's refusals, the exact commands) in the fast layer."""
 
-import hashlib
 import json
 import re
 from types import SimpleNamespace
@@ -12,12 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import inv
-from fakes import RecordingTransport
 from specops import inventory
 from specops.host.connection import connect
 from specops_host.contract import Refused
 from specops_host.data import synthesize as host_synth
-from test_ops_commands import PY, framed, host, script
 
 FAST = ["--enforce-eager"]
 
@@ -88,24 +85,6 @@ def test_plan_refuses_a_model_without_a_chat_template_before_anything_starts(tmp
     (tmp_path / "topics.txt").write_text("\n \n")
     with pytest.raises(Refused, match="no topic in it"):
         host_synth.read_topics(tmp_path / "topics.txt")
-
-
-def test_synthesize_plans_then_starts_its_job_with_one_writer_per_output():
-    from specops.ops import synthesize
-
-    out = "/w/synthesized/v-synth-8-s3.jsonl"
-    lock = "synth-" + hashlib.sha1(out.encode()).hexdigest()[:12]
-    t = RecordingTransport(host(), answers=[
-        (r"specops_host\.data\.synthesize", 0, framed({"ok": True, "commands": [], "sampling": ["q", "a"]})),
-        (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "sy1", "pid": 9}))])
-    assert synthesize.synthesize(t, rows=8, seed=3, verifier="/m/v", run_id="sy1", detach=True) is None
-    args = (f"--out {out} --verifier /m/v --kind cpu --rows 8 --seed 3 --question-temperature 1.0 "
-            "--answer-temperature 0 --question-tokens 128 --max-tokens 1024 --concurrency 32 "
-            "--tensor-parallel 1 --trust-remote-code auto")
-    assert t.commands == [
-        script("data.synthesize", f"{args} --plan"),
-        script("jobs.job", f"start --run-id sy1 --kind synthesize --term group --lock {lock} -- {PY} "
-                      f"-m specops_host.data.synthesize {args} --result /w/runs/sy1/result.json")]
 
 
 @pytest.mark.parametrize("flags, said", [
