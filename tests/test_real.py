@@ -56,9 +56,9 @@ def test_smollm2_from_its_wheel_then_cached_never_replaced(cpu_box, hosts_file, 
         assert t.fact(f"ls {other}").stdout.split() == ["notes.txt"]
 
 
-def test_smollm2_answers_itself_greedily_then_a_draft_trains_on_it(cpu_box, hosts_file, work, tmp_path):
+def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(cpu_box, hosts_file, work, tmp_path):
     """The verifier's own answers through vLLM (greedy: the converted model's generation config sets
-    no sampling), the capital of France among them; then prepare-data, a short training."""
+    no sampling), the capital of France among them; then prepare-data, and the draft vocabulary sized to the answers."""
     path = f"{work}/models/smollm2"
     assert built(hosts_file, path).returncode == 0  # (cached when the test above ran)
     prompts = tmp_path / "english.jsonl"
