@@ -424,7 +424,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     "checkpoints": "several checkpoints served in turn: all, or names such as 0,2 (instead of --checkpoint)",
     "pick": "with --checkpoints: record the best by served mean acceptance length in the run's record "
             "(`inv fetch --checkpoint best-served` brings it)",
-    "prompts": "jsonl of {\"prompt\": text or token ids} (default: the run's validation split)",
+    "prompts": "jsonl of {\"prompt\": text or token ids, \"category\": optional}, or MT-Bench's question.jsonl "
+               "(default: the run's validation split)",
     "num_spec_tokens": "draft tokens per step (default 3)", "max_prompts": "default 32",
     "max_tokens": "tokens generated per prompt (default 64)", "dest": DEST,
     "speedup": "concurrency levels at which output tokens/s is timed with the draft and on the same verifier "

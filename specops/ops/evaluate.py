@@ -222,7 +222,8 @@ def val_accuracy(t: Transport, run_id: str, name: str) -> Optional[dict]:
 
 
 ENTRY_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position", "counters",
-              "draft_acceptance_rate", "prompts", "generated_tokens", "speedup", "speedup_at_1", "seconds")
+              "draft_acceptance_rate", "prompts", "generated_tokens", "speedup", "speedup_at_1", "seconds",
+              "by_category")
 
 
 def evaluate_checkpoints(t: Transport, run_id: str, checkpoints: str = "all", *, pick: bool = False,

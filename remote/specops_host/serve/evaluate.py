@@ -13,7 +13,8 @@ whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT,
 held-out prompts (default: the run's own validation split, the rows speculators did not
 train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters from
 /metrics before and after, and writes acceptance per draft position and the mean acceptance
-length to evaluation.json.
+length to evaluation.json; prompts carrying a "category" (MT-Bench's and SPEED-Bench's rows, too) are sent
+category by category, the counters read between them: by_category (serve/categories.py).
 
 --speedup 1,16 (the default; `none` skips it) then times the verifier with the draft and without
 it, and with --tune-k/--tune-async/--baselines further settings, by vLLM's own benchmark (`vllm
