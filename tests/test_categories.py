@@ -27,16 +27,17 @@ def write(path: Path, rows) -> Path:
 
 def test_mt_bench_rows_give_their_first_turn_and_category(tmp_path):
     prompts, source = file_prompts(write(tmp_path / "question.jsonl", MT_BENCH), 32)
-    assert prompts == [{"prompt": "Write a travel blog post.", "category": "writing"},
-                       {"prompt": "Draft a professional email.", "category": "writing"},
-                       {"prompt": "Who is in second place?", "category": "reasoning"},
-                       {"prompt": "What is the area of the triangle?", "category": "math"}]
+    # (a user's turn: marked for the verifier's chat template, applied on the host: categories.chat())
+    assert prompts == [{"prompt": "Write a travel blog post.", "category": "writing", "turn": True},
+                       {"prompt": "Draft a professional email.", "category": "writing", "turn": True},
+                       {"prompt": "Who is in second place?", "category": "reasoning", "turn": True},
+                       {"prompt": "What is the area of the triangle?", "category": "math", "turn": True}]
     assert source == {"source": str(tmp_path / "question.jsonl")}
     # SPEED-Bench's rows: the same fields and more (sub_category, source, ...), read the same way
     speed = [{"question_id": "q1", "category": "coding", "sub_category": "python", "turns": ["Sort a list."],
               "source": "x", "src_id": "1", "difficulty": "easy", "multiturn": False}]
     assert file_prompts(write(tmp_path / "speed.jsonl", speed), 8)[0] == [{"prompt": "Sort a list.",
-                                                                          "category": "coding"}]
+                                                                          "category": "coding", "turn": True}]
 
 
 def test_generic_rows_with_and_without_a_category(tmp_path):
@@ -108,19 +109,25 @@ def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys
 
 
 def test_evaluate_gives_acceptance_by_category_on_a_real_server(pipeline_run, hosts_file, tmp_path):
-    """The shipped set served by the real vLLM (CPU build) with a trained run's draft: one row per category,
-    each category's counters its share of the whole's (read between categories), and the table printed."""
+    """The shipped set served by the real vLLM (CPU build) with a trained run's draft, half of it as MT-Bench's rows
+    (through the verifier's chat template): one row per category, each category's counters its share of the
+    whole's (read between categories), and the table printed."""
     from conftest import inv
 
     rid = pipeline_run["run_id"]
+    # half the categories as MT-Bench's rows (a user's turn and a follow-up): through the verifier's chat template
+    rows = [json.loads(x) for x in (REPO / "configs" / "prompts" / "mt-categories.jsonl").read_text().splitlines()]
+    rows = [{"question_id": i, "category": x["category"], "turns": [x["prompt"], "Say it again, shorter."]}
+            if x["category"] in ("writing", "math", "coding", "stem") else x for i, x in enumerate(rows)]
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--prompts",
-            str(REPO / "configs" / "prompts" / "mt-categories.jsonl"), "--max-prompts", "16", "--max-tokens", "16",
+            str(write(tmp_path / "mixed.jsonl", rows)), "--max-prompts", "16", "--max-tokens", "16",
             "--speedup", "none", "--dest", str(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     ev = json.loads((tmp_path / rid / "evaluation.json").read_text())
     by = ev["by_category"]
     assert list(by) == ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
     assert all(e["prompts"] == 2 for e in by.values()) and ev["prompts"] == 16
+    assert ev["prompt_source"]["chat_template"] == 8, ev["prompt_source"]
     assert sum(e["generated_tokens"] for e in by.values()) == ev["generated_tokens"] > 0
     for k in ("drafts", "draft_tokens", "accepted"):
         assert sum(e["counters"][k] for e in by.values()) == ev["counters"][k], (k, by)

@@ -2,8 +2,8 @@
 acceptance counted per category (docs/evaluation.md).
 
 A row is {"prompt": text or token ids} (also "input_ids", "text"), or MT-Bench's and SPEED-Bench's
-question row {"question_id", "category", "turns": [user turn, ...]} (its first turn, sent as text as
-a "prompt" is); any row may carry "category". The prompts of each category are sent together, one
+question row {"question_id", "category", "turns": [user turn, ...]} (its first turn, as a user's
+message through the verifier's chat template: chat()); any row may carry "category". The prompts of each category are sent together, one
 after another as before, and vLLM's spec-decode counters are read between categories: a category's
 acceptance is the counters' change over its prompts, and the categories' counters add up to the
 whole evaluation's. stdlib only (the laptop's check reads rows the same way).
@@ -25,6 +25,25 @@ def prompt_of(row):
     if not prompt and isinstance(turns, list) and turns:
         prompt = turns[0]
     return prompt
+
+
+def is_turn(row):
+    """Whether the row's prompt is a user's turn (MT-Bench's, SPEED-Bench's "turns"): the chat template's."""
+    return isinstance(row, dict) and not (row.get("prompt") or row.get("input_ids") or row.get("text"))
+
+
+def chat(prompts, tokenizer):
+    """Each user turn (a prompt marked "turn") as the token ids of the verifier's chat template with the
+    assistant's turn opened (transformers' apply_chat_template), as the model is asked in a chat; unchanged
+    text where the tokenizer has no chat template. Returns how many were templated."""
+    turns = [p for p in prompts if p.pop("turn", False)]
+    if not turns or not getattr(tokenizer, "chat_template", None):
+        return 0
+    for p in turns:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        p["prompt"] = [int(x) for x in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+    return len(turns)
 
 
 def category_of(row, where):

@@ -170,7 +170,8 @@ def file_prompts(path, limit):
                 raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text, turns): give one "
                               f"{{\"prompt\": ...}} per line")
             cat = categories.category_of(row, f"--prompts {path}: line {n}")
-            out.append({"prompt": prompt, **({"category": cat} if cat else {})})
+            out.append({"prompt": prompt, **({"category": cat} if cat else {}),
+                        **({"turn": True} if categories.is_turn(row) else {})})
     if not out:
         raise Refused(f"--prompts {path}: the file is empty: give one {{\"prompt\": ...}} per line")
     return categories.first(out, limit), {"source": str(path)}
@@ -332,6 +333,11 @@ def main():
     if not prompts:
         raise Refused(f"--prompts {a.prompts}: no prompt in it (one {{\"prompt\": text or token ids}} per line)"
                       if a.prompts else "no prompts: give --prompts FILE.jsonl ({\"prompt\": ...} per line)")
+    if any(p.get("turn") for p in prompts):  # (MT-Bench's user turns: the verifier's chat template)
+        from transformers import AutoTokenizer
+
+        source["chat_template"] = categories.chat(prompts, AutoTokenizer.from_pretrained(a.verifier,
+                                                                                         trust_remote_code=trust))
     tune_k, methods = check_speedup_options(a, levels)
     sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
     vdir = speedup.vllm_dir()
