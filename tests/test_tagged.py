@@ -5,10 +5,12 @@ and a run id that is a symlink to another run."""
 import json
 import shlex
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import inv, wait_for
+from specops import inventory
 from specops.host.connection import connect
 from specops.ops import jobs
 from test_identity import alive, follower, hosts_file, status_rows, stranger, write_record
@@ -87,7 +89,7 @@ def test_a_symlinked_run_id_is_refused_by_stop_and_the_job_reads_stopped(light_h
         assert not t.exists(jobs.run_path(t, alias)) and t.exists(target + "/job.json")
 
 
-#: a process that blanks its own environment as setproctitle does (vLLM's engines): zeros over
+#: a process that blanks its own environment as setproctitle does without SPT_NOENV: zeros over
 #: /proc/self/environ's area (stat fields 50-51, env_start and env_end), then sleeps
 BLANK = ("import time\n"
          "f = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
@@ -96,45 +98,109 @@ BLANK = ("import time\n"
          "time.sleep(300)\n")
 
 
-def test_a_leaderless_group_is_the_jobs_only_through_renamed_members(light_host):
-    """Once a job's supervisor and command are SIGKILLed, what is left of its group counts only
-    where its environment was blanked (a renamed vLLM engine): the job stays running and stop ends
-    them. A forged record naming a leaderless group of untagged processes (any start time) is lost
-    and they live on."""
+def leaderless_group(t, member: str) -> tuple[int, int, int]:
+    """Issue 45 defect 1's group: `setsid bash -c 'MEMBER & echo $$ >L; exit 0'` (its leader gone at
+    once, its member left): (pgid, the member's pid, the member's start time in clock ticks)."""
+    where = t.expand("~/leaderless.pgid")
+    t.check(f"setsid bash -c {shlex.quote(member + ' </dev/null >/dev/null 2>&1 & echo $$ >' + where + '; exit 0')}"
+            " </dev/null >/dev/null 2>&1", "a leaderless group")
+    pgid = int(wait_for(lambda: t.read_bytes(where), 10, "the group's id").decode())
+    pid = int(wait_for(lambda: t.run(f"pgrep -g {pgid}").stdout.split(), 10, "the group's member")[0])
+    start = int(t.check(f"cut -d' ' -f22 /proc/{pid}/stat", "its start time").stdout.split()[0])
+    return pgid, pid, start
+
+
+@pytest.mark.parametrize("member", ["env -i /bin/sleep 900", "blanked"])
+def test_a_record_naming_a_leaderless_group_of_untagged_processes_is_lost(light_host, member):
+    """Issue 45 defect 1 (the exact forgery): a group whose leader is gone and whose member carries
+    no tag (an empty environment, `env -i`; or one blanked as setproctitle does without SPT_NOENV);
+    a job.json naming that group with pid_start one second before the member's start and any tag.
+    `inv status` says lost, `inv stop` signals nothing and says so, the member lives on."""
     hf = hosts_file(light_host)
-    rid, forged = jobs.new_run_id("t") + "-leaderless", jobs.new_run_id("forged-group")
     with connect(light_host) as t:
         py = t.expand("~/light-venv/bin/python3")
-        jobs.start(t, rid, ["sh", "-c", f"{shlex.quote(py)} -c {shlex.quote(BLANK)} & sleep 300"], kind="test")
-        rec = wait_for(lambda: (r := json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))).get("child_pid") and r,
-                       30, "the command's pid recorded")
-        engine = []  # (the group's member whose environment reads blank: the python, not its sh)
-        for _ in range(50):
-            engine = [p for p in t.run(f"pgrep -g {rec['pgid']} -f 'import time'").stdout.split()
-                      if not t.run(f"tr -d '\\000' < /proc/{p}/environ").stdout]
-            if engine:
-                break
-            time.sleep(0.2)
-        assert engine, "the blanked member did not start"
+        cmd = f"{shlex.quote(py)} -c {shlex.quote(BLANK)}" if member == "blanked" else member
+        pgid, pid, start = leaderless_group(t, cmd)
+        assert not t.run(f"tr -d '\\000' < /proc/{pid}/environ").stdout, "the member's environment is not empty"
+        tick = int(t.check("getconf CLK_TCK", "clock ticks per second").stdout)
+        rid = jobs.new_run_id("forged2")
+        write_record(t, rid, json.dumps({"run_id": rid, "kind": "train", "argv": ["x"], "tag": f"{rid}.1.x",
+                                         "pid": pgid, "pgid": pgid, "pid_start": start - tick,
+                                         "started": time.time()}))
+        try:
+            row = status_rows(hf)[rid]
+            assert row["state"] == "lost" and row["gpu_mib"] is None, row
+            r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid, "--grace", "3")
+            assert r.returncode == 0 and f"stop {rid}: not running (lost: " in r.stdout, r.stdout + r.stderr
+            assert "nothing was signalled" in r.stdout, r.stdout
+            time.sleep(0.5)
+            assert alive(t, pid), "stop signalled a process that did not carry the job's tag"
+        finally:
+            t.run(f"kill {pid}")
+
+
+def test_a_process_whose_environment_cannot_be_read_is_never_the_jobs(light_host, tmp_path):
+    """Another user's process (here root's; the host's user cannot read its /proc/PID/environ) in a
+    leaderless group that a record names: lost, nothing signalled."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.fail("this test starts a process of another user than the rig's: run the suite as root")
+    hf = hosts_file(light_host)
+    out = subprocess.run(["setsid", "bash", "-c", "/bin/sleep 900 </dev/null >/dev/null 2>&1 & echo $$ $!; exit 0"],
+                         capture_output=True, text=True, check=True).stdout
+    pgid, pid = map(int, out.split())
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    with connect(light_host) as t:
+        r = t.run(f"cat /proc/{pid}/environ")
+        assert not r.ok and "Permission denied" in r.stderr, (r.exited, r.stderr)
+        rid = jobs.new_run_id("forged-root")
+        write_record(t, rid, json.dumps({"run_id": rid, "kind": "train", "argv": ["x"], "tag": f"{rid}.1.x",
+                                         "pid": pgid, "pgid": pgid, "pid_start": start - 1, "started": time.time()}))
+    try:
+        assert status_rows(hf)[rid]["state"] == "lost"
+        r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid, "--grace", "2")
+        assert r.returncode == 0 and "nothing was signalled" in r.stdout, r.stdout + r.stderr
+        assert Path(f"/proc/{pid}").exists()
+    finally:
+        os.kill(pid, 15)
+
+
+#: what vLLM's engines do: rename themselves with setproctitle (here the host venv's own, vLLM's
+#: dependency), then run on
+RENAME = ("import setproctitle, time\n"
+          "setproctitle.setproctitle('VLLM::EngineCore')\n"
+          "time.sleep(300)\n")
+
+
+def test_a_renamed_process_of_a_job_keeps_its_tag_and_is_stopped(cpu_box, hosts_file):
+    """The job starts its command with SPT_NOENV: a process renamed by the real setproctitle (as
+    vLLM's engines are) keeps the tag readable in /proc/PID/environ. Once the job's supervisor and
+    command are SIGKILLed, that process alone keeps the job running, and stop ends it."""
+    hf = str(hosts_file)
+    rid = jobs.new_run_id("t") + "-renamed"
+    h = inventory.load(hf).get("box")
+    with connect(h) as t:
+        py = t.expand("~/ml-env/bin/python3")
+        jobs.start(t, rid, ["sh", "-c", f"{shlex.quote(py)} -c {shlex.quote(RENAME)} & sleep 300"], kind="test")
+        rec = wait_for(lambda: (r := json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))).get("child_pid")
+                       and r, 30, "the command's pid recorded")
+        engine = wait_for(lambda: [p for p in t.run(f"pgrep -g {rec['pgid']} -f EngineCore").stdout.split()
+                                   if t.run(f"tr '\\000' ' ' < /proc/{p}/cmdline").stdout.startswith("VLLM::")],
+                          60, "the renamed member")[0]
+        env = t.check(f"tr '\\000' '\\n' < /proc/{engine}/environ", "its environment").stdout.splitlines()
+        assert f"SPECOPS_JOB={rec['tag']}" in env and "SPT_NOENV=1" in env, env
         t.check(f"kill -9 {rec['pid']} {rec['child_pid']}", "the supervisor and command die")
         time.sleep(0.5)
-        assert status_rows(hf)[rid]["state"] == "running"
-
-        out = t.check("setsid sh -c 'sleep 300 </dev/null >/dev/null 2>&1 & echo $$ $!' </dev/null 2>/dev/null",
-                      "a leaderless stranger group")
-        pgid, member = map(int, out.stdout.split())
-        write_record(t, forged, json.dumps({"run_id": forged, "kind": "train", "argv": ["x"], "tag": f"{forged}.1.x",
-                                            "pid": pgid, "pgid": pgid, "pid_start": 1, "started": time.time()}))
         try:
-            assert status_rows(hf)[forged]["state"] == "lost"
-            r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", forged, "--grace", "2")
-            assert r.returncode == 0 and "nothing was signalled" in r.stdout, r.stdout + r.stderr
-            assert alive(t, member)
-            r = inv("stop", "--host", "light", "--hosts", hf, "--run-id", rid, "--grace", "2")
+            row = next(j for j in jobs.status(t, rid))
+            assert row.state == "running", row
+            r = inv("stop", "--host", "box", "--hosts", hf, "--run-id", rid, "--grace", "3")
             assert r.returncode == 0, r.stdout + r.stderr
-            assert not alive(t, int(engine[0]))
+            assert not alive(t, int(engine))
         finally:
-            t.run(f"kill {member} {engine[0]}")
+            t.run(f"kill {engine}")
 
 
 def test_every_line_of_a_dry_run_is_a_would_or_says_dry_run(light_host, tmp_path):

@@ -11,12 +11,12 @@ terminal, stdin from /dev/null, output to runs/R/output.log) and returns at once
 survives the SSH connection. The supervisor runs CMD in that process group, writes
 runs/R/exit_code when it ends and keeps runs/R/job.json up to date; with --supervision (a training's
 contract.Supervision, kept whole in job.json) it restarts the command after an abnormal end, finds a
-stall and notifies (jobs/watch.py). `stop` signals the
-process group (SIGTERM, grace, SIGKILL) and waits until no process of the group is left.
-A pid is taken for the job's only while it is the recorded process (its start time, or the job's
-SPECOPS_JOB tag, in this run folder: procs.py); a job none of whose processes is left is
-`lost` and nothing is signalled. A job.json that cannot be trusted is a row of its own, its
-processes found by their SPECOPS_JOB_DIR.
+stall and notifies (jobs/watch.py). `stop` signals the job's processes (SIGTERM, grace, SIGKILL) and
+waits until none is left.
+A process is the job's only while its environment carries the job's SPECOPS_JOB tag in this run
+folder (and its start time is the recorded one, where recorded: procs.py); a job none of whose
+processes is left is `lost` and nothing is signalled. A job.json that cannot be trusted is a row
+of its own, its processes found by their SPECOPS_JOB_DIR.
 Other host scripts import start_job / stop_job from here (job_state, job_pids: records.py).
 """
 
@@ -33,11 +33,11 @@ from pathlib import Path
 
 from specops_host.contract import JobState, Supervision, emit, read_json, write_json
 from specops_host.jobs import notify, watch
-from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, TAG_VAR, children, environ, group_left, is_torchrun, kill_all,
-                                     pid_alive, start_time, tagged, tie)
+from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, NOENV, TAG_VAR, children, environ, group_left, is_torchrun,
+                                     kill_all, pid_alive, start_time, tagged, tie)
 from specops_host.jobs.records import (RUNS, all_jobs, file_size, gpu_memory_by_pid, holds, is_ours, job_pids,
-                                       leader_is_ours, mark_lost, record_problem, run_dir, run_folders, safe_state,
-                                       shown_state, symlinked, update_json)
+                                       mark_lost, record_problem, run_dir, run_folders, safe_state, shown_state,
+                                       symlinked, update_json)
 
 #: `start --fail-on NAME`: a log line matching the pattern fails the job (the supervisor stops the
 #: command at once: a training whose loss is NaN learns nothing, however long it runs)
@@ -93,7 +93,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
             sup += ["--env-file", env_file]
         if tied:
             sup += ["--tied-to", str(os.getpid())]
-        env = {**os.environ, TAG_VAR: tag, DIR_VAR: str(d.resolve()), LOCK_VAR: lock or ""}
+        env = {**os.environ, TAG_VAR: tag, DIR_VAR: str(d.resolve()), LOCK_VAR: lock or "", **NOENV}
         p = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd=cwd, close_fds=True, env=env)
         log.close()
@@ -110,10 +110,9 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
 
 
 def stop_job(d, grace=60.0):
-    """SIGTERM the job (its process group while that is still the job's, else its own processes),
-    wait up to grace, then SIGKILL every process of the job (its group and its tagged processes in
-    other sessions); wait until they are gone. A job none of whose processes is still there is
-    `lost`: nothing is signalled (its recorded pid may be another process's by now)."""
+    """SIGTERM the job (its processes: those carrying its tag, records.job_pids), wait up to grace,
+    then SIGKILL every one still there; wait until they are gone. A job none of whose processes is
+    still there is `lost`: nothing is signalled (its recorded pid may be another process's by now)."""
     d = Path(d)
     if symlinked(d):
         return {"ok": False, "error": symlinked(d)}
@@ -134,12 +133,7 @@ def stop_job(d, grace=60.0):
     child = raw.get("child_pid")
     if raw.get("term") == "child" and is_ours(raw, child, raw.get("child_start")):
         term_command(child)
-    elif leader_is_ours(raw):
-        try:
-            os.killpg(raw["pgid"], signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    else:
+    else:  # (its tagged processes: never its group as such, whose id a record may name falsely)
         kill_all(job_pids(raw), signal.SIGTERM)
     kill_all(job_pids(raw), signal.SIGCONT)  # (a frozen process, e.g. a stalled trainer: its SIGTERM waits for this)
     killed = False
@@ -147,7 +141,7 @@ def stop_job(d, grace=60.0):
         if left == [raw.get("pid")] and (d / "exit_code").is_file():
             break  # (its supervisor, done, sending its last notification: jobs/notify.py; it ends by itself)
         if time.time() - t0 > grace and not killed:
-            kill_all(left, signal.SIGKILL)  # (the group and the tagged processes)
+            kill_all(left, signal.SIGKILL)  # (its tagged processes, in any session)
             killed = True
         if time.time() - t0 > grace + 30:
             return {"ok": False, "error": f"processes {left} of the job (group {raw.get('pgid')}) still alive "
@@ -342,9 +336,8 @@ def end_orphans(tag, grace=10.0):
 
 
 def end_group(grace=10.0):
-    """The command has exited: end what is left of this supervisor's process group. vLLM's engine
-    processes rename themselves (setproctitle), which overwrites the environment holding the
-    job's tag: after a SIGKILLed API server only the group still finds them."""
+    """The command has exited: end what is left of this supervisor's own process group (one that
+    cleared its environment, e.g. a renamed process that ignores SPT_NOENV, carries no tag)."""
     reap(group_left(os.getpgid(0)), "the command", " in its group", grace)
 
 

@@ -2,9 +2,11 @@
 
 A pid names a process only until it exits: pids are reused (pid_max is often 32768, and a busy
 host goes round it), and so is a process group id once its last member is gone. A job's process
-is therefore recognised by what the kernel keeps for its whole life: its start time
-(/proc/<pid>/stat field 22, clock ticks since boot, recorded when the job starts it) or the job's
-tag in its environment (SPECOPS_JOB, set when the job starts, inherited by what it starts).
+is therefore recognised by the job's tag in its environment (SPECOPS_JOB, set when the job starts,
+inherited by what it starts), and where recorded its start time (/proc/<pid>/stat field 22, clock
+ticks since boot). A process whose environment is empty, blanked or unreadable is never a job's.
+SPT_NOENV rides along too: setproctitle (vLLM's engines rename themselves) then leaves
+/proc/<pid>/environ, and the tag in it, as it was.
 SPECOPS_JOB_DIR (the run folder) and SPECOPS_JOB_LOCK ride along, so a job whose job.json was
 lost or garbled is still found, and still holds its lock.
 """
@@ -20,6 +22,9 @@ from pathlib import Path
 TAG_VAR = "SPECOPS_JOB"
 DIR_VAR = "SPECOPS_JOB_DIR"
 LOCK_VAR = "SPECOPS_JOB_LOCK"
+#: setproctitle's documented switch: without it a renamed process (vLLM's engines) overwrites its
+#: environment's memory, and /proc/<pid>/environ (the tag with it) reads blank
+NOENV = {"SPT_NOENV": "1"}
 
 
 def is_pid(v):
@@ -92,14 +97,14 @@ def tagged(tag):
 
 
 def same_process(pid, start, tag):
-    """pid is still the process a job recorded: alive, and its start time is the recorded one, or
-    it carries the job's tag. A reused pid (another process since) is neither."""
+    """pid is still the process a job recorded: alive, carrying the job's tag, and its start time
+    the recorded one (where one was). A process without the tag is never the job's, whatever start
+    time a record names: one whose environment is empty (`env -i`), blanked or unreadable (another
+    user's) included."""
     now = start_time(pid)
-    if now is None:
+    if now is None or not tag or environ(pid).get(TAG_VAR) != tag:
         return False
-    if start is not None and now == start:
-        return True
-    return bool(tag) and environ(pid).get(TAG_VAR) == tag
+    return start is None or now == start
 
 
 def kill_all(pids, sig):
@@ -187,6 +192,6 @@ def wait_trainer(p, grace):
         return p.wait()
 
 
-__all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "is_pid", "start_time", "pid_alive", "procs", "environ", "with_env",
-           "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie", "pdeathsig",
-           "ends_with", "wait_trainer"]
+__all__ = ["TAG_VAR", "DIR_VAR", "LOCK_VAR", "NOENV", "is_pid", "start_time", "pid_alive", "procs", "environ",
+           "with_env", "tagged", "same_process", "kill_all", "children", "is_torchrun", "group_left", "tie",
+           "pdeathsig", "ends_with", "wait_trainer"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from specops_host.contract import JobState, check_name, read_json, write_json
 from specops_host.jobs.errlines import first_error
 from specops_host.jobs.loglines import last_meaningful
-from specops_host.jobs.procs import DIR_VAR, LOCK_VAR, TAG_VAR, environ, is_pid, procs, same_process, start_time, with_env
+from specops_host.jobs.procs import DIR_VAR, LOCK_VAR, TAG_VAR, environ, is_pid, procs, same_process, with_env
 
 
 RUNS = Path("runs")
@@ -106,42 +106,28 @@ def unreadable(d, why):
 
 
 def is_ours(rec, pid, start):
-    """pid is still the job's recorded process (its start time or the job's tag) and carries this
-    run folder's tag (SPECOPS_JOB_DIR): a process without one is never the job's, whatever start
-    time a record names (a forged or copied record, a reused pid)."""
+    """pid is still the job's recorded process (the job's tag, its start time where recorded) and
+    carries this run folder's tag (SPECOPS_JOB_DIR): a process without both is never the job's,
+    whatever a record names (a forged or copied record, a reused pid, an emptied environment)."""
     return (bool(rec.get("dir")) and same_process(pid, start, rec.get("tag"))
             and environ(pid).get(DIR_VAR) == rec.get("dir"))
 
 
-def leader_is_ours(rec):
-    """The job's supervisor (its process group's leader) is alive and still the recorded process."""
-    pgid = rec.get("pgid")
-    return is_pid(pgid) and pgid == rec.get("pid") and is_ours(rec, pgid, rec.get("pid_start"))
-
-
 def job_pids(rec):
-    """The job's live processes: those carrying its tag (in its run folder), and the members of its
-    process group while that group is still the job's: its leader alive and tagged as recorded, or,
-    once the leader is gone, members started after it whose environment was overwritten (vLLM's
-    engines rename themselves, setproctitle, which blanks the environment holding the tag). A
-    process with a readable environment but no tag of this run folder is never the job's, nor is
-    a pid or group id that another process took since."""
+    """The job's live processes: those whose environment carries its tag in its run folder
+    (SPECOPS_JOB and SPECOPS_JOB_DIR; a record that cannot be trusted: the run folder's alone).
+    Nothing else, whatever the record names: not a member of its process group without the tag
+    (a leaderless group's `env -i` process, a stranger's that took the group id), not a process
+    whose environment cannot be read (another user's). (vLLM's engines, which rename themselves,
+    keep the tag readable: the job starts everything with SPT_NOENV, procs.NOENV.)"""
     where = rec.get("dir")
     if rec.get("unreadable"):
         return sorted(with_env(DIR_VAR, where))
-    tag, pgid, start = rec.get("tag"), rec.get("pgid"), rec.get("pid_start")
-    leader = leader_is_ours(rec)
-    leaderless = is_pid(pgid) and start is not None and start_time(pgid) is None
-    out = []
-    for pid, st, _, pg, t0 in procs():
-        if st == "Z":
-            continue
-        env = environ(pid)
-        if tag and where and env.get(TAG_VAR) == tag and env.get(DIR_VAR) == where:
-            out.append(pid)
-        elif is_pid(pgid) and pg == pgid and (leader or (leaderless and t0 >= start and not env)):
-            out.append(pid)
-    return sorted(out)
+    tag = rec.get("tag")
+    if not (tag and where):
+        return []
+    return sorted(pid for pid, st, _, _, _ in procs()
+                  if st != "Z" and (env := environ(pid)).get(TAG_VAR) == tag and env.get(DIR_VAR) == where)
 
 
 def job_state(d):

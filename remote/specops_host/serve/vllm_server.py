@@ -332,13 +332,13 @@ def watch(p, server_dir, url, hang, during, poll=1.0):
 
 
 def reap(server_dir, grace=10.0):
-    """End what is left of a server's process group once it has ended: vLLM's engine processes
-    outlive a killed API server, and their process titles (setproctitle) overwrite the
-    environment that carries the job's tag, so only the group still finds them."""
+    """End what is left of a server once it has ended: vLLM's engine processes outlive a killed
+    API server; they carry the job's tag (renamed by setproctitle under SPT_NOENV, their
+    environment stays readable: job.start_job), and only what carries it is signalled."""
     rec = job_state(server_dir)
     if not rec or not rec.get("pgid"):
         return []
-    me = os.getpid()  # (job_pids: the group only while it is still the server's, never a reused id)
+    me = os.getpid()  # (job_pids: its tagged processes, never a reused id)
     return job_reap(lambda: [p for p in job_pids(rec) if p != me], "the vLLM server", f" of its group {rec['pgid']}",
                     grace)
 
