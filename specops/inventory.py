@@ -489,8 +489,12 @@ def load(explicit: Optional[str] = None) -> Inventory:
     for g, members in groups.items():
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise SpecopsError(f"{path}: group {g!r} must be a list of host names")
-        for m in members:
-            if m not in inv.hosts:
-                raise SpecopsError(f"{path}: group {g!r} names unknown host {m!r}; known hosts: {', '.join(inv.names())}")
+        for i, m in enumerate(members):  # (twice: every task twice at once on it, fetch both into one folder)
+            why = (f"names unknown host {m!r}; known hosts: {', '.join(inv.names())}" if m not in inv.hosts else
+                   f"names host {m!r} twice: list each host once" if m in members[:i] else None)
+            if why:
+                raise SpecopsError(f"{path}: group {g!r} {why}")
+        if not members:  # (a task on it would act on no host)
+            raise SpecopsError(f"{path}: group {g!r} lists no host: list its hosts (e.g. {g}: [a, b]) or remove it")
         inv.groups[str(g)] = list(members)
     return inv

@@ -39,6 +39,11 @@ def test_shipped_example_parses():
     ("hosts:\n  - gpu1\n", "'hosts' must be a mapping"),
     ("servers: {}\n", "unknown top-level key"),
     ("hosts:\n  gpu1: {address: h}\ngroups:\n  pod: [gpu1, gpu9]\n", "group 'pod' names unknown host 'gpu9'"),
+    # issue 45: a host twice ran every task twice at once on it; an empty group said `no host given`
+    ("hosts:\n  box: {address: h}\ngroups:\n  g: [box, box]\n", "group 'g' names host 'box' twice: list each host "
+                                                            "once"),
+    ("hosts:\n  box: {address: h}\ngroups:\n  g: []\n", "group 'g' lists no host: list its hosts (e.g. g: [a, b]) "
+                                                      "or remove it"),
 ])
 def test_bad_inventory_one_clear_line(tmp_path, text, expect):
     with pytest.raises(SpecopsError) as e:

@@ -102,12 +102,34 @@ def test_hosts_yaml_refuses_what_clashes_with_specops(tmp_path, field, want):
     assert want in line, line
 
 
+@pytest.mark.parametrize("groups,want", [
+    ("g: [box, box]", "group 'g' names host 'box' twice: list each host once"),
+    ("g: []", "group 'g' lists no host: list its hosts (e.g. g: [a, b]) or remove it"),
+])
+def test_a_group_with_a_host_twice_or_none_is_one_line(tmp_path, groups, want):
+    """Issue 45: `g: [box, box]` ran every task twice at once on box (fetch wrote both into one
+    folder); `g: []` said `no host given`. Both refused as hosts.yaml is read, by any task."""
+    f = tmp_path / "h.yaml"
+    f.write_text(f"hosts:\n  box: {{address: h}}\ngroups:\n  {groups}\n")
+    for argv in (["hosts"], ["status", "--host", "@g"]):
+        line = refused(inv(*argv, "--hosts", str(f)), code=1)
+        assert line == f"specops: {f}: {want}", line
+
+
+def test_speedup_0_is_refused_as_the_docs_say():
+    """Issue 45: `--speedup 0` was taken as none, though docs/evaluation.md refuses levels of 0."""
+    line = refused(inv("evaluate", "--host", "local", "--run-id", "r1", "--speedup", "0"), code=1)
+    assert line == "specops: --speedup '0': give concurrent request counts (1-1024) such as 1,16, or none", line
+
+
 # -- the host's checks of the data and the verifier (before any server starts) -------------------
 @pytest.mark.parametrize("text,want", [
     ("not json\n", "line 1 is not JSON"),
-    ("[1, 2]\n", "row 1 is a JSON int, not an object"),
+    ("[1, 2]\n", "row 1 of its JSON array is a JSON number, not an object"),  # (issue 45: was "a JSON int")
+    ("[[1, 2, 3]]\n", "row 1 of its JSON array is a JSON array, not an object"),
     ('[1, 2]\n{"conversations": []}\n', "not JSON (Extra data: line 2 column 1"),
-    ('"just a string"\n', "row 1 (line 1) is a JSON str, not an object"),
+    ('"just a string"\n', "row 1 (line 1) is a JSON string, not an object"),
+    ("null\n", "row 1 (line 1) is JSON null, not an object"),
     ("\n\n", "no rows in it"),
 ])
 def test_a_data_files_first_row_is_named(tmp_path, text, want):
@@ -120,7 +142,8 @@ def test_a_data_files_first_row_is_named(tmp_path, text, want):
 
 @pytest.mark.parametrize("line2,want", [
     ("{oops", "line 2 is not JSON"),
-    ("[3, 4]", "row 2 (line 2) has neither `conversations`"),
+    ("[3, 4]", "row 2 (line 2) has neither `conversations` (a list of {role, content} turns) nor `input_ids` + "
+               "`loss_mask` (it has: a JSON array)"),
     ('{"text": "hi"}', "row 2 (line 2) has neither `conversations` (a list of {role, content} turns) nor "
                       "`input_ids` + `loss_mask` (it has: text)"),
 ])

@@ -199,6 +199,7 @@ def test_laptop_timing_options_and_refusals(tmp_path):
         ({"repeats": 0}, "--repeats 0: give 1 or more (each side timed that many times)"),
         ({"repeats": "-2"}, "--repeats -2: give 1 or more"),
         ({"speedup": "0,16"}, "--speedup '0,16': give concurrent request counts (1-1024) such as 1,16, or none"),
+        ({"speedup": "0"}, "--speedup '0': give concurrent request counts (1-1024) such as 1,16, or none"),  # (not none)
         ({"baselines": "ngram", "speedup": "none"}, "--baselines ngram are timed: give --speedup levels (not none)"),
         ({"speedup_requests": "0"}, "--speedup-requests 0: give 1 or more"),
         ({"baselines": "ngram,eagle"}, "--baselines ngram,eagle: the training-free methods are ngram, suffix (or none)"),

@@ -89,6 +89,37 @@ def test_a_symlinked_run_id_is_refused_by_stop_and_the_job_reads_stopped(light_h
         assert not t.exists(jobs.run_path(t, alias)) and t.exists(target + "/job.json")
 
 
+def test_a_symlinked_run_id_is_refused_by_fetch_logs_and_evaluate_as_by_stop(light_host, tmp_path):
+    """Issue 45 (defect 10): `ln -s r2 runs/alias`: `stop` refused it, but `fetch`, `logs` and
+    `evaluate` quietly acted on r2. Each now refuses it in the same line as stop's, naming the
+    target and the run id to use; nothing is fetched, no evaluation starts, r2 runs on."""
+    hf = hosts_file(light_host)
+    real, alias = jobs.new_run_id("t") + "-r2", jobs.new_run_id("t") + "-alias"
+    with connect(light_host) as t:
+        j = jobs.start(t, real, ["sleep", "300"], kind="train")
+        target = jobs.run_path(t, real)
+        t.put_text(json.dumps({"verifier": "/no/such/verifier", "kind": "cpu"}), f"{target}/train-spec.json")
+        t.check(f"ln -s {shlex.quote(real)} {shlex.quote(jobs.run_path(t, alias))}", "a symlinked run id")
+        try:
+            said = {}
+            for argv in (["stop", "--grace", "2"], ["fetch", "--dest", str(tmp_path)], ["logs"], ["logs", "-f"],
+                         ["evaluate", "--speedup", "none", "--dest", str(tmp_path)]):
+                r = inv(*argv, "--host", "light", "--hosts", hf, "--run-id", alias, timeout=120)
+                lines = r.stderr.strip().splitlines()
+                assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, (argv, r.stderr)
+                assert lines[0].startswith(f"specops: {argv[0]} {alias} on light"), lines[0]
+                said[" ".join(argv)] = lines[0].split(" on light", 1)[1].removeprefix(" refused").removeprefix(": ")
+            assert set(said.values()) == {f"run id {alias!r} is a symlink to {target}, not a run of its own; use "
+                                          f"--run-id {real}"}, said
+            assert not list(tmp_path.iterdir()), "fetch or evaluate wrote something"
+            assert not t.run(f"ls -d {shlex.quote(t.workdir)}/runs/{shlex.quote(alias)}.eval-* "
+                             f"{shlex.quote(t.workdir)}/runs/{shlex.quote(real)}.eval-*").stdout.strip()
+            assert jobs.status(t, real)[0].state == "running" and alive(t, j.pid)
+        finally:
+            jobs.stop(t, real, grace=2)
+            t.run(f"rm -f {shlex.quote(jobs.run_path(t, alias))}")
+
+
 #: a process that blanks its own environment as setproctitle does without SPT_NOENV: zeros over
 #: /proc/self/environ's area (stat fields 50-51, env_start and env_end), then sleeps
 BLANK = ("import time\n"

@@ -109,7 +109,7 @@ def check_name(kind, value):
     return value
 
 
-SPEEDUP_OFF = ("none", "off", "no", "0")
+SPEEDUP_OFF = ("none", "off", "no")  # (not "0": a level of 0 is refused, docs/evaluation.md)
 #: vLLM options specops sets itself on every server it starts (address, served model, the
 #: extraction / evaluation configs): hosts.yaml `vllm_args` and a run's `--vllm-arg` may not set them
 VLLM_RESERVED = ("--host", "--port", "--model", "--served-model-name", "--speculative-config",
@@ -119,7 +119,7 @@ CONCURRENCY_MAX = 1024
 
 def concurrency_levels(text):
     """evaluate's `--speedup`: "1,16" -> [1, 16] (in the order given, once each); "none" (or
-    off/no/0) -> [] (no speedup measured); anything else Refused, in one line."""
+    off/no) -> [] (no speedup measured); anything else (a level of 0 too) Refused, in one line."""
     text = str(text).strip().lower()
     if text in SPEEDUP_OFF:
         return []

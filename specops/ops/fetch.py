@@ -242,6 +242,8 @@ def fetch(t: Transport, run_id: Optional[str], dest: str = "runs", *, bwlimit: i
             j = jobs.status(t, rid)[0]
         except SpecopsError:  # (an unknown run id: fetch_run says so in its own words)
             pass
+    if j is not None:
+        jobs.own_run(t, j, "fetch")
     if j is not None and not j.ended:
         t.note(f"fetch: {rid} is still {j.state}: this is a snapshot of it now (fetch again once it has ended)",
                "warn")

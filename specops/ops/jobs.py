@@ -191,6 +191,13 @@ def get(t: Transport, run_id: Optional[str], kind: Optional[str] = None) -> Job:
     return jobs[-1]
 
 
+def own_run(t: Transport, j: Job, task: str) -> Job:
+    """j, unless its run id is a symlink to another run: then the line `stop` gives too."""
+    if j.symlink:
+        raise SpecopsError(f"{task} {j.run_id} on {t.host.name}: {j.symlink}")
+    return j
+
+
 def needs_run_id(task: str):
     """The flags check of a task that acts on one run: --run-id given."""
     def check(run_id: Optional[str] = None, **_) -> None:
@@ -421,7 +428,7 @@ def log_of(t: Transport, run_id: Optional[str] = None, follow: bool = False,
     """`inv logs`: a run's log (the newest run's by default; a Slurm job array's: task `task`'s):
     its last MiB, or with follow, followed to `write` (else the connection's log sink) until the
     run ends (an error if it failed; None)."""
-    j = get(t, run_id)
+    j = own_run(t, get(t, run_id), "logs")
     if task is None and getattr(j, "array", None):
         raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
                            f"give --task 0..{j.array - 1}")

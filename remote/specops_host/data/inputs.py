@@ -73,15 +73,30 @@ def rows_need_render(src):
         raise Refused(f"{src}: no .json/.jsonl data found")
     for f, line, row in source_rows(src):  # (its first row: not JSON, or not an object, names file and line)
         if not isinstance(row, dict):
-            raise Refused(f"--prepare {f}: row 1{f' (line {line})' if line else ''} is a JSON {type(row).__name__}, "
+            raise Refused(f"--prepare {f}: {row_at(1, line)} is {json_kind(row)}, "
                           f"not an object with `conversations` or `input_ids` + `loss_mask`: fix the rows "
                           f"(nothing was started)")
         return not ("input_ids" in row and "loss_mask" in row)
     raise Refused(f"--prepare {src}: no rows in it: nothing to prepare")
 
 
+def json_kind(v):
+    """A JSON value's kind as JSON names it: 'a JSON array', 'a JSON number', 'JSON null', ..."""
+    if v is None or isinstance(v, bool):
+        return f"JSON {json.dumps(v)}"
+    kinds = ((int, "number"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+    return "a JSON " + next((k for t, k in kinds if isinstance(v, t)), type(v).__name__)
+
+
+def row_at(n, line):
+    """Where row n is: 'row 3 (line 3)' of a .jsonl file, 'row 3 of its JSON array' (the file holds
+    one array: a first line `[1, 2, 3]` is an array of three rows, numbers)."""
+    return f"row {n} (line {line})" if line else f"row {n} of its JSON array"
+
+
 def source_rows(src):
-    """(file, line, row) of every row of the --prepare data (.jsonl lines or .json arrays)."""
+    """(file, line, row) of every row of the --prepare data: a file's lines (.jsonl), or the rows
+    of the JSON array it holds (a file that starts with `[`: line None)."""
     p = Path(src)
     for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p]):
         with open(f, errors="replace") as fh:
@@ -115,7 +130,7 @@ def check_rows(src, verifier):
     vocab, where = verifier_vocab(verifier)
     n = 0
     for n, (f, line, row) in enumerate(source_rows(src), 1):
-        at = f"--prepare {f}: row {n}" + (f" (line {line})" if line else "")
+        at = f"--prepare {f}: {row_at(n, line)}"
         if isinstance(row, dict) and "input_ids" in row and "loss_mask" in row:
             ids = row["input_ids"]
             if not isinstance(ids, list) or not all(type(x) is int for x in ids):
@@ -126,7 +141,7 @@ def check_rows(src, verifier):
                 raise Refused(f"{at}: token id {ids[bad]} at position {bad} is outside the verifier's vocabulary "
                               f"{rng}: were the rows tokenised for another model? (nothing was started)")
         elif not (isinstance(row, dict) and isinstance(row.get("conversations"), list)):
-            keys = ", ".join(map(str, row)) if isinstance(row, dict) else f"a JSON {type(row).__name__}"
+            keys = ", ".join(map(str, row)) if isinstance(row, dict) else json_kind(row)
             raise Refused(f"{at} has neither `conversations` (a list of {{role, content}} turns) nor `input_ids` + "
                           f"`loss_mask` (it has: {keys or 'nothing'}): fix the rows (nothing was started)")
     if not n:

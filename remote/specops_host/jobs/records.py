@@ -134,10 +134,12 @@ def job_state(d):
     """The job record of run dir d, with 'state' brought up to date; None where there is no job.json.
     A record that cannot be trusted is a row of its own (kind '?', "job.json unreadable: ...")."""
     d = Path(d)
-    if not (d / "job.json").exists():
+    if not (d / "job.json").exists() and not d.is_symlink():
         return None
     rec, why = (None, symlinked(d)) if d.is_symlink() else read_record(d)
     rec = unreadable(d, why) if rec is None else {**rec, "dir": folder(d)}
+    if d.is_symlink():  # (what every task that acts on a run says of it: stop, fetch, logs, evaluate)
+        rec["symlink"] = why
     for k in ("exit_code", "error", "gpu_mib", "subjobs", "age_s", "log_bytes", "last_line", "ended_at"):
         rec.pop(k, None)  # (what is worked out here, never taken from the file)
     try:  # (a symlinked run id reads nothing of its target's: no run of its own, it is lost)

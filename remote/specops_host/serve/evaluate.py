@@ -54,6 +54,7 @@ from specops_host import hostenv
 from specops_host.serve import categories, speedup, vllm_server
 from specops_host.contract import Refused, concurrency_levels, emit
 from specops_host.datafmt import read_arrow_columns, verifier_positions
+from specops_host.jobs.records import symlinked
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
 
@@ -313,6 +314,8 @@ def main():
     contract.use_progress_every(a.progress_every)
 
     run = Path(a.run_dir)
+    if symlinked(run):  # (the line stop, fetch and logs give)
+        raise Refused(symlinked(run))
     if not (run / "train-spec.json").is_file():
         raise Refused(f"{run}: no train-spec.json: not a training run (`inv status` lists the runs)")
     if not (Path(a.verifier) / "config.json").is_file():
