@@ -87,6 +87,8 @@ class Job(BaseModel):
     ended_at: Optional[float] = None
     #: the jobs this run started itself (an online training's vLLM server, RUN/server/)
     subjobs: list["Job"] = []
+    #: the other runs this job reads or writes (an evaluation's training run): `clean` keeps them
+    uses: list[str] = []
     #: a run id that is a symlink to another run: why it is no run of its own (one line naming the target)
     symlink: Optional[str] = None
     #: a Slurm job's (specops/slurm/cluster.py): its id, Slurm's state, nodes, pending reason, lock, array size

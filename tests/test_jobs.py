@@ -192,6 +192,45 @@ def test_clean_removes_only_old_ended_runs_and_status_filters_by_kind(rig, light
         jobs.stop(t, busy, grace=5)
 
 
+def test_clean_keeps_a_run_that_a_running_job_uses(rig, light_host, tmp_path):
+    """Issue 45 defect 2 (`inv clean --older-than 0s --checkpoints` removed r1 while `inv evaluate
+    --run-id r1` started its server): a job started with uses=[r1] (what evaluate() starts) keeps
+    r1, checkpoints and all, and the clean says which job uses it and how to end that; once that
+    job has ended, r1 goes. A record that names r1 but whose process is gone (lost) keeps nothing."""
+    from conftest import inv
+    from specops import inventory
+
+    hf = str(rig.write_hosts(tmp_path / "hosts-inuse.yaml",
+                             {"iu": rig.host(venv="~/light-venv", workdir="~/specops-inuse")}))
+    h = inventory.load(hf).get("iu")
+    with connect(h) as t:
+        t.check(f"rm -rf {shlex.quote(t.workdir + '/runs')}", "no runs from an earlier test run")
+        r1, r2 = jobs.new_run_id("t") + "-r1", jobs.new_run_id("t") + "-r2"
+        for rid in (r1, r2):
+            jobs.start(t, rid, ["true"], kind="train")
+            t.check(f"mkdir -p {shlex.quote(jobs.run_path(t, rid, 'checkpoints', '0'))}", "a checkpoint")
+            wait_state(t, rid, ENDED)
+        user, gone = f"{r1}.eval-1", f"{r2}.eval-1"
+        u = jobs.start(t, user, ["sleep", "300"], kind="evaluate", uses=[r1])
+        jobs.start(t, gone, ["sleep", "300"], kind="evaluate", uses=[r2])
+        assert jobs.status(t, user)[0].uses == [r1]
+        g = jobs.status(t, gone)[0]
+        t.check(f"pkill -9 -s {g.pid}", "the other evaluation's processes die")  # (its record names r2: lost now)
+        wait_state(t, gone, lambda j: j.state == "lost")
+        why = f"kept {r1}: in use by the running evaluate {user} (`inv stop --host iu --run-id {user}` ends it; " \
+              "then clean removes it)"
+        for dry in (["--dry-run"], []):
+            r = inv("clean", "--host", "iu", "--hosts", hf, "--older-than", "0s", "--checkpoints", *dry)
+            assert r.returncode == 0 and "  " + why in r.stdout.splitlines(), r.stdout + r.stderr
+            assert r2 in r.stdout.splitlines()[0] and r1 not in r.stdout.splitlines()[0], r.stdout
+        assert t.exists(jobs.run_path(t, r1, "checkpoints", "0"), "-d") and not t.exists(jobs.run_path(t, r2))
+        assert jobs.status(t, user)[0].state == "running" and u.pid
+        jobs.stop(t, user, grace=2)
+        r = inv("clean", "--host", "iu", "--hosts", hf, "--older-than", "0s", "--checkpoints")
+        assert r.returncode == 0 and r1 in r.stdout.splitlines()[0], r.stdout + r.stderr
+        assert not t.exists(jobs.run_path(t, r1))
+
+
 def test_the_demos_vllm_warm_up_that_cannot_run_is_a_warning(light_host):
     """The demo's warm-up of vLLM's model-info cache (remote/specops_host/serve/vllm_warm.py, a job beside the
     learnable verifier's training) on a host whose venv has no vLLM: the job fails, its error

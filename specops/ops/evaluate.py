@@ -91,9 +91,9 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     argv = [*paths.host_argv(t.expand(t.host.python), "serve.evaluate"), *args, "--result", result]
     pending = Pending(run_id, eid, result, dest, write)
     if beside:
-        jobs.start(t, eid, argv, kind="evaluate")
+        jobs.start(t, eid, argv, kind="evaluate", uses=[run_id])
         return pending
-    code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate")
+    code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate", uses=[run_id])
     return finish(t, pending, code)
 
 

@@ -49,7 +49,7 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
           nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = (),
-          supervision: Optional[Supervision] = None) -> Started:
+          supervision: Optional[Supervision] = None, uses: Sequence[str] = ()) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
@@ -58,7 +58,8 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     (label, argv) steps of the batch shell before it (script.BatchJob.before).
     supervision: a training's (ops/watch.py supervision()): carried whole in job.json, the host's
     supervisor looks after the command (restarts, stalls, notifications); its notification target
-    in the 0600 env file (a webhook URL is a secret); a Slurm host: Slurm's requeue."""
+    in the 0600 env file (a webhook URL is a secret); a Slurm host: Slurm's requeue. uses: the other
+    runs the job reads or writes (an evaluation's training run): `clean` keeps them while it runs."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     if supervision and supervision.notify:  # (and the host's name in hosts.yaml: what the notifications call it)
@@ -73,6 +74,8 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
         args += ["--fail-on", fail_on]
     if supervision:
         args += ["--supervision", json.dumps(supervision.record())]
+    for used in uses:
+        args += ["--uses", validate_run_id(used)]
     remote_env = put_env(t, run_id, env)
     if remote_env:
         args += ["--env-file", remote_env]
@@ -145,16 +148,24 @@ def parse_age(text: str) -> float:
 
 def clean(t: Transport, older_than: float, *, checkpoints: bool = False) -> dict:
     """Remove the host's runs older than `older_than` seconds (their age as `status` shows it)
-    that have ended: never a running, starting or lost one (nor one whose server still runs); a
-    run holding checkpoints only with checkpoints=True. Under --dry-run nothing is removed (each removal is
-    a plan line). Returns {"removed": [run ids], "kept": [[run id, why], ...], "said": "removed" (under
-    --dry-run "would remove")}."""
+    that have ended: never a running, starting or lost one (nor one whose server still runs, nor
+    one a running job uses: an evaluation of it); a run holding checkpoints only with
+    checkpoints=True. Under --dry-run nothing is removed (each removal is a plan line). Returns
+    {"removed": [run ids], "kept": [[run id, why], ...], "said": "removed" (under --dry-run "would
+    remove")}."""
     from specops.host.transfer import remote_listing
     from specops_host.ckpt import POLICY
 
     removed, kept = [], []
-    for j in status(t):
+    found = status(t)
+    users = {used: j for j in found if not j.ended for used in j.uses}  # (a job of a live tagged process)
+    for j in found:
         if j.age_s < older_than:
+            continue
+        if j.run_id in users:
+            u = users[j.run_id]
+            kept.append([j.run_id, f"in use by the {u.state.value} {u.kind} {u.run_id} (`inv stop --host "
+                                   f"{t.host.name} --run-id {u.run_id}` ends it; then clean removes it)"])
             continue
         if j.state not in CLEANABLE or any(not sj.ended for sj in j.subjobs):
             why = (f"{j.detail.removeprefix('? job.json unreadable: ')} (`rm {run_path(t, j.run_id)}` removes "
@@ -355,11 +366,11 @@ def run_attached(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, l
                  detach: bool = False, stop_on_interrupt: bool = True, term: str = "group",
                  write: Optional[Callable[[bytes], None]] = None, fail_on: Optional[str] = None,
                  nodes: Optional[int] = None, before: Sequence[tuple] = (),
-                 supervision: Optional[Supervision] = None) -> Optional[int]:
+                 supervision: Optional[Supervision] = None, uses: Sequence[str] = ()) -> Optional[int]:
     """Start a job and follow its log (to `write`, else the connection's log sink) until it ends.
     Ctrl-C stops it (stop_on_interrupt) or detaches. Returns the exit code; None if detached."""
     j = start(t, run_id, argv, kind=kind, lock=lock, term=term, fail_on=fail_on, nodes=nodes, before=before,
-              supervision=supervision)
+              supervision=supervision, uses=uses)
     how = f"submitted as Slurm job {j.slurm_job_id}" if t.host.is_slurm else f"pid {j.pid}"
     t.note(f"{kind} {'submitted' if t.host.is_slurm else 'started'} on {t.host.name}: run {run_id} ({how}); "
            f"`{t.hint(f'logs -f --run-id {run_id}')}` follows it")

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from specops_host.contract import JobState, Supervision, emit, read_json, write_json
+from specops_host.contract import JobState, Supervision, check_name, emit, read_json, write_json
 from specops_host.jobs import notify, watch
 from specops_host.jobs.procs import (DIR_VAR, LOCK_VAR, NOENV, TAG_VAR, children, environ, group_left, is_torchrun,
                                      kill_all, pid_alive, start_time, tagged, tie)
@@ -52,14 +52,15 @@ START_VISIBLE = 5.0  # seconds start_job waits at most for its supervisor's tag 
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
-              term="group", fail_on=None, tied=False, fail_grace=None):
+              term="group", fail_on=None, tied=False, fail_grace=None, uses=()):
     """Start argv detached; return its record. Refuses if `lock` is held by a running job.
     term: what `stop` sends SIGTERM to first: the whole process group, or only the command
     ("child": for torchrun and trainers that handle one SIGTERM and forward it themselves).
     tied: the job does not outlive the process that starts it (a synchronous script's own vLLM
     server: even when that script is SIGKILLed, its supervisor stops the job; see tie()).
     The supervisor and everything it starts carry the job's tag, run folder and lock in their
-    environment; its start time is recorded: that, not the pid alone, says a process is the job's."""
+    environment; its start time is recorded: that, not the pid alone, says a process is the job's.
+    uses: the other runs it reads or writes (an evaluation's training run): `clean` keeps them."""
     d = run_dir(run_id, root)
     if symlinked(d):
         return {"ok": False, "error": symlinked(d)}
@@ -83,7 +84,7 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         rec = {"run_id": run_id, "kind": kind, "lock": lock, "argv": list(argv), "term": term,
                "cwd": os.path.abspath(cwd or "."), "host": socket.gethostname(), "started": started,
                "tag": tag, "state": JobState.STARTING.value, **({"fail_on": fail_on} if fail_on else {}),
-               **({"fail_grace": fail_grace} if fail_grace else {}),
+               **({"fail_grace": fail_grace} if fail_grace else {}), **({"uses": list(uses)} if uses else {}),
                **(extra or {})}
         write_json(d / "job.json", rec)
         log_from = file_size(d / "output.log")  # (a re-run appends: its follower starts here, not at an earlier start)
@@ -357,6 +358,8 @@ def main():
     s.add_argument("--supervision", type=Supervision.of_json, default=None,
                    help="a training's contract.Supervision as JSON (its record()): the supervisor looks after the "
                         "command (jobs/watch.py)")
+    s.add_argument("--uses", action="append", default=[], type=lambda v: check_name("run id", v),
+                   help="another run this job reads or writes (repeatable): `clean` keeps it while the job runs")
     s.add_argument("argv", nargs=argparse.REMAINDER)
     st = sub.add_parser("status")
     st.add_argument("--run-id", default=None)
@@ -377,7 +380,7 @@ def main():
             emit({"ok": False, "error": "no command given after --"})
             return 2
         res = start_job(a.run_id, argv, kind=a.kind, lock=a.lock, env_file=a.env_file, term=a.term,
-                        fail_on=a.fail_on, fail_grace=a.fail_grace,
+                        fail_on=a.fail_on, fail_grace=a.fail_grace, uses=a.uses,
                         extra={"supervision": a.supervision.record()} if a.supervision else None)
         emit(res)
         return 0 if res["ok"] else 1

@@ -40,7 +40,8 @@ def update_json(path, **fields):
 FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
           "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
           "started": (int, float), "stopped_by_user": bool, "fail_on": str, "fail_grace": (int, float), "failed_why": str,
-          "supervision": dict, "restart": dict, "stall": dict, "backoff_until": (int, float), "gave_up": str}
+          "supervision": dict, "restart": dict, "stall": dict, "backoff_until": (int, float), "gave_up": str,
+          "uses": list}
 
 def record_problem(rec, name):
     """Why a job record cannot be trusted (one phrase), or None."""
