@@ -3,10 +3,11 @@ acceptance counted per category (docs/evaluation.md).
 
 A row is {"prompt": text or token ids} (also "input_ids", "text"), or MT-Bench's and SPEED-Bench's
 question row {"question_id", "category", "turns": [user turn, ...]} (its first turn, as a user's
-message through the verifier's chat template: chat()); any row may carry "category". The prompts of each category are sent together, one
-after another as before, and vLLM's spec-decode counters are read between categories: a category's
-acceptance is the counters' change over its prompts, and the categories' counters add up to the
-whole evaluation's. stdlib only (the laptop's check reads rows the same way).
+message through the verifier's chat template: chat()); any row may carry "category". The prompts of
+each category are sent together, one after another as before, and vLLM's spec-decode counters are
+read between categories: a category's acceptance is the counters' change over its prompts, and the
+categories' counters add up to the whole evaluation's. stdlib only, but chat() is given the verifier's
+tokenizer (the laptop's check reads rows the same way).
 """
 
 from specops_host.contract import Refused
