@@ -12,7 +12,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
 from specops.ops import bootstrap, check, data, fetch, inspect_data as inspect, jobs, train, watch
 from specops import metrics, paths
@@ -23,6 +23,7 @@ from specops.args import USAGE, Refused, refusing
 from specops.contract import concurrency_levels
 from specops.errors import SpecopsError
 from specops.host.transport import NotDone, Transport
+from specops.payloads import ModelBuilt
 from specops_host.fixtures import english, synthlang
 
 #: the demo's verifier (under the host's workdir), its layers (aux 1,2,3 + the last), its config
@@ -108,7 +109,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
     t.would("then: inspect-data, train and fetch, once the data exist (not shown: they depend on it)")
     with t.stage("data: prepare" + (f" + extract ({backend})" if hidden_states == "offline" else "")):
         dg = data.run_datagen(t, args, kind="data")
-    mode = hidden_states
+    mode: Optional[str] = hidden_states
     if mode == "auto":
         plan = train.hidden_states_plan(t, data=ddir, verifier=ver, mode="auto", layers=layers,
                                         disk_budget_gb=disk_budget_gb, vllm_arg=vllm_arg)
@@ -118,7 +119,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
             dg = data.run_datagen(t, data.Datagen.of(t, data=ddir, verifier=ver, extract=True, backend=backend,
                                                      layers=layers, vllm_arg=vllm_arg), kind="extract")
     if mode == "offline":
-        ex = dg.get("extract", {})
+        ex = (dg or {}).get("extract", {})
         t.note(f"✓ data: prepared and extracted ({backend}): {ex.get('tokens')} tokens, "
                f"{ex.get('tokens_per_s')} tokens/s", "done")
         with t.stage("inspect-data"):
@@ -130,7 +131,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
         t.note("✓ data: prepared; hidden states online (generated during training, never stored)", "done")
     with t.stage("train the draft"):
         tr = train.train(t, config=config, dataset=ddir, verifier=ver, overrides=overrides, follow=True,
-                         hidden_states=mode, layers=layers, vllm_arg=vllm_arg, serve_check=serve_check,
+                         hidden_states=mode or hidden_states, layers=layers, vllm_arg=vllm_arg, serve_check=serve_check,
                          restarts=restarts, notify=notify, own=True)  # (the pipeline's: Ctrl-C stops it)
     with t.step(f"fetch {tr['run_id']}"):
         got = fetch.fetch_run(t, tr["run_id"], dest)
@@ -145,7 +146,7 @@ def run(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier
 
 
 def ensure_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None,
-                              size: str = "tiny", beside=None) -> dict:
+                              size: str = "tiny", beside=None) -> Union[dict, ModelBuilt]:
     """The learnable verifier at path, trained now if it is missing, speaks another version of
     the language (its recorded fingerprint differs from this repo's synthlang.py) or is of
     another size. Its record. beside(): called
@@ -407,7 +408,7 @@ def stage_table(t: Transport, seconds: float, load: tuple, path: Optional[Path] 
     order; `make setup` first when it ran just now), the rest of the wall time as one row, the
     machine's cores and load (a shared machine's timings are slower): {"stages", "seconds", ...},
     also written to path."""
-    rows = [{"stage": what, "seconds": round(sec, 1)} for what, sec in t.timings]
+    rows: list[dict[str, Any]] = [{"stage": what, "seconds": round(sec, 1)} for what, sec in t.timings]
     rest = seconds - sum(r["seconds"] for r in rows)
     if rest >= 0.5:
         rows.append({"stage": "the rest (connecting, plans, reading results)", "seconds": round(rest, 1)})

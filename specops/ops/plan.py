@@ -12,7 +12,7 @@ import shlex
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from dataclasses import dataclass
 
@@ -46,9 +46,9 @@ def sample_file(t: Transport, path: str, rows: int, tmp: Path) -> str:
     p = Path(path).expanduser()
     if p.is_file():
         out = tmp / f"sample-{rows}-{p.name}"
-        with open(p, "rb") as src, open(out, "wb") as dst:
+        with open(p, "rb") as fin, open(out, "wb") as dst:
             n = 0
-            for ln in src:
+            for ln in fin:
                 if ln.strip() and n < rows:
                     dst.write(ln if ln.endswith(b"\n") else ln + b"\n")
                     n += 1
@@ -147,6 +147,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
             t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
                     f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
             dg = data.run_datagen(t, args, kind="plan-data")
+        assert dg is not None  # (not detached: its result)
         wall = time.time() - w0
         ex = dg.get("extract") or {}
         shape = run_shape(t, sdir, ver, layers, vllm_arg)
@@ -159,7 +160,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         t.check(f"rm -rf {shlex.quote(odir)} && mkdir -p {shlex.quote(odir)} && cp -a {shlex.quote(sdir)}/. "
                 f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
                 "the sample's prepared rows for the online training")
-        kw = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
+        kw: dict[str, Any] = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
                   tokens=tokens, train_ratio=ratio, tmp=tmp, draft_vocab_size=draft_vocab_size)
         trained = {}
         for mode in modes:
@@ -236,7 +237,7 @@ def versus(t: Transport, run_id: str) -> Optional[dict]:
     planned = {s["stage"]: s["seconds"] for s in (plan.get("modes", {}).get(mode) or {}).get("stages", [])}
     if not planned:
         return None
-    lock = "data-" + hashlib.sha1(ddir.encode()).hexdigest()[:12]
+    lock = "data-" + hashlib.sha1(str(ddir).encode()).hexdigest()[:12]
     all_jobs = jobs.status(t)
     since = plan.get("host_clock_end") or plan["created"]
     mine = [j for j in all_jobs if getattr(j, "lock", None) == lock and (j.started or 0) >= since

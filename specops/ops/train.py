@@ -18,7 +18,7 @@ from specops.errors import SpecopsError
 from specops.ops.inspect_data import inspect
 from specops.host.remote_exec import run_script
 from specops.host.transport import NotDone, Transport
-from specops.payloads import HiddenStatesPlan, TrainSpec
+from specops.payloads import HiddenStatesPlan, ServeCheck, TrainSpec
 from specops.slurm import cluster, script
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
@@ -49,7 +49,7 @@ def hidden_states_plan(t: Transport, *, data: str, verifier: Optional[str], mode
         args += ["--layers", str(layers)]
     if disk_budget_gb is not None:
         args += ["--disk-budget", str(int(float(disk_budget_gb) * 2**30))]
-    gpus = h.gpus if h.gpus is not None else (h.slurm.gpus_per_node or None) if h.is_slurm else None
+    gpus = h.gpus if h.gpus is not None else (h.slurm.gpus_per_node or None) if h.slurm is not None else None
     if gpus is not None:  # (a Slurm job's: what its allocation gets, not the login node's)
         args += ["--gpus", str(gpus)]
     if server_gpus:
@@ -137,6 +137,8 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     if not layer_ids:
         raise SpecopsError(f"{data} has no extraction record (layer ids): re-run `{t.hint('extract')}` for it")
     ver = verifier or rec.get("verifier") or h.verifier
+    if not ver:
+        raise SpecopsError(f"{data}: no verifier given, recorded at extraction or set for {h.name}: pass --verifier")
     return TrainSpec.of({
         "run_dir": jobs.run_path(t, rid), "kind": h.profile, "nproc": procs, "verifier": t.expand(ver),
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
@@ -199,10 +201,10 @@ def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> Tr
     refuse_failed_settings(t, cfg["flags"])  # settings that failed `inv check --deep` here never start
     flags = {k: v for k, v in cfg["flags"].items() if k not in ONLINE_RESERVED}
     flags["on-missing"] = "generate"
-    if plan.server.get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
+    if (plan.server or {}).get("trust_remote_code"):  # (the trainer loads the verifier's config and tokenizer too)
         flags.setdefault("trust-remote-code", True)
     timeout = float(flags.get("request-timeout") or 120)  # (speculators' default)
-    retries = int(flags.get("max-retries") if flags.get("max-retries") is not None else 3)
+    retries = int(flags["max-retries"]) if flags.get("max-retries") is not None else 3
     timing = {**ONLINE_TIMING, "hang_seconds": max(60.0, timeout * (retries + 1))}
     keep = ("asked", "reason", "rows", "files", "missing", "tokens", "missing_tokens", "need_bytes", "budget_bytes",
             "free_bytes", "file_bytes")
@@ -243,6 +245,7 @@ def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> st
     """A slurm host: online hidden states put the vLLM server and the trainer in one allocation of one
     node (remote/specops_host/train/run.py starts the server first, the trainer once it is healthy, and stops the
     server when the trainer ends or Slurm signals the job); several nodes train offline."""
+    assert t.host.slurm is not None  # (a slurm host: inventory gives it its slurm: section)
     n = nodes or t.host.slurm.nodes
     if hidden_states == "online" and n > 1:
         raise SpecopsError(f"--hidden-states online on {t.host.name}: the vLLM server and the trainer share one "
@@ -317,7 +320,7 @@ def refuse_new_data(t: Transport, rid: str, spec: TrainSpec, allowed: bool) -> N
 
 
 def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_arg: Optional[list], enabled: bool
-                    ) -> Optional[dict]:
+                    ) -> Optional[ServeCheck]:
     """The draft-serves preflight before a training starts (check.serve_gate), unless another
     training holds the host (its GPUs are busy; the start below is refused anyway)."""
     busy = [j for j in host_jobs if not j.ended and getattr(j, "lock", None) == "train"]
@@ -335,7 +338,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
           first_step_after: Optional[float] = None,
-          backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False) -> dict:
+          backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False) -> "Trained":
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped). own: the run is the caller's (a plan's sample run, a
@@ -359,7 +362,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     sup = watch.supervision(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
                             first_step_after=first_step_after, backoff=backoff, notify=notify)
     extra = None
-    if h.is_slurm:  # (the partition first, before the data is read or anything written)
+    if h.is_slurm and h.slurm is not None:  # (the partition first, before the data is read or anything written)
         hidden_states = slurm_settings(t, hidden_states, nodes)
         cluster.judge_request(t, script.Request.of(h.slurm, nodes=nodes), "train")
         cluster.refuse_unshared(t, "train")
