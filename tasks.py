@@ -19,7 +19,7 @@ from specops.cli import hosts_table, on_hosts, on_targets, passed, said, task
 from specops.group.distcheck import check_hosts
 from specops.group.extract import extract_hosts, extract_one
 from specops.group.train import fetch_nodes, train_group
-from specops.ops import bootstrap as _bootstrap, check as _check, data as _data, evaluate as _evaluate
+from specops.ops import bootstrap as _bootstrap, check as _check, controls as _controls, data as _data
 from specops.ops import fetch as _fetch, inspect_data as _inspect, jobs as _jobs, pipeline as _pipeline
 from specops.ops import plan as _plan, regenerate as _regenerate, synthesize as _synthesize, train as _train
 from specops.ops import wheelhouse as _wh
@@ -443,19 +443,22 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     "speedup_tokens": "output tokens per timed request (default: cuda 256, cpu --max-tokens)",
     "side_by_side": "servers up at once: the verifier alone beside N - 1 other sides, the GPU memory split "
                     "between them (default: cpu 2; cuda 2 where two servers and 4 GiB of KV cache each fit GPU 0 "
-                    "and no --vllm-arg sets the memory, else 1; 2 or more: interleaved, paired ratios)"})
+                    "and no --vllm-arg sets the memory, else 1; 2 or more: interleaved, paired ratios)",
+    "controls": "untrained,wrong-layers (either or both): also serve the run's untrained draft (speculators' "
+                "initialisation) and its trained draft fed other layers on the first 16 of the same prompts; the "
+                "table shows trained beside them"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json_=False, vllm_arg=None,
              repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,
-             side_by_side=None):
+             side_by_side=None, controls=None):
     """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
 
     Example: inv evaluate --host gpu1 --run-id R"""
-    on_hosts(c, host, hosts, _evaluate.evaluate_run, group=False, json_=json_, run_id=run_id, checkpoint=checkpoint,
+    on_hosts(c, host, hosts, _controls.evaluate_run, group=False, json_=json_, run_id=run_id, checkpoint=checkpoint,
              checkpoints=checkpoints, pick=pick, prompts=prompts, num_spec_tokens=num_spec_tokens,
              max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_arg=vllm_arg,
              repeats=repeats, tune=tune, tune_k=tune_k, baselines=baselines, speedup_requests=speedup_requests,
-             speedup_tokens=speedup_tokens, side_by_side=side_by_side)
+             speedup_tokens=speedup_tokens, side_by_side=side_by_side, controls=controls)
 
 
 @task(name="dist-check", help={

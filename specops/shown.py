@@ -169,6 +169,8 @@ def _evaluation(w: Where, e) -> None:
         views.evaluation_checkpoints(e.run_id, e.ev, e.dest, CAUSES, w.hint)
         return
     views.evaluation(e.run_id, e.ev, CAUSES)
+    if e.ev.get("controls"):
+        views.demo_acceptance(e.ev["controls"], speed=False)
     views.line(f"evaluation written to {e.dest}/{e.run_id}/evaluation.json (on the host: runs/{e.run_id}/)"
                + (f"; plot {e.ev['plot']}" if e.ev.get("plot") else ""))
 

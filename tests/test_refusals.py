@@ -285,3 +285,16 @@ def test_a_gpu_verifier_size_on_a_cpu_host_is_one_line_before_anything_runs():
     line = refused(inv("demo", "--size", "8b", "--dry-run"), code=1)
     assert line == ("specops: demo --size 8b: local is a cpu host (profile cpu), where the demo's verifier is the "
                     "tiny one: drop --size, or use a cuda host"), line
+
+
+@pytest.mark.parametrize("extra,want", [
+    (["--controls", "untrained,random"], "--controls 'untrained,random': random is not a control; give "
+                                         "untrained,wrong-layers (either or both)"),
+    (["--controls", ","], "--controls ',': no control named; give untrained,wrong-layers"),
+    (["--controls", "untrained", "--checkpoints", "all"], "--controls are built from the run's best checkpoint"),
+])
+def test_evaluate_controls_are_checked_before_anything_connects(extra, want):
+    """issue 46 item 5: `inv evaluate --controls` names checked first (an unknown host is never looked up)."""
+    r = inv("evaluate", "--host", "no-such-host", "--run-id", "r1", *extra)
+    line = refused(r, code=1 if "best checkpoint" in want else 2)
+    assert want in line, line

@@ -7,18 +7,39 @@ from __future__ import annotations
 
 import json
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from specops.args import USAGE, Refused, refusing
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
 from specops.ops import jobs, train
+from specops.ops.evaluate import Evaluation, Pending, _evaluate_flags, _spec, evaluate, evaluate_run as _evaluate_run
+from specops.ops.evaluate import DEFAULT_BASELINES, concurrency_levels, finish
 
 DEMO_CONFIG = "configs/demo.yaml"
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
 ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
                    "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
                    "seconds")
+
+
+#: `--controls` names -> acceptance()'s keys
+CONTROLS = {"untrained": "untrained", "wrong-layers": "wrong_layers"}
+
+
+def parse_controls(spec: Optional[str]) -> tuple:
+    """`--controls untrained,wrong-layers` (either or both) as acceptance()'s keys; an unknown name:
+    one line (USAGE), before anything connects."""
+    names = [x.strip() for x in (spec or "").split(",") if x.strip()]
+    bad = [x for x in names if x not in CONTROLS]
+    if bad or not names:
+        raise Refused(f"--controls {spec!r}: " + (f"{', '.join(bad)} is not a control" if bad else "no control named")
+                      + f"; give {','.join(CONTROLS)} (either or both)", code=USAGE)
+    return tuple(dict.fromkeys(CONTROLS[x] for x in names))
 
 
 def verifier_layers(t: Transport, verifier: str) -> Optional[int]:
@@ -87,7 +108,8 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
                controls: tuple = ("untrained", "wrong_layers"), num_spec_tokens: int = 3, max_prompts: int = 32,
                max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_arg: Optional[list] = None,
                speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
-               control_args: Optional[list] = None) -> dict:
+               control_args: Optional[list] = None, prompts: Optional[str] = None, full: bool = False,
+               **timing) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
     the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
     first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
@@ -95,14 +117,18 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     each with ACCEPTANCE_KEYS, its run id and kind (wrong_layers: trained_layer_ids and
     served_layer_ids too). control_args: the controls' vLLM arguments beside vllm_arg (--enforce-eager on a
     GPU: they measure acceptance, and start faster without CUDA graphs). The trained draft's evaluation.json is
-    dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/."""
-    from specops.ops.evaluate import Pending, evaluate, finish  # (evaluate imports data and metrics: not at import)
-
-    kw: dict[str, Any] = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg)
-    out = {}
+    dest/<run_id>/evaluation.json; the controls' are under dest/<run_id>/controls/<control run id>/.
+    prompts: all three's (default: the run's held-out prompts); timing: the trained draft's evaluate()
+    timing settings (baselines, tune, ...); full: out["evaluation"] is the trained draft's whole evaluation
+    (`inv evaluate --controls` shows it)."""
+    kw: dict[str, Any] = dict(num_spec_tokens=num_spec_tokens, max_prompts=max_prompts, max_tokens=max_tokens,
+                              vllm_arg=vllm_arg, **({"prompts": prompts} if prompts else {}))
+    out: dict[str, Any] = {}
     with t.step(f"serve {run_id}'s draft with the verifier (vLLM, {num_spec_tokens} draft tokens)"):
-        out["trained"] = acceptance_summary(evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw),
-                                            run_id, kind="trained")
+        ev = evaluate(t, run_id, dest=dest, speedup=speedup, repeats=repeats, **kw, **timing)
+        out["trained"] = acceptance_summary(ev, run_id, kind="trained")
+        if full:
+            out["evaluation"] = ev
     t.note(f"trained draft: mean acceptance length {out['trained']['mean_acceptance_length']:.2f}"
            + (f", speedup at 1 concurrent request {out['trained']['speedup_at_1']:.2f}x"
               if out["trained"].get("speedup_at_1") is not None else ""), "done")
@@ -171,3 +197,39 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
             "as high as with the right layers: this verifier's neighbouring layers carry nearly the same "
             "features, so this control does not separate them here"))
     return out
+
+
+def _flags(controls: Optional[str] = None, checkpoint: str = "best", checkpoints: Optional[str] = None, **kw) -> None:
+    _evaluate_flags(checkpoint=checkpoint, checkpoints=checkpoints, **kw)
+    if controls is not None:
+        parse_controls(controls)
+        if checkpoints is not None or checkpoint != "best":
+            raise Refused(f"--controls are built from the run's best checkpoint (as the demo's): drop "
+                          f"{'--checkpoints' if checkpoints is not None else '--checkpoint ' + checkpoint}")
+
+
+@refusing(_flags)
+def evaluate_run(t: Transport, run_id: str, *, controls: Optional[str] = None, speedup: Optional[str] = None,
+                 **kw) -> Evaluation:
+    """`inv evaluate`: ops/evaluate.py evaluate_run(); with controls (untrained,wrong-layers: either or both),
+    acceptance() (the demo's code) on the same prompts, the controls built from the run's own data, verifier
+    (train-spec.json) and training flags (the untrained draft is that training's step 0)."""
+    if controls is None:
+        return _evaluate_run(t, run_id, speedup=speedup, **kw)
+    which = parse_controls(controls)
+    kw = {k: v for k, v in kw.items() if v is not None and k not in ("checkpoint", "checkpoints", "pick")}
+    speedup = speedup or "1,16"
+    if kw.get("baselines") is None:  # (as evaluate_run: beside the trained draft's timing)
+        kw["baselines"] = DEFAULT_BASELINES if concurrency_levels(speedup) else "none"
+    spec = _spec(t, run_id)
+    if not spec.get("data") or not spec.get("verifier"):
+        raise SpecopsError(f"--controls: {run_id}'s train-spec.json names no data or verifier to build them from")
+    with tempfile.TemporaryDirectory() as tmp:  # (the run's resolved flags: the untrained draft is its step 0)
+        cfg = Path(tmp) / "run-config.yaml"
+        cfg.write_text(yaml.safe_dump({"train": spec.get("flags") or {}}))
+        acc = acceptance(t, run_id, dataset=spec["data"], verifier=spec["verifier"], controls=which, config=str(cfg),
+                         full=True, control_args=["--enforce-eager"], speedup=speedup, **kw)
+    ev = acc.pop("evaluation")
+    ev["controls"] = {"acceptance": acc, "num_spec_tokens": kw.get("num_spec_tokens", 3),
+                      "controls_verdict": controls_verdict(acc)}
+    return Evaluation(run_id, kw.get("dest", "runs"), ev)

@@ -405,7 +405,8 @@ def evaluate_run(t: Transport, run_id: str, *, checkpoint: str = "best", checkpo
                  pick: bool = False, speedup: Optional[str] = None, **kw) -> Evaluation:
     """`inv evaluate`: evaluate() of one checkpoint (speedup default 1,16; baselines default
     DEFAULT_BASELINES), or evaluate_checkpoints() of several (speedup and baselines default none);
-    kw: evaluate()'s (prompts, num_spec_tokens, ..., dest, and timing_args()'s)."""
+    kw: evaluate()'s (prompts, num_spec_tokens, ..., dest, and timing_args()'s). With --controls:
+    ops/controls.py evaluate_run()."""
     speedup = speedup or ("none" if checkpoints is not None else "1,16")
     if kw.get("baselines") is None:  # (default: beside one checkpoint's timing; not per checkpoint)
         kw["baselines"] = DEFAULT_BASELINES if checkpoints is None and concurrency_levels(speedup) else "none"
