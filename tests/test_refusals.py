@@ -298,3 +298,22 @@ def test_evaluate_controls_are_checked_before_anything_connects(extra, want):
     r = inv("evaluate", "--host", "no-such-host", "--run-id", "r1", *extra)
     line = refused(r, code=1 if "best checkpoint" in want else 2)
     assert want in line, line
+
+
+def test_tasks_md_shows_one_line_of_every_input_format(tmp_path):
+    """issue 46 item 7: docs/tasks.md's input formats, each line read by the check that reads the user's file."""
+    import re
+    from pathlib import Path
+
+    from specops_host.serve.evaluate import file_prompts
+
+    text = (Path(__file__).parent.parent / "docs" / "tasks.md").read_text()
+    sec = text.split("## Input formats", 1)[1].split("\n## ", 1)[0]
+    conv, rows, prompt = re.findall(r"^  `(\{.*\})`$", sec, re.M)
+    for name, line in (("conv.jsonl", conv), ("rows.jsonl", rows)):
+        (tmp_path / name).write_text(line + "\n")
+        assert inputs.check_rows(str(tmp_path / name), str(tmp_path)) == 1
+    assert inputs.rows_need_render(str(tmp_path / "conv.jsonl")) and not inputs.rows_need_render(
+        str(tmp_path / "rows.jsonl"))
+    (tmp_path / "p.jsonl").write_text(prompt + "\n")
+    assert file_prompts(str(tmp_path / "p.jsonl"), 8)[0] == [json.loads(prompt)]
