@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, inv
 from specops_host.fixtures import synthlang
 
 
