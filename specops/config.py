@@ -56,8 +56,8 @@ def check_flags(where: str, flags: Any) -> dict:
                                f"them")
         if k not in TRAIN_FLAGS:
             near = difflib.get_close_matches(k, TRAIN_FLAGS, n=1)
-            raise SpecopsError(f"{where}: {k!r} is not a flag of speculators {SPECULATORS}'s train"
-                               + (f": did you mean {near[0]!r}?" if near else ": `speculators train --help` lists them"))
+            hint = f": did you mean {near[0]!r}?" if near else ": `speculators train --help` lists them"
+            raise SpecopsError(f"{where}: {k!r} is not a flag of speculators {SPECULATORS}'s train{hint}")
         if k == "draft-vocab-size" and v == "auto":  # (sized to the dataset's distinct tokens: specops/vocab.py)
             continue
         if k in NUMBERS and v is not None:

@@ -272,8 +272,8 @@ class Host(BaseModel):
         return trust if isinstance(trust, str) else str(trust).lower()
 
     def vllm_flags(self, extra: Optional[list[str]] = None) -> list[str]:
-        """The arguments of remote/specops_host/data/datagen.py and remote/specops_host/serve/evaluate.py that carry this host's vLLM
-        settings, then a run's own `--vllm-arg`s (last: they win)."""
+        """The arguments of remote/specops_host/data/datagen.py and remote/specops_host/serve/evaluate.py that carry
+        this host's vLLM settings, then a run's own `--vllm-arg`s (last: they win)."""
         out = ["--tensor-parallel", str(self.tensor_parallel), "--trust-remote-code", self.trust_flag]
         for a in [*self.vllm_args, *(extra or [])]:
             out.append(f"--vllm-arg={a}")  # (one token: a value starting with '-' stays a value)

@@ -146,9 +146,9 @@ class Check(Payload):
 
 class TrainSpec(BaseModel):
     """runs/R/train-spec.json: what `inv train` (and dist-check) hand the host's launchers
-    (remote/specops_host/train/run.py, remote/specops_host/train/online.py, remote/specops_host/check/dist.py). The host reads it with
-    remote/specops_host/train/spec.py: the same field names and types (tests/test_trainspec.py holds the two
-    together). Only the fields a run sets are written (exclude_unset): the host fills the rest in."""
+    (remote/specops_host/train/run.py, remote/specops_host/train/online.py, remote/specops_host/check/dist.py). The host
+    reads it with remote/specops_host/train/spec.py: the same field names and types (tests/test_trainspec.py holds the
+    two together). Only the fields a run sets are written (exclude_unset): the host fills the rest in."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     run_dir: str

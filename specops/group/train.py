@@ -57,7 +57,8 @@ def launch(ts: list[Transport], rid: str, spec_for: Callable[[Transport, int], T
             except SpecopsError:
                 pass
         names = ", ".join(t.host.name for t in started) or "none"
-        raise SpecopsError(f"{kind} {rid}: a node failed to start ({e}); stopped the nodes already started ({names})")
+        raise SpecopsError(f"{kind} {rid}: a node failed to start ({e}); stopped the nodes already started "
+                           f"({names})") from None
     ts[0].note(f"{kind} {rid} {ts[0].either('started', 'would start')} on {len(ts)} nodes: "
                + ", ".join(f"{t.host.name} (rank {i})" for i, t in enumerate(ts)))
     return specs

@@ -149,7 +149,7 @@ class SSHTransport(Transport):
             raise SpecopsError(
                 f"nothing listening at {where} ({name}): is sshd running and the port right?"
             ) from None
-        except (socket.gaierror,) as e:
+        except socket.gaierror as e:
             raise SpecopsError(f"cannot resolve {conn.host!r} ({name}): {e.strerror}: fix '{field}'") from None
         except paramiko.ChannelException as e:  # the jump host is up but could not reach the target
             raise SpecopsError(

@@ -1,4 +1,5 @@
-"""check: the preflight run by the host venv's interpreter (remote/specops_host/check/preflight.py), shown as a table."""
+"""check: the preflight run by the host venv's interpreter (remote/specops_host/check/preflight.py), shown as a
+table."""
 
 from __future__ import annotations
 
@@ -174,8 +175,9 @@ def deep_verdict(name: str, res: Optional[dict]) -> None:
     first = res["results"][0]
     if res.get("works"):
         w = res["works"]
+        compile_off = "; compile off: `env: {TORCHDYNAMO_DISABLE: '1'}` for the host in hosts.yaml"
         how = "set them under `profiles:` for this host's profile in the config" + (
-            "; compile off: `env: {TORCHDYNAMO_DISABLE: '1'}` for the host in hosts.yaml" if not w.get("compile") else "")
+            compile_off if not w.get("compile") else "")
         raise SpecopsError(f"check {name} --deep: the configured settings ({describe(first['settings'])}) fail a "
                            f"training step: {first['error']}; these work: {describe(w)}: {how} "
                            f"(`inv train` refuses the failing ones on {name})",
@@ -206,7 +208,7 @@ def refuse_failed_settings(t: Transport, flags: dict) -> None:
                 + "; nothing was started (re-run `inv check --deep` after changing versions)")
 
 
-# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (remote/specops_host/check/serve.py) --
+# -- the draft-serves preflight: vLLM serves the verifier with an untrained draft (check/serve.py) --
 SERVE_SKIP = "--no-serve-check skips it"
 #: the preflight's reply under --dry-run (said, not served: the gate lets the job's plan go on)
 NOT_SERVED = ServeCheck(ok=True, skipped="a dry run serves nothing")

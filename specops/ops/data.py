@@ -139,7 +139,8 @@ def datagen_lock(dg: Datagen) -> str:
 
 
 def planned_commands(t: Transport, plan: DatagenPlan) -> None:
-    """What the job would start (the vLLM server, speculators ...), said under --dry-run: review -tp before GPU hours."""
+    """What the job would start (the vLLM server, speculators ...), said under --dry-run: review -tp before GPU
+    hours."""
     for cmd in plan.commands:
         t.would("would start: " + shlex.join(map(str, cmd)))
 
@@ -221,12 +222,13 @@ LEARNABLE_SIZES = {"tiny": 90.0, "1b": 300.0, "3b": 600.0, "8b": 900.0}
 
 def make_learnable_verifier(t: Transport, path: str, *, seconds: Optional[float] = None, overwrite: bool = False,
                             steps: Optional[int] = None, size: str = "tiny") -> ModelBuilt:
-    """Train a tiny Llama on the synthetic language on the host's CPU (remote/specops_host/fixtures/learnable_verifier.py,
-    at most `seconds` of training) and publish it at path with its tokenizer and chat template.
-    Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
+    """Train a tiny Llama on the synthetic language on the host's CPU
+    (remote/specops_host/fixtures/learnable_verifier.py, at most `seconds` of training) and publish it at path with its
+    tokenizer and chat template. Returns the script's payload (path, layers, hidden, vocab, params, steps, loss,
     greedy_agreement, language{fingerprint, ...}). An existing model is
     replaced only with overwrite. size: "tiny" (4 layers, hidden 128: CPU) or "1b" / "3b" / "8b" (about
-    one / 2.8 / 7 billion parameters, the last Llama-3.1-8B's shape, trained on the host's GPU: verifiers whose decoding is bound by memory)."""
+    one / 2.8 / 7 billion parameters, the last Llama-3.1-8B's shape, trained on the host's GPU: verifiers whose decoding
+    is bound by memory)."""
     if size not in LEARNABLE_SIZES:
         raise SpecopsError(f"make-verifier --size {size!r}: choose {', '.join(LEARNABLE_SIZES)}")
     seconds = float(seconds if seconds is not None else LEARNABLE_SIZES[size])

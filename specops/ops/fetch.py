@@ -42,7 +42,8 @@ def local_manifest(root: Path) -> dict:
 
 
 def seed_local_cache(root: Path, hashed: dict[str, str]) -> None:
-    """Record digests computed on arrival in the local manifest's cache (remote/specops_host/fetch/manifest.py's seed)."""
+    """Record digests computed on arrival in the local manifest's cache (remote/specops_host/fetch/manifest.py's
+    seed)."""
     if hashed:
         host_manifest.seed(root, hashed, cache_name=LOCAL_CACHE)
 
@@ -357,7 +358,8 @@ def select_checkpoint(t: Transport, run_id: str, which: str) -> dict:
         pick = read_pick(t, run_id)
         if pick is None:
             raise SpecopsError(f"fetch --checkpoint best-served: run {run_id} on {t.host.name} has no served pick "
-                               f"recorded: run `{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` first")
+                               f"recorded: run "
+                               f"`{t.hint(f'evaluate --run-id {run_id} --checkpoints all --pick')}` first")
         asked = pick["checkpoint"]
     cp = checkpoints.of(t, run_id, [asked], "fetch")
     r = cp.resolved[0] if cp.resolved else {"asked": asked, "reason": "unknown"}

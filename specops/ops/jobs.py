@@ -274,7 +274,8 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             except SpecopsError:
                 if failures >= tries:
                     raise SpecopsError(f"gave up following {run_id} on {t.host.name} after {tries} "
-                                       f"reconnects: the job keeps running; `{t.hint(f'logs -f --run-id {run_id}')}` resumes") from None
+                                       f"reconnects: the job keeps running; "
+                                       f"`{t.hint(f'logs -f --run-id {run_id}')}` resumes") from None
             continue
         if ended:  # (lost, or its folder gone: nothing more will come)
             raise SpecopsError(ended)
@@ -452,5 +453,6 @@ def log_of(t: Transport, run_id: Optional[str] = None, follow: bool = False,
     return LogTail(t.read_bytes(log, max(size - (1 << 20), 0)) or b"")
 
 
-__all__ = ["runs", "clean_older", "log_of", "needs_run_id", "clean", "parse_age", "run_attached", "run_following", "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
+__all__ = ["runs", "clean_older", "log_of", "needs_run_id", "clean", "parse_age", "run_attached", "run_following",
+           "JobState", "Job", "new_run_id", "validate_run_id", "run_path", "start", "status", "get", "stop",
            "follow", "tail", "failure", "wait_ended"]

@@ -176,8 +176,8 @@ def start_vllm_warm(t: Transport, archs: tuple = DEMO_ARCHS) -> Optional[str]:
     archs, which each server's start would otherwise do itself (a subprocess importing torch and
     vLLM per architecture, 13-14 s each at load 3 on 2 cores). Its run id."""
     rid = jobs.new_run_id("vllm-warm")
-    argv = [*paths.host_argv(t.expand(t.host.python), "serve.vllm_warm"), "--kind", t.host.profile, "--archs", ",".join(archs),
-            "--result", jobs.run_path(t, rid, "result.json")]
+    argv = [*paths.host_argv(t.expand(t.host.python), "serve.vllm_warm"), "--kind", t.host.profile,
+            "--archs", ",".join(archs), "--result", jobs.run_path(t, rid, "result.json")]
     jobs.start(t, rid, argv, kind="vllm-warm")
     return rid
 
@@ -247,8 +247,8 @@ def demo(t: Transport, *, dest: str = "runs", steps: Optional[int] = None, on_in
     verifier's record: greedy_agreement, steps, train_seconds, language{fingerprint}, ...),
     "num_spec_tokens" and "acceptance" ({"trained", "untrained", "wrong_layers"}: see
     acceptance(); the trained draft's with its `speedup` at the `speedup` levels: near 1 on a CPU);
-    a dry run says it up to the verifier's build (what follows reads it). vLLM runs eager on a CPU (--enforce-eager: no compile warm-up, a few
-    seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
+    a dry run says it up to the verifier's build (what follows reads it). vLLM runs eager on a CPU (--enforce-eager: no
+    compile warm-up, a few seconds instead of a minute per server; the acceptance is the same). On a GPU host (profile
     cuda) the verifier is the 8b or the 1b one (demo_size(): DEMO_VERIFIERS, trained on the GPU),
     extraction runs eager, the trained draft is served with CUDA graphs beside the verifier alone
     (two servers sharing the GPU where they fit, as `inv evaluate` does: the speedup's sides

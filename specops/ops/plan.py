@@ -1,8 +1,9 @@
 """plan: know the bill before the GPUs run. The real stages, briefly, on the host, on a sample of
 the real rows, with the real verifier and draft configuration (the stage ops themselves: the data
 job of remote/specops_host/data/datagen.py with prepare + extract, a few training steps offline and online through
-remote/specops_host/train/run.py / remote/specops_host/train/online.py), then the whole run extrapolated (specops/estimate.py) and
-kept with the dataset as plan.json; `versus` reads it back beside a finished run's job times."""
+remote/specops_host/train/run.py / remote/specops_host/train/online.py), then the whole run extrapolated
+(specops/estimate.py) and kept with the dataset as plan.json; `versus` reads it back beside a finished run's job
+times."""
 
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
         m = estimate.train_measurement(recs, started=float(job.started or 0), ended=float(job.ended_at or time.time()),
                                        tokens=tokens, train_ratio=train_ratio)
     except ValueError as e:
-        raise SpecopsError(f"plan: the {mode} training {rid} on {t.host.name}: {e} (see `{t.hint(f'logs --run-id {rid}')}`)")
+        raise SpecopsError(f"plan: the {mode} training {rid} on {t.host.name}: {e} (see "
+                           f"`{t.hint(f'logs --run-id {rid}')}`)") from None
     return {**m, "run_id": rid, "ended": job.ended_at}
 
 
@@ -160,8 +162,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         t.check(f"rm -rf {shlex.quote(odir)} && mkdir -p {shlex.quote(odir)} && cp -a {shlex.quote(sdir)}/. "
                 f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
                 "the sample's prepared rows for the online training")
-        kw: dict[str, Any] = dict(verifier=ver, config=config, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
-                  tokens=tokens, train_ratio=ratio, tmp=tmp, draft_vocab_size=draft_vocab_size)
+        kw: dict[str, Any] = dict(verifier=ver, config=config, steps=steps, layers=layers,
+                                  vllm_arg=list(vllm_arg or []), tokens=tokens, train_ratio=ratio, tmp=tmp,
+                                  draft_vocab_size=draft_vocab_size)
         trained = {}
         for mode in modes:
             with t.step(f"plan: {steps} training step(s) {mode} on the sample"):

@@ -147,7 +147,8 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
                    "config": cfg["flags"], **({"nodes": extra} if extra else {}),
                    "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
-                       "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers", "record")}},
+                       "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers",
+                       "record")}},
     })
 
 
@@ -190,8 +191,8 @@ def refuse_draft_vocab(cfg: dict, vocab: Optional[int], where: Optional[str]) ->
     n = cfg["flags"].get("draft-vocab-size")
     if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
         raise SpecopsError(f"{cfg['path']}: draft-vocab-size {n} is larger than the verifier's vocabulary ({vocab} "
-                           f"tokens, vocab_size in {where}): set draft-vocab-size to {vocab} or less (configs/demo.yaml "
-                           f"has 128) (nothing was started)")
+                           f"tokens, vocab_size in {where}): set draft-vocab-size to {vocab} or less "
+                           f"(configs/demo.yaml has 128) (nothing was started)")
 
 
 def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> TrainSpec:
@@ -252,7 +253,8 @@ def slurm_settings(t: Transport, hidden_states: str, nodes: Optional[int]) -> st
                            f"node's allocation; {n} nodes asked: give --nodes 1, or `{t.hint('extract --shards N')}` "
                            f"first and train offline (nothing was submitted)")
     if hidden_states == "auto" and n > 1:
-        t.note(f"hidden states: offline (a {n}-node Slurm job on {t.host.name} trains on the dataset's extracted files)")
+        t.note(f"hidden states: offline (a {n}-node Slurm job on {t.host.name} trains on the dataset's extracted "
+               f"files)")
         return "offline"
     return hidden_states
 
@@ -275,8 +277,8 @@ def refuse_running(t: Transport, rid: str) -> list:
     js = jobs.status(t)
     for j in js:
         if j.run_id == rid and not j.ended:
-            raise SpecopsError(f"train {rid} is already {j.state.value} on {t.host.name} ("
-                               + (f"Slurm job {getattr(j, 'slurm_job_id', '')}" if t.host.is_slurm else f"pid {j.pid}") + "): "
+            which = f"Slurm job {getattr(j, 'slurm_job_id', '')}" if t.host.is_slurm else f"pid {j.pid}"
+            raise SpecopsError(f"train {rid} is already {j.state.value} on {t.host.name} ({which}): "
                                f"`{t.hint(f'logs -f --run-id {rid}')}` follows it (nothing was changed)")
     return js
 

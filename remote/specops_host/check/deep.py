@@ -99,7 +99,7 @@ def fixture(kind, log):
     rng = random.Random(0)
     rows = base / "rows.jsonl"
     with open(rows, "w") as f:
-        for i in range(24):
+        for _ in range(24):
             n = rng.randint(160, 400)
             f.write(json.dumps({"input_ids": [rng.randrange(7, vocab) for _ in range(n)],
                                 "loss_mask": [0] * (n // 3) + [1] * (n - n // 3)}) + "\n")

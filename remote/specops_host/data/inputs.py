@@ -201,7 +201,8 @@ def check_layers_against_files(a, data, layer_ids):
     if a.overwrite or not rec.get("layer_ids") or rec["layer_ids"] == layer_ids or not hs_files(data):
         return
     raise Refused(f"{data} holds hidden states extracted with layer ids {rec['layer_ids']}, not {layer_ids}: pass "
-                  f"--overwrite to extract them again with the new ids, or give another --dataset (nothing was changed)")
+                  f"--overwrite to extract them again with the new ids, or give another --dataset "
+                  f"(nothing was changed)")
 
 
 def free_bytes(path):

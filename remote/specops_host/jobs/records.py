@@ -39,7 +39,8 @@ def update_json(path, **fields):
 #: ("? job.json unreadable: ..."), and nothing is signalled on its word
 FIELDS = {"run_id": str, "kind": str, "lock": str, "tag": str, "term": str, "argv": list, "cwd": str,
           "pid": int, "pgid": int, "child_pid": int, "pid_start": int, "child_start": int,
-          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "fail_grace": (int, float), "failed_why": str,
+          "started": (int, float), "stopped_by_user": bool, "fail_on": str, "fail_grace": (int, float),
+          "failed_why": str,
           "supervision": dict, "restart": dict, "stall": dict, "backoff_until": (int, float), "gave_up": str,
           "uses": list}
 
@@ -55,7 +56,8 @@ def record_problem(rec, name):
         if rec.get(k) is not None and not is_pid(rec[k]):
             return f"{k} is {rec[k]}, not a pid"
     if rec.get("run_id") != name:
-        return f"its run_id {json.dumps(rec.get('run_id'))[:40]} is not this folder's ({name!r}): copied from another run?"
+        return (f"its run_id {json.dumps(rec.get('run_id'))[:40]} is not this folder's ({name!r}): copied from "
+                f"another run?")
     return None
 
 
@@ -290,7 +292,7 @@ def safe_state(d):
     vanished meanwhile is None."""
     try:
         return job_state(d)
-    except Exception as e:  # (one bad folder never hides the others)
+    except Exception as e:  # noqa: BLE001  (one bad folder never hides the others)
         if not d.exists():
             return None
         return {**unreadable(d, f"{type(e).__name__}: {e}"), "state": JobState.LOST.value,

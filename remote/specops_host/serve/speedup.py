@@ -405,7 +405,7 @@ def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out
                                   trust_remote_code=trust_remote_code, side=s.name)
 
             runs = plan(batch, levels, repeats, urls=up, args_for=args_for,
-                        file_for=lambda s, c, r: f"b{bi}-{slug[s.name]}@{c}-r{r + 1}.json")
+                        file_for=lambda s, c, r, bi=bi, slug=slug: f"b{bi}-{slug[s.name]}@{c}-r{r + 1}.json")
             for r in runs:
                 r["batch"] = bi
                 r["log"] = str(out_dir / "bench.log")

@@ -30,7 +30,7 @@ def parser():
     parser = None
     for where in ("vllm.utils.argparse_utils", "vllm.utils"):
         try:
-            parser = getattr(importlib.import_module(where), "FlexibleArgumentParser")
+            parser = importlib.import_module(where).FlexibleArgumentParser
             break
         except (ImportError, AttributeError):
             continue

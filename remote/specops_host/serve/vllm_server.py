@@ -48,7 +48,8 @@ def check_user_args(args):
     return list(args)
 
 
-_UNIT = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+_UNIT = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30,
+         "T": 2 ** 40}
 
 
 def user_model_len(args):
@@ -391,9 +392,9 @@ def end_with_session(every=1.0):
 
 
 def server_job(name, kind, result, work):
-    """The body of a job that drives a vLLM server (remote/specops_host/data/datagen.py, remote/specops_host/data/regenerate.py):
-    host caches, SIGTERM/SIGHUP as SystemExit (so `finally` stops the server), work() -> dict,
-    any failure one result ({"ok": false, "error": ...}; Refused: "refused", exit 2), `seconds`,
+    """The body of a job that drives a vLLM server (remote/specops_host/data/datagen.py,
+    remote/specops_host/data/regenerate.py): host caches, SIGTERM/SIGHUP as SystemExit (so `finally` stops the server),
+    work() -> dict, any failure one result ({"ok": false, "error": ...}; Refused: "refused", exit 2), `seconds`,
     written whole to `result` when given (a detached job) else emitted. Returns the exit code."""
     def on_term(signum, _frame):
         raise SystemExit(128 + signum)

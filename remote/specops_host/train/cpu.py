@@ -34,8 +34,8 @@ import torch
 
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
 
-import speculators.train.checkpointer as _ckpt
-import speculators.train.trainer as _trainer
+import speculators.train.checkpointer as _ckpt  # noqa: E402  (after torch's thread count is set)
+import speculators.train.trainer as _trainer  # noqa: E402
 
 _trainer.get_local_rank = lambda: "cpu"  # used only for .to(...) placement
 _ckpt.get_current_device = lambda: "cpu"

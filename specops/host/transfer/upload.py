@@ -180,7 +180,7 @@ class Upload(_Session):
         sent_any = False
         k = 0
         try:
-            for k, r in enumerate(b.items):
+            for k, r in enumerate(b.items):  # noqa: B007  (k: where a lost stream resumes, after the loop)
                 with open(self.sources[r.rel], "rb") as f:
                     f.seek(r.offset)
                     left = r.length
