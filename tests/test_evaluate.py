@@ -299,3 +299,55 @@ def test_a_checkpoint_is_named_by_one_rule_inside_its_run_and_served_only_comple
     with connect(inventory.load(str(hosts_file)).get("box")) as t:
         _nothing_started(t, rid, b)
         t.check(f"rm -rf {b} {jobs.run_path(t, other)}", "remove the copies")
+
+
+def test_a_prompt_the_verifier_cannot_take_is_refused_before_any_server(pipeline_run, hosts_file, tmp_path):
+    """failures row 162: `--prompts` with an out-of-vocabulary id ([5, 999999, 7]) or a prompt longer
+    than the verifier's positions passed the dry run, then failed after the server was healthy with an
+    HTTP 400 traceback. Now one line naming the file, the line and the reason, exit non-zero, before any
+    server (the host's --plan; the dry run checks a laptop file itself); a long text is counted by the
+    verifier's tokenizer."""
+    from specops import inventory
+    from specops.host.connection import connect
+
+    rid = pipeline_run["run_id"]
+    box = ["--host", "box", "--hosts", str(hosts_file)]
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        verifier = json.loads(t.read_bytes(f"{t.workdir}/runs/{rid}/train-spec.json"))["verifier"]
+        cfg = json.loads(t.read_bytes(f"{verifier}/config.json"))
+        before = t.run(f"ls {t.workdir}/runs").stdout.split()
+        served = t.run(f"ls -la --full-time {t.workdir}/runs/{rid}/evaluation 2>&1").stdout
+    vocab, positions = cfg["vocab_size"], cfg["max_position_embeddings"]
+    length = min(2048, positions)
+    oov, long_ids, long_text = (tmp_path / n for n in ("oov.jsonl", "long.jsonl", "text.jsonl"))
+    oov.write_text(json.dumps({"prompt": [5, 7]}) + "\n" + json.dumps({"prompt": [5, 999999, 7]}) + "\n")
+    long_ids.write_text(json.dumps({"prompt": [5] * 5000}) + "\n")
+    long_text.write_text(json.dumps({"prompt": "hi"}) + "\n" + json.dumps({"text": "the cat sat. " * 3000}) + "\n")
+
+    def refused(args, want):
+        r = inv("evaluate", *box, "--run-id", rid, "--speedup", "none", *args)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stdout[-2000:] + r.stderr[-2000:])
+        assert len(r.stderr.strip().splitlines()) == 1 and re.search(want, r.stderr), (args, r.stderr)
+        return r.stderr
+
+    bad_id = (rf"line 2: token id 999999 at position 1 is outside the verifier's vocabulary \[0, {vocab}\) "
+              rf"\(vocab_size of {re.escape(verifier)}/config\.json\): were the prompts tokenised for another model\? "
+              rf"\(nothing was started\)$")
+    refused(["--prompts", str(oov), "--dry-run"], rf"specops: --prompts {re.escape(str(oov))}: " + bad_id)
+    refused(["--prompts", str(oov)], r"--prompts \S+-oov\.jsonl: " + bad_id)  # (the uploaded copy, on the host)
+    too_long = (rf"line 1: the prompt's 5000 tokens \+ 64 generated \(--max-tokens 64\) make 5064, past the servers' "
+                rf"--max-model-len {length} \(evaluate's default: 2048, or the verifier's {positions} positions where "
+                rf"fewer")
+    refused(["--prompts", str(long_ids), "--dry-run"], too_long)
+    refused(["--prompts", str(long_ids)], too_long)
+    refused(["--prompts", str(long_text)], r"line 2: the prompt's \d{4,} tokens \+ 64 generated \(--max-tokens 64\)")
+    refused(["--prompts", str(long_ids), "--max-tokens", "8", "--vllm-arg=--max-model-len=1024"],
+            r"line 1: the prompt's 5000 tokens \+ 8 generated \(--max-tokens 8\) make 5008, past the servers' "
+            r"--max-model-len 1024 \(--vllm-arg --max-model-len\)")
+    r = inv("evaluate", *box, "--run-id", rid, "--speedup", "none", "--prompts", str(long_text), "--dry-run",
+            "--max-prompts", "1")  # (the first prompt alone: it fits)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    with connect(inventory.load(str(hosts_file)).get("box")) as t:
+        after = t.run(f"ls {t.workdir}/runs").stdout.split()
+        assert [x for x in after if x not in before and ".eval-" in x] == [], after
+        assert t.run(f"ls -la --full-time {t.workdir}/runs/{rid}/evaluation 2>&1").stdout == served  # (no server)

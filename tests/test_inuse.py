@@ -62,6 +62,31 @@ def test_overwrite_of_the_dataset_a_running_train_reads_is_refused(pipeline_run,
         t.check(f"rm -rf {shlex.quote(ds)}", "cleanup")
 
 
+def test_a_data_file_that_is_not_utf8_is_refused_before_any_server(verifier, hosts_file, work, tmp_path):
+    """failures row 163: a data file with a non-UTF-8 byte in a message started a vLLM server (healthy
+    after 86 s) before speculators failed on UnicodeDecodeError. Now the data's cheap checks read the
+    encoding first: one line naming the file, the line and the byte offset; no server, no dataset."""
+    hf = str(hosts_file)
+    good = json.dumps({"conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+    raw = (good + "\n" + good.replace("yo", "caf\u00e9") + "\n").encode("utf-8").replace(b"caf\xc3\xa9", b"caf\xe9")
+    bad, at = tmp_path / "latin1.jsonl", raw.index(b"\xe9")
+    bad.write_bytes(raw)
+    with connect(inventory.load(hf).get("box")) as t:
+        ds = f"{work}/data/latin1"
+        t.check(f"rm -rf {shlex.quote(ds)}", "no earlier copy")
+        before = t.run(f"ls {work}/runs").stdout.split()
+        r = inv("prepare-data", "--host", "box", "--hosts", hf, "--dataset", "latin1", "--data", str(bad),
+                "--verifier", verifier, "--seq-length", "64")
+        line = one_line(r)
+        assert r.returncode != 0 and line.endswith(
+            f"latin1.jsonl: line 2 is not UTF-8: byte 0xe9 at byte offset {at} of the file (invalid "
+            f"continuation byte); speculators and vLLM read it as UTF-8: save it as UTF-8 (e.g. iconv -f latin1 -t "
+            f"utf-8) (nothing was started)"), line
+        assert line.startswith("specops: ") and "--prepare " in line, line
+        assert not t.exists(ds) and t.run(f"ls {work}/runs").stdout.split() == before  # (no job, no server)
+        assert not t.run('pgrep -u "$(id -u)" -f -- vllm.entrypoints').stdout.strip()
+
+
 def test_a_failed_prepare_data_leaves_nothing_that_blocks_the_rerun(verifier, hosts_file, work, tmp_path):
     """Pre-tokenised rows speculators rejects (input_ids and loss_mask of other lengths): the
     subprocess's own error in one line; no dataset folder, no staging folder, no .hs_stage left;

@@ -155,6 +155,28 @@ def test_every_line_of_a_data_file_is_checked(tmp_path, line2, want):
     assert want in str(e.value) and str(f) in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("name,raw", [
+    ("rows.jsonl", b'{"conversations": []}\n{"conversations": [{"role": "user", "content": "caf\xe9"}]}\n'),
+    ("rows.json", b'[{"conversations": []},\n {"conversations": [{"role": "user", "content": "caf\xe9"}]}]\n'),
+])
+def test_a_data_file_is_read_as_utf8_naming_the_line_and_the_byte(tmp_path, name, raw):
+    """failures row 163, the host's check alone: a byte that is not UTF-8 (here latin-1's e-acute), in a
+    .jsonl or a .json array, is named by its line and its offset in the file (a prompts file too)."""
+    f = tmp_path / name
+    f.write_bytes(raw)
+    for check in (inputs.check_rows, lambda f, _: inputs.rows_need_render(f) and list(inputs.source_rows(f))):
+        with pytest.raises(Refused) as e:
+            check(str(f), str(tmp_path))
+        assert str(e.value) == (f"--prepare {f}: line 2 is not UTF-8: byte 0xe9 at byte offset {raw.index(0xe9)}"
+                                f" of the file (invalid continuation byte); speculators and vLLM read it as UTF-8: "
+                                f"save it as UTF-8 (e.g. iconv -f latin1 -t utf-8) (nothing was started)"), str(e.value)
+    from specops_host.serve.prompts import file_prompts
+
+    f.write_bytes(b'{"prompt": "ok"}\n{"prompt": "\xff"}\n')
+    with pytest.raises(Refused, match=r"^--prompts .*: line 2 is not UTF-8: byte 0xff at byte offset 29 of the file"):
+        file_prompts(str(f), 8)
+
+
 def test_empty_layer_ids_are_refused_on_the_host_too():
     with pytest.raises(Refused, match=r"--layers ',,,': no layer id in it"):
         inputs.parse_layers(",,,", 6)

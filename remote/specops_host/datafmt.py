@@ -339,6 +339,13 @@ def verifier_positions(verifier):
     return (v, f"{key} of {verifier}/config.json") if type(v) is int and v > 0 else (None, None)
 
 
+def verifier_vocab(verifier):
+    """(vocab_size, where it is read) of the verifier, or (None, None)."""
+    cfg, why = read_json(Path(verifier) / "config.json")
+    info = check_verifier(cfg)[0] if not why else None
+    return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
+
+
 def check_model_len(max_model_len, verifier, source):
     """A vLLM server's --max-model-len within the verifier's positions, before any server starts
     (vLLM's own refusal comes after its start, as a pydantic ValidationError in the server's log).
@@ -396,3 +403,35 @@ def check_record(rec):
         problems.append(f"stored_layers: {n} but layer_ids {short(ids)} name {len(ids)} layer(s)")
         del clean["stored_layers"]
     return clean, problems
+
+
+# -- text files as their readers read them: UTF-8 ----------------------------------------------
+def not_utf8(what, f, e, line, offset):
+    """The one line of a byte that is not UTF-8 (e: the UnicodeDecodeError): the file, its line, the
+    byte and its offset in the file."""
+    return Refused(f"{what} {f}: line {line} is not UTF-8: byte 0x{e.object[e.start]:02x} at byte offset {offset} "
+                   f"of the file ({e.reason}); speculators and vLLM read it as UTF-8: save it as UTF-8 (e.g. "
+                   f"iconv -f latin1 -t utf-8) (nothing was started)")
+
+
+def utf8_lines(f, what="--prepare"):
+    """(line number, text) of each line of the file, decoded as UTF-8 as the readers after it decode
+    it; Refused naming the line and the byte offset of the first byte that is not UTF-8."""
+    with open(f, "rb") as fh:
+        offset = 0
+        for n, raw in enumerate(fh, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise not_utf8(what, f, e, n, offset + e.start) from None
+            yield n, text
+            offset += len(raw)
+
+
+def utf8_text(f, what="--prepare"):
+    """The whole file as UTF-8 text, or Refused as utf8_lines'."""
+    raw = Path(f).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise not_utf8(what, f, e, raw.count(b"\n", 0, e.start) + 1, e.start) from None

@@ -19,7 +19,7 @@ from typing import Optional
 
 from specops.ops import checkpoints as ckpts, fetch, jobs
 from specops import metrics, paths
-from specops.contract import concurrency_levels
+from specops.contract import Refused as HostRefused, concurrency_levels
 from specops.ops.data import remote_input
 from specops.args import Refused, refusing
 from specops.errors import SpecopsError
@@ -76,7 +76,10 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_arg or []))
     pending = prompts is not None and t.pending(args[args.index("--prompts") + 1])
-    if not pending:  # (a laptop prompts file is not on the host during a dry run: nothing to check yet)
+    if pending:  # (a laptop prompts file is not on the host during a dry run: checked here)
+        dry_check_prompts(t, spec["verifier"], str(prompts), levels=levels, max_tokens=max_tokens,
+                          speedup_tokens=timing.get("speedup_tokens"), vllm_args=args, max_prompts=max_prompts)
+    else:
         plan = run_script(t, "serve.evaluate", args + ["--plan"], changes=False, model=ServePlan)
         if not plan.ok:
             raise SpecopsError(f"evaluate {run_id} on {t.host.name} refused: {plan.error}")
@@ -95,6 +98,39 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
         return pending
     code = jobs.run_attached(t, eid, argv, kind="evaluate", lock="evaluate", uses=[run_id])
     return finish(t, pending, code)
+
+
+def dry_check_prompts(t: Transport, verifier: str, path: str, *, levels: list, max_tokens: int,
+                      speedup_tokens: Optional[int], vllm_args: list, max_prompts: int = 32) -> None:
+    """A laptop prompts file that a dry run has not sent: checked here by the host's rule
+    (specops_host/serve/prompts.py check) against the verifier's config.json read from the host: token
+    ids and the length of token-id prompts (a text's length needs the tokenizer: the host's --plan
+    counts it before any server; so does a --max-model-len given through vLLM's arguments)."""
+    from specops_host.serve import prompts as host_prompts
+
+    try:
+        cfg = json.loads(t.read_bytes(f"{verifier}/config.json") or b"null")
+    except ValueError:
+        cfg = None
+    if not isinstance(cfg, dict):
+        return
+    inner = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    vocab, mpe = inner.get("vocab_size", cfg.get("vocab_size")), inner.get("max_position_embeddings")
+    vocab = vocab if type(vocab) is int and vocab > 0 else None
+    mpe = mpe if type(mpe) is int and mpe > 0 else None
+    own = any(str(x).split("=", 1)[0].replace("_", "-") == "--max-model-len" for x in vllm_args)
+    out, why = int(max_tokens), f"--max-tokens {max_tokens}"
+    timed = int(speedup_tokens or (256 if t.host.profile == "cuda" else max_tokens)) if levels else 0
+    if timed > out:
+        out, why = timed, f"the speedup's {timed} tokens per request (--speedup-tokens)"
+    try:
+        rows, src = host_prompts.file_prompts(path, max_prompts)  # (the ones the evaluation sends)
+        host_prompts.check(host_prompts.labelled(rows, src, path), vocab=vocab,
+                           vocab_where=f"vocab_size of {verifier}/config.json", out_tokens=out, out_why=why,
+                           max_model_len=None if own or not mpe else min(2048, mpe),
+                           length_why=f"evaluate's default: 2048, or the verifier's {mpe} positions where fewer")
+    except HostRefused as e:  # (the host's rule's refusal, said as the laptop's one line)
+        raise SpecopsError(str(e)) from None
 
 
 TUNE_K = "1,2,3,4,5"

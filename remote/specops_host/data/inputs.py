@@ -9,8 +9,7 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused
-from specops_host.datafmt import RECORD, check_verifier, hs_files
-from specops_host.datafmt import read_json as read_config
+from specops_host.datafmt import RECORD, hs_files, utf8_lines, utf8_text, verifier_vocab
 
 
 HEADROOM = 1.10
@@ -96,32 +95,26 @@ def row_at(n, line):
 
 def source_rows(src):
     """(file, line, row) of every row of the --prepare data: a file's lines (.jsonl), or the rows
-    of the JSON array it holds (a file that starts with `[`: line None)."""
+    of the JSON array it holds (a file that starts with `[`: line None); each file read as UTF-8 (a
+    byte that is not: its line and offset, before anything starts)."""
     p = Path(src)
     for f in (sorted(p.glob("*.json*")) if p.is_dir() else [p]):
-        with open(f, errors="replace") as fh:
+        with open(f, "rb") as fh:
             first = fh.read(1 << 12).lstrip()
-            fh.seek(0)
-            if first.startswith("["):
+        if first.startswith(b"["):
+            text = utf8_text(f)
+            try:
+                rows = json.loads(text)
+            except ValueError as e:
+                raise Refused(f"--prepare {f}: not JSON ({e})") from None
+            yield from ((f, None, r) for r in rows)
+            continue
+        for n, line in utf8_lines(f):
+            if line.strip():
                 try:
-                    rows = json.load(fh)
+                    yield f, n, json.loads(line)
                 except ValueError as e:
-                    raise Refused(f"--prepare {f}: not JSON ({e})") from None
-                yield from ((f, None, r) for r in rows)
-                continue
-            for n, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield f, n, json.loads(line)
-                    except ValueError as e:
-                        raise Refused(f"--prepare {f}: line {n} is not JSON ({e})") from None
-
-
-def verifier_vocab(verifier):
-    """(vocab_size, where it is read) of the verifier, or (None, None)."""
-    cfg, why = read_config(Path(verifier) / "config.json")
-    info = check_verifier(cfg)[0] if not why else None
-    return ((info or {}).get("vocab_size"), f"vocab_size of {verifier}/config.json")
+                    raise Refused(f"--prepare {f}: line {n} is not JSON ({e})") from None
 
 
 def check_rows(src, verifier):

@@ -36,7 +36,7 @@ from specops_host import contract
 from specops_host.serve import vllm_server
 from specops_host.contract import Refused, emit
 from specops_host.data import answers
-from specops_host.datafmt import verifier_config, verifier_positions
+from specops_host.datafmt import utf8_text, verifier_config, verifier_positions
 from specops_host.jobs.procs import wait_trainer
 
 PORT = "<port>"
@@ -50,7 +50,7 @@ def prompt_rows(path):
                       f"prompts")
     if not p.is_file():
         raise Refused(f"--data {path}: no such file on this host")
-    text = p.read_text(errors="replace")
+    text = utf8_text(p, "--data")  # (a byte that is not UTF-8: its line and offset, before any server)
     try:
         if text.lstrip().startswith("["):
             rows = json.loads(text)

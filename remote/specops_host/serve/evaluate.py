@@ -52,8 +52,10 @@ from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.serve import categories, speedup, vllm_server
+from specops_host.serve import prompts as prompts_mod
+from specops_host.serve.prompts import file_prompts, held_out_prompts  # noqa: F401  (bench/, tests)
 from specops_host.contract import Refused, concurrency_levels, emit
-from specops_host.datafmt import read_arrow_columns, verifier_positions
+from specops_host.datafmt import verifier_positions
 from specops_host.jobs.records import symlinked
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
@@ -140,42 +142,24 @@ def checkpoint_dir(run, which):
     return ckpt.resolve(run, which)[1]
 
 
-def held_out_prompts(spec, limit):
-    """The rows speculators validated on (the tail after train-data-ratio), cut before the
-    first trained token: the prompt the verifier answered."""
-    data = spec["data"]
-    ratio = float(spec.get("flags", {}).get("train-data-ratio", 0.9))
-    cols = read_arrow_columns(data, ["input_ids", "loss_mask"])
-    n = cols["_num_rows"]
-    start = int(n * ratio)
-    out = []
-    for i in range(start, n):
-        ids, mask = cols["input_ids"][i], cols["loss_mask"][i]
-        first = next((k for k, m in enumerate(mask) if m), len(ids))
-        if first > 0:
-            out.append({"row": i, "prompt": list(ids[:first])})
-    return out[:limit], {"rows": [start, n], "source": f"validation split of {data} (train-data-ratio {ratio})"}
-
-
-def file_prompts(path, limit):
-    """The prompts of a --prompts file; Refused naming the file and line (an empty file: so said)."""
-    out = []
-    for n, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise Refused(f"--prompts {path}: line {n} is not JSON ({e})") from None
-            prompt = categories.prompt_of(row)
-            if not prompt:
-                raise Refused(f"--prompts {path}: line {n} holds no \"prompt\" (nor input_ids, text, turns): give one "
-                              f"{{\"prompt\": ...}} per line")
-            cat = categories.category_of(row, f"--prompts {path}: line {n}")
-            out.append({"prompt": prompt, **({"category": cat} if cat else {}),
-                        **({"turn": True} if categories.is_turn(row) else {})})
-    if not out:
-        raise Refused(f"--prompts {path}: the file is empty: give one {{\"prompt\": ...}} per line")
-    return categories.first(out, limit), {"source": str(path)}
+def check_prompts(a, levels, given_len, prompts, source, trust):
+    """Every prompt against the verifier's vocabulary and the servers' length with the tokens the
+    evaluation generates (acceptance's --max-tokens, the speedup's per request), before any server
+    (serve/prompts.py check)."""
+    vocab, vwhere, positions, pwhere = prompts_mod.verifier_limits(a.verifier)
+    own = vllm_server.user_model_len(a.vllm_arg)
+    length = own or a.max_model_len
+    why = ("--vllm-arg --max-model-len" if own else f"--max-model-len {given_len}" if given_len else
+           f"evaluate's default: 2048, or the verifier's {positions} positions where fewer ({pwhere})" if positions
+           else "evaluate's default")
+    out, out_why = a.max_tokens, f"--max-tokens {a.max_tokens}"
+    timed = (a.speedup_tokens or speedup.default_tokens(a.kind, a.max_tokens)) if levels else 0
+    if timed > out:
+        out, out_why = timed, (f"--speedup-tokens {timed}" if a.speedup_tokens else
+                               f"the speedup's {timed} tokens per request on a {a.kind} host (--speedup-tokens)")
+    prompts_mod.check(prompts_mod.labelled(prompts, source, a.prompts), vocab=vocab, vocab_where=vwhere,
+                      max_model_len=length, length_why=why, out_tokens=out, out_why=out_why,
+                      tokenize=prompts_mod.tokenizer_of(a.verifier, trust))
 
 
 Server = collections.namedtuple("Server", "dir port url")
@@ -324,6 +308,7 @@ def main():
         raise Refused(f"--tensor-parallel {a.tensor_parallel}: give 1 or more (GPUs the vLLM server spans)")
     vllm_server.check_user_args(a.vllm_arg)
     levels = concurrency_levels(a.speedup)
+    given_len = a.max_model_len
     if a.max_model_len is None:  # (a verifier of fewer positions just works: vLLM refuses a length past them)
         a.max_model_len = min(2048, verifier_positions(a.verifier)[0] or 2048)
     trust = vllm_server.decide_trust(a.verifier, a.trust_remote_code)
@@ -342,6 +327,7 @@ def main():
         source["chat_template"] = categories.chat(prompts, AutoTokenizer.from_pretrained(a.verifier,
                                                                                          trust_remote_code=trust))
     tune_k, methods = check_speedup_options(a, levels)
+    check_prompts(a, levels, given_len, prompts, source, trust)
     sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
     vdir = speedup.vllm_dir()
     tune_async = a.tune_async and speedup.has_async(vdir)
