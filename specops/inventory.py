@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -398,7 +398,7 @@ def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False):
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def _field_error(path: Path, host: str, err: dict) -> str:
+def _field_error(path: Path, host: str, err: Any) -> str:
     loc = ".".join(str(x) for x in err["loc"])
     msg = err["msg"]
     if msg.startswith("Value error, "):
@@ -425,7 +425,8 @@ def load(explicit: Optional[str] = None) -> Inventory:
                            f"UTF-8") from None
     except _DuplicateKey as e:
         mark = e.problem_mark
-        raise SpecopsError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {e.problem}") from None
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise SpecopsError(f"{path}: {where}: {e.problem}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
@@ -462,7 +463,8 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(_field_error(path, name, errs[0]) + more) from None
         if h.transport == "ssh" and not h.address:
             raise SpecopsError(f"{path}: host {name!r}, field 'address': required for ssh hosts")
-        if "tensor_parallel" in fields and h.gpus is not None and h.tensor_parallel > max(h.gpus, 1):
+        if (h.tensor_parallel is not None and "tensor_parallel" in fields and h.gpus is not None
+                and h.tensor_parallel > max(h.gpus, 1)):
             raise SpecopsError(f"{path}: host {name!r}, field 'tensor_parallel': {h.tensor_parallel} is more than "
                                f"the host's gpus ({h.gpus}): one vLLM server spans at most the host's GPUs")
         if "slurm" in fields and not h.is_slurm:
@@ -472,7 +474,7 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(f"{path}: host {name!r}, field '{'venv' if h.workdir else 'workdir'}': a slurm host "
                                f"needs `workdir:` and `venv:` on the filesystem its compute nodes share (e.g. "
                                f"/shared/$USER/specops and /shared/$USER/ml-env)")
-        if h.is_slurm and "gpus" in fields and h.gpus != h.slurm.gpus_per_node:
+        if h.slurm is not None and "gpus" in fields and h.gpus != h.slurm.gpus_per_node:
             raise SpecopsError(f"{path}: host {name!r}, field 'gpus': {h.gpus} differs from slurm.gpus_per_node "
                                f"({h.slurm.gpus_per_node}): a slurm host's GPUs are per node; give only "
                                f"slurm.gpus_per_node")

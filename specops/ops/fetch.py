@@ -114,13 +114,13 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
             dl = transfer.Download(t, remote_dir, dest, only=set(bad) if attempt > 1 else only, force=attempt > 1,
                                    streams=streams, bwlimit=bwlimit, what="fetch", link=link)
             pending = pool.submit(remote_manifest, t, remote_dir) if remote is None else None
-            with _bar(t, progress and on_progress is None and attempt == 1, dest.name) as sink:
-                dl.on_progress = on_progress or sink
-                rep = dl.run()
+            dl.on_progress = on_progress  # (the views' bar, from the CLI: an operation draws nothing itself)
+            rep = dl.run()
             seed_local_cache(dest, rep["hashed"])
             local = local_manifest(dest)
             if pending is not None:
                 remote = _kept(pending.result(), only)
+            assert remote is not None  # (read before the loop on a re-fetch, else by the pending thread)
             bad = diff(remote, local)
             if bad:  # the host may have changed files since it hashed them: hash again, then judge
                 remote = _kept(remote_manifest(t, remote_dir), only)
@@ -136,16 +136,6 @@ def fetch_dir(t: Transport, remote_dir: str, dest: Path, *, tries: int = 3, bwli
         pool.shutdown(wait=True)
     raise SpecopsError(f"fetch: {len(bad)} file(s) still differ after {tries} attempts ({', '.join(bad[:3])}): "
                        f"is the run still writing them? retry when it has stopped")
-
-
-def _bar(t: Transport, show: bool, label: str):
-    from contextlib import nullcontext
-
-    if not show:
-        return nullcontext(None)
-    from specops.host.ssh import _progress_sink
-
-    return _progress_sink(True, f"{t.host.name}: {label}")
 
 
 def _copy_only(t: Transport, remote_dir: str, dest: Path, rels: set, force: bool) -> None:

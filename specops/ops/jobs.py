@@ -98,6 +98,7 @@ def submit(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, env: di
     other than the GPUs' (e.g. one writer per data dir) holds across the cluster's jobs.
     supervision: a training's, Slurm's requeue (script.BatchJob.supervision)."""
     s = t.host.slurm
+    assert s is not None  # (a slurm host: inventory gives it its slurm: section)
     lock = None if lock == GPU_LOCK else lock
     for j in cluster.status(t) if lock else []:
         if getattr(j, "lock", None) == lock and not j.ended and j.run_id != run_id:
@@ -249,8 +250,8 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             log, code_file = where
             code = t.read_bytes(code_file)
             if code is None and slurm_end is not None:  # (a cancelled job's batch shell writes none)
-                ended = slurm_end()
-                code = None if ended is None else str(ended).encode()
+                end_code = slurm_end()
+                code = None if end_code is None else str(end_code).encode()
             chunk = t.read_bytes(log, offset)
             ended = None
             if (code is None and not chunk and until_end and not t.host.is_slurm  # (Slurm: its own end watch above)
@@ -441,7 +442,7 @@ def log_of(t: Transport, run_id: Optional[str] = None, follow: bool = False,
     its last MiB, or with follow, followed to `write` (else the connection's log sink) until the
     run ends (an error if it failed; None)."""
     j = own_run(t, get(t, run_id), "logs")
-    if task is None and getattr(j, "array", None):
+    if task is None and j.array:
         raise SpecopsError(f"run {j.run_id} is a Slurm job array of {j.array} tasks, each with its own log: "
                            f"give --task 0..{j.array - 1}")
     if follow:
