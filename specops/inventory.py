@@ -424,9 +424,8 @@ def load(explicit: Optional[str] = None) -> Inventory:
         raise SpecopsError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at line {line}): save it as "
                            f"UTF-8") from None
     except _DuplicateKey as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise SpecopsError(f"{path}: {where}: {e.problem}") from None
+        mark = e.problem_mark  # (a duplicate key always has its mark: where the second one stands)
+        raise SpecopsError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: {e.problem}") from None  # type: ignore[union-attr]
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
@@ -463,8 +462,7 @@ def load(explicit: Optional[str] = None) -> Inventory:
             raise SpecopsError(_field_error(path, name, errs[0]) + more) from None
         if h.transport == "ssh" and not h.address:
             raise SpecopsError(f"{path}: host {name!r}, field 'address': required for ssh hosts")
-        if (h.tensor_parallel is not None and "tensor_parallel" in fields and h.gpus is not None
-                and h.tensor_parallel > max(h.gpus, 1)):
+        if "tensor_parallel" in fields and h.gpus is not None and (h.tensor_parallel or 0) > max(h.gpus, 1):
             raise SpecopsError(f"{path}: host {name!r}, field 'tensor_parallel': {h.tensor_parallel} is more than "
                                f"the host's gpus ({h.gpus}): one vLLM server spans at most the host's GPUs")
         if "slurm" in fields and not h.is_slurm:
