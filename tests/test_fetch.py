@@ -258,7 +258,8 @@ def transfers_of(rid):
                 state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if rid in cmd and "invoke" not in cmd and state != "Z" and not cmd.startswith(("sshd", "sh -c")):
+            if rid in cmd and "invoke" not in cmd and state != "Z" and not cmd.startswith(("sshd", "sh -c")) \
+                    and "specops_host.jobs.job" not in cmd:  # (the host's side of the rig: a fetch's lease)
                 out.append(f"{p.name} {cmd[:120]}")
     return out
 
@@ -296,6 +297,11 @@ def test_an_interrupted_fetch_leaves_no_transfer_running(light_host, tmp_path, s
     while time.time() < deadline and transfers_of(rid):
         time.sleep(0.2)
     assert transfers_of(rid) == [], transfers_of(rid)
+    with connect(light_host) as t:  # (the fetch's lease on the host: ended with it, unless SIGKILL left it (its cap))
+        left = [j for j in jobs.status(t) if j.kind == "fetch" and j.uses == [rid] and not j.ended]
+        assert len(left) == (1 if sig == signal.SIGKILL else 0), [j.run_id for j in left]
+        for j in left:
+            jobs.stop(t, j.run_id, grace=2)
     r = inv("fetch", "--host", "light", "--hosts", hosts, "--run-id", rid, "--dest", str(tmp_path))
     assert r.returncode == 0 and "verified (sha256)" in r.stdout, r.stderr
 
@@ -346,3 +352,56 @@ def test_a_connection_lost_during_a_fetch_is_one_line(light_host, tmp_path):
             lines[-1].endswith("run it again, it resumes"), err
     finally:
         other.stop()
+
+
+def test_clean_keeps_a_run_while_it_is_fetched(rig, light_host, tmp_path):
+    """Issue 45 item 2, a fetch (`inv clean --older-than 0s --checkpoints` removed the run under a
+    running `inv fetch`): the fetch holds a lease on the host, a job of kind `fetch` that uses the
+    run; a clean meanwhile keeps the run and names the lease and how to end it; the fetch ends
+    verified, and leaves no lease job or folder; then the clean removes the run. A dry run starts none."""
+    from specops import inventory
+
+    hf = str(rig.write_hosts(tmp_path / "hosts-lease.yaml",
+                             {"fl": rig.host(venv="~/light-venv", workdir="~/specops-lease")}))
+    with connect(inventory.load(hf).get("fl")) as t:
+        t.check(f"rm -rf {shlex.quote(t.workdir + '/runs')}", "no runs from an earlier test run")
+        rid = jobs.new_run_id("t") + "-leased"
+        jobs.start(t, rid, ["true"], kind="train")
+        t0 = time.time()
+        while jobs.status(t, rid)[0].state != "succeeded" and time.time() - t0 < 30:
+            time.sleep(0.2)
+        make_run(t, rid, big_mib=4)
+        runs = shlex.quote(t.workdir + "/runs")
+
+        def leases() -> list[str]:
+            return t.run(f"cd {runs} && ls -d *.fetch-* 2>/dev/null || true").stdout.split()
+
+        with connect(inventory.load(hf).get("fl"), dry_run=True) as d:  # (`inv fetch` has no --dry-run; a caller's)
+            with fetch.lease(d, rid) as none:
+                assert none is None and any(f"hold a lease on {rid}" in s for s in d.plan_of().steps)
+        assert leases() == [] and [j for j in jobs.status(t) if j.kind == "fetch"] == []
+        p = subprocess.Popen([sys.executable, "-m", "invoke", "fetch", "--host", "fl", "--hosts", hf, "--run-id", rid,
+                              "--dest", str(tmp_path), "--bwlimit", "300", "--streams", "1"],
+                             cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        t0 = time.time()
+        while not (held := [j for j in jobs.status(t) if j.kind == "fetch" and j.state == "running"]):
+            assert p.poll() is None and time.time() - t0 < 30, "no lease while the fetch runs"
+            time.sleep(0.2)
+        lid = held[0].run_id
+        assert lid.startswith(f"{rid}.fetch-") and held[0].uses == [rid]
+        r = inv("clean", "--host", "fl", "--hosts", hf, "--older-than", "0s", "--checkpoints")
+        why = f"kept {rid}: in use by the running fetch {lid} (`inv stop --host fl --run-id {lid}` ends it; " \
+              "then clean removes it)"
+        assert r.returncode == 0 and "  " + why in r.stdout.splitlines(), r.stdout + r.stderr
+        assert p.poll() is None, "the fetch ended before the clean: not slow enough to test the lease"
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "1", "big.bin"))
+        out, err = p.communicate(timeout=120)
+        print(f"fetch under a lease: {time.time() - t0:.1f}s")
+        assert p.returncode == 0 and "verified (sha256)" in out, out + err
+        assert sha(tmp_path / rid / "checkpoints/1/big.bin") == \
+            t.run(f"sha256sum {jobs.run_path(t, rid, 'checkpoints/1/big.bin')}").stdout.split()[0]
+        assert leases() == [] and [j for j in jobs.status(t) if j.kind == "fetch"] == []
+        r = inv("clean", "--host", "fl", "--hosts", hf, "--older-than", "0s", "--checkpoints")
+        assert r.returncode == 0 and rid in r.stdout.splitlines()[0], r.stdout + r.stderr
+        assert not t.exists(jobs.run_path(t, rid))

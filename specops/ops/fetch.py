@@ -19,9 +19,13 @@ verified the same way.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+import contextlib
 import json
+import os
+import shlex
+import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from specops.host import transfer
 from specops.args import Refused, refusing
@@ -389,8 +393,9 @@ def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, 
     target = into or Path(dest) / run_id
     existed = target.exists()
     try:  # (over SSH the listing or the manifest says when the run is not there: one round trip less)
-        return fetch_dir(t, remote, target, tries=tries, bwlimit=bwlimit, progress=progress,
-                         streams=streams, on_progress=on_progress, only=only)
+        with lease(t, run_id):
+            return fetch_dir(t, remote, target, tries=tries, bwlimit=bwlimit, progress=progress,
+                             streams=streams, on_progress=on_progress, only=only)
     except transfer.NoDirectory:
         if not existed:
             try:
@@ -398,3 +403,34 @@ def fetch_run(t: Transport, run_id: str, dest: str = "runs", *, tries: int = 3, 
             except OSError:
                 pass
         raise _unknown(t, run_id) from None
+
+
+#: how long a fetch's lease holds at most: a laptop that dies mid-fetch does not pin the run for longer
+LEASE_S = 6 * 3600
+
+
+@contextlib.contextmanager
+def lease(t: Transport, run_id: str) -> Iterator[Optional[str]]:
+    """While a fetch copies run_id: a tiny job of kind `fetch` (a `sleep` of LEASE_S, the host's own
+    job, a login node's on Slurm) that uses run_id, so `inv clean` keeps the run and says so. Its
+    id, R.fetch-HHMMSS-xxxx, is yielded; at the end it is stopped and its folder removed (status
+    does not list it after). Under --dry-run nothing is started (a "would" line)."""
+    from specops.ops import jobs
+
+    lid = f"{run_id}.fetch-{time.strftime('%H%M%S')}-{os.urandom(2).hex()}"
+    if t.dry_run:
+        t.would(f"hold a lease on {run_id} while it is fetched (a job {lid}: `inv clean` keeps the run)")
+        yield None
+        return
+    jobs.start(t, lid, ["sleep", str(LEASE_S)], kind="fetch", uses=[run_id], here=True)
+    try:
+        yield lid
+    finally:
+        path = run_path(t, lid)
+        try:
+            jobs.stop(t, lid, grace=5)
+            t.check(f"rm -rf -- {shlex.quote(path)} {shlex.quote(path + '.env')}", f"removing the fetch's lease {lid}")
+        except (SpecopsError, OSError) as e:  # (the connection lost: the fetch's own error is the one to say)
+            t.note(f"fetch: its lease {lid} on {t.host.name} is left ({str(e).splitlines()[0] if str(e) else e!r}); "
+                   f"it ends itself within {LEASE_S // 3600}h, or `{t.hint(f'stop --run-id {lid}')}` ends it now",
+                   "warn")

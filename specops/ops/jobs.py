@@ -49,7 +49,7 @@ def put_env(t: Transport, run_id: str, env: dict) -> Optional[str]:
 def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Optional[str] = None,
           env: Optional[dict] = None, term: str = "group", fail_on: Optional[str] = None,
           nodes: Optional[int] = None, array: int = 0, before: Sequence[tuple] = (),
-          supervision: Optional[Supervision] = None, uses: Sequence[str] = ()) -> Started:
+          supervision: Optional[Supervision] = None, uses: Sequence[str] = (), here: bool = False) -> Started:
     """Start argv detached on the host (survives the SSH session). Secrets
     go through `env`, which travels as a 0600 file, never on a command line. fail_on: a check of
     remote/specops_host/jobs/job.py's CHECKS ("nonfinite-loss": a NaN/Inf loss in the log stops and fails the job).
@@ -59,12 +59,13 @@ def start(t: Transport, run_id: str, argv: Sequence[str], *, kind: str, lock: Op
     supervision: a training's (ops/watch.py supervision()): carried whole in job.json, the host's
     supervisor looks after the command (restarts, stalls, notifications); its notification target
     in the 0600 env file (a webhook URL is a secret); a Slurm host: Slurm's requeue. uses: the other
-    runs the job reads or writes (an evaluation's training run): `clean` keeps them while it runs."""
+    runs the job reads or writes (an evaluation's training run): `clean` keeps them while it runs.
+    here: on the host itself even on Slurm (a login node's job: a fetch's lease, ops/fetch.py lease())."""
     validate_run_id(run_id)
     env = {**t.host.env, **(env or {})}  # the host's own job environment (hosts.yaml `env:`)
     if supervision and supervision.notify:  # (and the host's name in hosts.yaml: what the notifications call it)
         env[host_notify.VAR], env[host_notify.HOST_VAR] = supervision.notify, t.host.name
-    if t.host.is_slurm:
+    if t.host.is_slurm and not here:
         return submit(t, run_id, argv, kind=kind, env=env, nodes=nodes, lock=lock, array=array, before=before,
                       supervision=supervision)
     args = ["start", "--run-id", run_id, "--kind", kind, "--term", term]
@@ -397,7 +398,7 @@ class Runs(list):
 
 #: the kinds of run specops starts (`inv status --kind`); a host may hold others (its own runs' kinds count too)
 KINDS = ("prepare", "extract", "data", "plan-data", "train", "evaluate", "regenerate", "synthesize", "dist-check",
-         "vllm-warm", "vllm-server")
+         "vllm-warm", "vllm-server", "fetch")
 
 
 def runs(t: Transport, run_id: Optional[str] = None, kind: Optional[str] = None) -> Runs:
