@@ -119,7 +119,8 @@ def clean(c, host=None, hosts=None, older_than=None, checkpoints=False):
     on_hosts(c, host, hosts, _jobs.clean_older, group=False, older_than=older_than, checkpoints=checkpoints)
 
 
-@task(help={**COMMON, "run_id": "run (default: the newest)", "follow": "follow until the job ends; Ctrl-C detaches only",
+@task(help={**COMMON, "run_id": "run (default: the newest)",
+            "follow": "follow until the job ends; Ctrl-C detaches only",
             "rank": "with a group: which node's log (default 0, the first host)",
             "task": "a Slurm job array run (`extract --shards N`): which task's log"})
 def logs(c, host=None, hosts=None, run_id=None, follow=False, rank=0, task=None):
@@ -248,7 +249,8 @@ SUPERVISION = {
                 "to N times (default: hosts.yaml restarts, else 3 on a cuda host, 0 on a cpu host)",
     "stall_after": "seconds without a training step before the run is `stalled` (its stacks written into the run) "
                    "(default: 20x its median step time, at least 300)",
-    "first_step_after": "seconds a training's start may go without a sign of life before its first step, then it is `stalled` as above (default: 3600, or --stall-after if larger)",
+    "first_step_after": "seconds a training's start may go without a sign of life before its first step, then it is "
+                        "`stalled` as above (default: 3600, or --stall-after if larger)",
     "restart_on_stall": "restart a stalled trainer (counts as a restart)",
     "backoff": "seconds before the first restart, doubling, at most 600 (default 30)",
     "notify": "tell of the end, a failure, a restart, a stall: a webhook URL (Slack, Teams: JSON {\"text\": ...}) "
@@ -478,7 +480,8 @@ def dist_check(c, host=None, hosts=None, nproc=1, rdzv_host=None, rdzv_port=2950
 @task(help={
     "profile": "profile in bootstrap/profiles/ (cuda, cpu)", "python": "the host interpreter's version (default "
     "3.12)", "platform": "the host's wheel platform (default: the host's glibc with --host, else the profile's "
-    "default; lower manylinux tags are included)", "dest": "folder (default wheelhouse/<profile>-py<python>-<platform>)",
+    "default; lower manylinux tags are included)",
+    "dest": "folder (default wheelhouse/<profile>-py<python>-<platform>)",
     "have": "`pip list --format=freeze` of an existing host venv: download only what it lacks",
     "host": "read --have (and the platform) from this host's venv instead (its venv must exist)",
     "hosts": HOSTS, "skip": "comma-separated profile packages to leave out",

@@ -91,7 +91,7 @@ def inspect_cli(path: Path, sample: int) -> tuple[float, dict]:
     try:
         res = json.loads(out[out.index("{"):])
     except ValueError:
-        raise SystemExit(f"inspect-data printed no JSON (exit {p.returncode}):\n{out[-2000:]}\n{p.stderr[-2000:]}")
+        raise SystemExit(f"inspect-data printed no JSON (exit {p.returncode}):\n{out[-2000:]}\n{p.stderr[-2000:]}") from None
     if p.returncode != 0 or not res.get("ok"):
         raise SystemExit(f"inspect-data failed (exit {p.returncode}): {res.get('violations')[:3]}\n{p.stderr[-1000:]}")
     return wall, res

@@ -43,7 +43,7 @@ import yaml  # noqa: E402
 
 from bench import _common as C  # noqa: E402
 from specops.ops import data, jobs, train  # noqa: E402
-from specops import inventory
+from specops import inventory  # noqa: E402
 from specops.host.connection import connect  # noqa: E402
 
 LAYERS = "1,3,4,6"

@@ -73,7 +73,8 @@ def _fetched(w: Where, r) -> None:
     views.fetched(r)
     if w.t is not None:
         views.plan_versus(plan.versus(w.t, r["run_id"]))
-    views.next_step(w.hint(f"evaluate --run-id {r['run_id']}"), "serve the draft with the verifier: acceptance and speedup")
+    views.next_step(w.hint(f"evaluate --run-id {r['run_id']}"),
+                    "serve the draft with the verifier: acceptance and speedup")
 
 
 def _converted(w: Where, c) -> None:
@@ -91,7 +92,8 @@ def _prepared(w: Where, res) -> None:
 
 def _extracted(w: Where, res) -> None:
     ds = f" --dataset {res['dataset']}" if res.get("dataset") else ""
-    views.line(f"extract ({res['backend']}): {views.extracted(res)}, layers {res.get('layer_ids')} (run {res['run_id']})")
+    views.line(f"extract ({res['backend']}): {views.extracted(res)}, layers {res.get('layer_ids')} (run "
+               f"{res['run_id']})")
     views.next_step(w.hint(f"inspect-data{ds}"), f"then {w.hint(f'train{ds}')}")
 
 

@@ -1,7 +1,6 @@
-"""The one place that renders: results for a terminal (rich) and for a pipe (plain lines, nothing
-cut), JSON where asked; the connection's notes and followed logs through specops.terminal (its
-names are this module's too). Library modules return data and hand progress lines to their
-connection; only these two modules write to the screen."""
+"""The one place that renders: results for a terminal (rich) and for a pipe (plain lines, nothing cut), JSON where
+asked; the connection's notes and followed logs through specops.terminal (its names are this module's too). Library
+modules return data and hand progress lines to their connection; only these two modules write to the screen."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
             tab.add_column(escape(col), overflow="fold")
         for r in rows:
             tab.add_row(*[escape(c) for c in r])
-        console.print(tab)
-        return
+        return console.print(tab)
     print(f"# {title}\n" + "\t".join(columns))
     for r in rows:
         print("\t".join(c.replace("\t", " ").replace("\n", " ") for c in r))
@@ -82,13 +80,13 @@ def stopped(r) -> str:
         return (f"not running ({r.state}{f': {r.detail}' if r.detail else ''}): nothing was signalled"
                 + ("; marked stopped, as no process carrying its tag is left (`inv clean` can remove it now)"
                    if r.marked else ""))
-    return f"{r.state}" + (f" after {r.seconds}s" if r.seconds is not None else "") + (" (SIGKILL needed)" if r.sigkill else "")
+    return f"{r.state}{f' after {r.seconds}s' if r.seconds is not None else ''}{' (SIGKILL needed)' * r.sigkill}"
 
 
 def outcomes(title: str, outs: list, describe: Callable[[Any], str] = str) -> None:
     """One row per host of a group operation (a failing host is a row, not an exception)."""
     def said(o):
-        return (o.error.splitlines()[0] if not o.ok else f"DRY-RUN: {plan_summary(o.value)}" if isinstance(o.value, Plan)
+        return (o.error.split("\n")[0] if not o.ok else f"DRY-RUN: {plan_summary(o.value)}" if isinstance(o.value, Plan)
                 else "" if o.value is None else describe(o.value))
     table(title, ("host", "", "result"), [[o.host, mark(o.ok), said(o)] for o in outs])
 
@@ -136,8 +134,7 @@ def inspect_brief(res: dict) -> None:
     """inspect-data inside the pipeline or the demo: its summary and verdict on one line, a
     violation a line each (-v: the whole report, as `inv inspect-data` shows it)."""
     if verbose() or not res["ok"]:
-        inspect(res)
-        return
+        return inspect(res)
     line(f"inspect-data {res['path']}: {res.get('rows', '?')} rows, {res.get('files', 0)} files, "
          f"{res.get('tokens', '?')} tokens, stored layers {res.get('stored_layers')} of hidden "
          f"{res.get('hidden_size')}; {len(res.get('sampled') or [])} file(s) fully loaded; verdict: OK")
@@ -151,7 +148,8 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
     def f(x):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
-    table(f"acceptance of {run_id} served by vLLM ({ev['prompts']} prompts, {ev['num_spec_tokens']} speculative tokens)",
+    table(f"acceptance of {run_id} served by vLLM ({ev['prompts']} prompts, {ev['num_spec_tokens']} "
+          f"speculative tokens)",
           ("position", "accepted (of drafts)", "conditional", "train val full_acc", "train val cond_acc"),
           [[k, f(acc[k]), f(cond[k] if k < len(cond) else None), f(tr.get("full", {}).get(k)),
             f(tr.get("cond", {}).get(k))] for k in range(len(acc))])
@@ -303,11 +301,11 @@ def plan_summary(plan) -> str:
     return "would: " + ", ".join(p for p in parts if p)
 
 
-def learnable_verifier(res: dict) -> str:
-    lang = res.get("language") or {}
-    return (f"learnable verifier at {res['path']}: {res['layers']} layers, hidden {res['hidden']}, vocab {res['vocab']}, "
-            f"{res['params']} parameters; {res['steps']} steps in {res.get('train_seconds', 0):.0f} s, greedy agreement "
-            f"with the language {res['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
+def learnable_verifier(r: dict) -> str:
+    lang = r.get("language") or {}
+    return (f"learnable verifier at {r['path']}: {r['layers']} layers, hidden {r['hidden']}, "
+            f"vocab {r['vocab']}, {r['params']} parameters; {r['steps']} steps in {r.get('train_seconds', 0):.0f} s, "
+            f"greedy agreement with the language {r['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
 
 
 def _span(v: Optional[dict]) -> str:
@@ -357,7 +355,8 @@ def demo_acceptance(res: dict, speed: bool = True) -> None:
     rows = []
     for key, a in ((key, acc.get(key)) for key in ("trained", "untrained", "wrong_layers") if acc.get(key)):
         pos, by = a.get("acceptance_by_position") or [], (a.get("speedup") or {}).get("by_concurrency") or {}
-        rows.append([what[key], f(a.get("mean_acceptance_length")), *[f(pos[i]) if i < len(pos) else "" for i in range(k)],
+        rows.append([what[key], f(a.get("mean_acceptance_length")),
+                     *[f(pos[i]) if i < len(pos) else "" for i in range(k)],
                      *[x for c in levels for x in (f(by.get(c, {}).get("ratio")), _span(by.get(c)))], a["run_id"]])
     n = acc["trained"].get("prompts")  # (the controls: on the first few of the same prompts)
     few = ", ".join(map(str, sorted({a.get("prompts") for a in acc.values() if a} - {n})))
@@ -416,7 +415,8 @@ def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint:
                      f(e.get("mean_acceptance_length")), *[f(acc[i]) if i < len(acc) else "" for i in range(k)],
                      " ".join(f(x) for x in full), f"{(e.get('counters') or {}).get('drafts', 0):.0f}",
                      *([f(e.get("speedup_at_1"))] if timed else []), "; ".join(e.get("flags") or [])])
-    table(f"acceptance of {run_id} per checkpoint, served by vLLM ({res.get('prompts')} prompts, {k} speculative tokens)",
+    table(f"acceptance of {run_id} per checkpoint, served by vLLM ({res.get('prompts')} prompts, {k} speculative "
+          f"tokens)",
           ("checkpoint", "mean acceptance length", *[f"accepted @{i}" for i in range(k)],
            "train val full_acc by position", "drafts", *(["speedup @1"] if timed else []), "flags"), rows)
     m = res.get("mean_acceptance_length") or float("nan")
@@ -437,11 +437,11 @@ def evaluation_checkpoints(run_id: str, res: dict, dest: str, causes: str, hint:
 def fetched_checkpoint(r: dict) -> None:
     """`inv fetch --checkpoint`: the usual line, then which checkpoint came and which stayed."""
     fetched(r)
-    p = r.get("picked")
+    p, left = r.get("picked"), ", ".join(r.get("left") or []) or "none"
     line(f"checkpoint {r['checkpoint']}" + (f" (best served: mean acceptance length "
                                             f"{p.get('mean_acceptance_length') or float('nan'):.3f} over "
                                             f"{p.get('prompts')} prompts)" if p else "")
-         + f" in {r['dest']}/checkpoints/{r['checkpoint']}; left on the host: {', '.join(r.get('left') or []) or 'none'}")
+         + f" in {r['dest']}/checkpoints/{r['checkpoint']}; left on the host: {left}")
 
 
 def next_step(command: str, why: str = "") -> None:

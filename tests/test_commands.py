@@ -102,7 +102,7 @@ def test_dry_run_plans_what_changes_and_still_reads():
     stand = run_script(t, "jobs.job", ["stop", "--run-id", "r1"])  # (a change: planned, not run: a stand-in reply)
     assert stand.ok
     with pytest.raises(NotDone, match=r"^stops here: what follows reads specops_host/jobs/job\.py's reply \(state\)"):
-        stand.state  # (what only a real run's reply holds: the dry run stops there)
+        stand.state  # noqa: B018  (what only a real run's reply holds: the dry run stops there)
     assert t.commands == ["ls /x"] and t.planned[-1] == "run: " + script_command(t, "jobs.job", ["stop", "--run-id", "r1"])
 
 
@@ -185,7 +185,7 @@ def test_under_dry_run_the_library_returns_its_own_types_and_the_connection_keep
                                                             "--lock", "train", "--env-file", f"{ODD}/runs/r1.env", "--",
                                                             "python3", "-m", "specops_host.train.run"])
     with pytest.raises(NotDone, match=r"^stops here: what follows reads the train job r1 \(pid\), which only a real"):
-        s.pid
+        s.pid  # noqa: B018  (reading it is the test)
     assert jobs.stop(t, "r1", grace=5).ok and data.convert(t, "/old", "/new").ok
     with pytest.raises(NotDone, match=r"the data job r2 \(pid\)") as stop:
         jobs.run_attached(t, "r2", ["python3", "x.py"], kind="data")

@@ -36,7 +36,7 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert sp["method"] == "vllm bench serve" and sp["repeats"] == 2 and sp["paired"] is True
     assert sp["requests"] == {"1": 4, "4": 4} and sp["max_tokens"] == 16
     assert set(sp["by_concurrency"]) == {"1", "4"}
-    for lv, v in sp["by_concurrency"].items():
+    for _lv, v in sp["by_concurrency"].items():
         assert v["draft_tokens_per_s"] > 0 and v["baseline_tokens_per_s"] > 0, sp
         assert v["ratio_min"] <= v["ratio"] <= v["ratio_max"] and v["draft_completed"] == 8, v
     assert ev["speedup_at_1"] == sp["by_concurrency"]["1"]["ratio"]
@@ -45,7 +45,7 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
         (list(sp["sides"]), sp["skipped"])
     assert [x["method"] for x in sp["skipped"]] == ["suffix"] and "arctic-inference" in sp["skipped"][0]["why"]
     for name, side in sp["sides"].items():
-        for lv, v in side["by_concurrency"].items():
+        for _lv, v in side["by_concurrency"].items():
             t = v["output_tokens_per_s"]
             assert t["n"] == (6 if name == "baseline" else 2) and t["min"] <= t["median"] <= t["max"], (name, v)
             assert v["noisy"] == ((v["ratio"] if name != "baseline" else t)["spread"] > 0.05), v  # (paired)

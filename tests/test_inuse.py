@@ -223,7 +223,7 @@ def test_a_full_disk_during_prepare_data_is_its_own_error_line(verifier, hosts_f
     h = inventory.load(str(hosts_file)).get("box")
     full = work / "full"
     full.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16k,mode=0777", "specops-full", str(full)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0777", "specops-full", str(full)], check=True)
     try:
         r = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--dataset", f"{full}/ds",
                 "--data", str(rows), "--verifier", verifier, "--seq-length", "64")

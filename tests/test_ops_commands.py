@@ -89,7 +89,7 @@ def test_push_lists_the_host_in_one_command_and_sends_only_what_differs():
     t = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing)])
     assert t.ensure_pushed() == ["specops_host/check/preflight.py"]
     assert t.commands == [LISTING, "mkdir -p /w/specops_host/check"]
-    assert [p[0] for p in puts(t)] == ["/w/specops_host/check/preflight.py", f"/w/.specops/pushed.json"]
+    assert [p[0] for p in puts(t)] == ["/w/specops_host/check/preflight.py", "/w/.specops/pushed.json"]
     again = RecordingTransport(host(), pushed=False, answers=[(r"^\{ mkdir -p", 0, listing.replace("0" * 64,
                                                                                                   mine["specops_host/check/preflight.py"]))])
     assert again.ensure_pushed() == [] and again.commands == [LISTING] and puts(again) == []

@@ -266,7 +266,7 @@ def test_group_resume_gives_every_node_rank0s_latest_checkpoint(pod, pipeline_ru
         assert sums[0] == sums[1] and sums[0].count("\n") == 2
         assert not t1.exists(f"{ck1}/0")  # only the epoch it resumes from travels
         for t in (t0, t1):  # (speculators then fails on this GPU-less machine)
-            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
+            wait_for(lambda t=t: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
         t1.check(f"mkdir -p {ck1}/2", "newer checkpoint")
         r = inv(*args)
         assert r.returncode != 0
@@ -296,7 +296,7 @@ def test_group_resume_on_other_settings_is_refused_unless_asked(pod, pipeline_ru
         r = inv(*args, "--config", "configs/demo.yaml")
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         for t in (t0, t1):
-            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
+            wait_for(lambda t=t: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
             assert len(starts(t)) == 1, t.host.name
         for extra in (["--dry-run"], []):
             r = inv(*args, "--config", str(other), *extra)
@@ -315,7 +315,7 @@ def test_group_resume_on_other_settings_is_refused_unless_asked(pod, pipeline_ru
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert f"train {rid} started on 2 nodes: node0 (rank 0), node1 (rank 1)" in r.stdout
         for t in (t0, t1):
-            wait_for(lambda: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
+            wait_for(lambda t=t: jobs.status(t, rid)[0].ended, 120, f"{rid} to end on {t.host.name}")
             s = starts(t)
             assert len(s) == 2, (t.host.name, s)
             assert s[0]["config"]["lr"] == 0.005 and s[0]["changed"] == []

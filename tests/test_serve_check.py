@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import LAYERS, REPO, inv, wait_for
-from specops.ops import check, jobs
+from specops.ops import check
 from specops import inventory
 from specops.host.connection import connect
 from specops_host import contract

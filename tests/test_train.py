@@ -90,7 +90,7 @@ def test_a_followed_train_stopped_says_stopped_and_its_resume_follows_only_its_o
         log = jobs.run_path(t, rid, "output.log")
         for n in (1, 2):
             p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            wait_for(lambda: (t.read_bytes(log) or b"").count(b"train/loss=") >= n, 240, f"start {n}'s first step")
+            wait_for(lambda n=n: (t.read_bytes(log) or b"").count(b"train/loss=") >= n, 240, f"start {n}'s first step")
             r = inv("stop", *base, "--run-id", rid, "--grace", "120")
             assert r.returncode == 0, r.stderr
             out, _ = p.communicate(timeout=120)

@@ -290,7 +290,7 @@ def _result_path(argv):
 
 
 #: the inputs a script reads while it runs, (what, path), as watch() recorded them
-WATCHED = []
+WATCHED: list = []
 
 
 def watch(what, path):

@@ -65,7 +65,8 @@ def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] =
     t.check(f"rm -rf {q(dst)} && mkdir -p {q(dst)}/checkpoints {q(dst)}/logs && cd {q(src)}/checkpoints && "
             f"c=$(if [ -e checkpoint_best ]; then echo checkpoint_best; else ls | grep -E '^[0-9]+$' | sort -n | "
             f"tail -1; fi) && test -n \"$c\" && cp -rL \"$c\" {q(dst)}/checkpoints/0 && "
-            f"cp {q(src)}/train-spec.json {q(dst)}/train-spec.json", f"copy {run_id}'s draft for the wrong-layers control")
+            f"cp {q(src)}/train-spec.json {q(dst)}/train-spec.json",
+            f"copy {run_id}'s draft for the wrong-layers control")
     cfg_path = f"{dst}/checkpoints/0/config.json"
     cfg = json.loads(t.read_bytes(cfg_path) or b"{}")
     trained = cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -154,8 +155,9 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
                            f"(`{t.hint(f'logs -f --run-id {wrong[2].eid}')}` shows its log)")
             try:
                 cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
+                how = "speculators train --dry-run: its initialised draft"
                 out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
-                                                      kind="untrained", how="speculators train --dry-run: its initialised draft")
+                                                      kind="untrained", how=how)
             except BaseException:
                 if wrong and isinstance(wrong[2], Pending):
                     jobs.stop(t, wrong[2].eid, grace=30)
@@ -191,7 +193,8 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
     w = acc.get("wrong_layers") or {}
     if w.get("mean_acceptance_length") is not None:
         x = w["mean_acceptance_length"]
-        ids = f" (layers {w.get('served_layer_ids')} for {w.get('trained_layer_ids')})" if w.get("served_layer_ids") else ""
+        ids = (f" (layers {w.get('served_layer_ids')} for {w.get('trained_layer_ids')})"
+               if w.get("served_layer_ids") else "")
         out.append(f"fed other layers{ids} {x:.2f} vs {m:.2f}: " + (
             "the draft depends on the hidden states of the layers it learnt from" if x <= m - margin else
             "as high as with the right layers: this verifier's neighbouring layers carry nearly the same "

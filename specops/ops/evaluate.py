@@ -26,7 +26,6 @@ from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
-from specops_host.contract import Refused as HostRefused
 from specops_host.serve import categories
 from specops_host.serve.speedup import METHODS
 
@@ -75,8 +74,8 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     if prompts:
         args += ["--prompts", remote_input(t, prompts)]
     args += t.host.vllm_flags(list(vllm_arg or []))
-    pending = prompts is not None and t.pending(args[args.index("--prompts") + 1])
-    if pending:  # (a laptop prompts file is not on the host during a dry run: checked here)
+    on_laptop = prompts is not None and t.pending(args[args.index("--prompts") + 1])
+    if on_laptop:  # (a laptop prompts file is not on the host during a dry run: checked here)
         dry_check_prompts(t, spec["verifier"], str(prompts), levels=levels, max_tokens=max_tokens,
                           speedup_tokens=timing.get("speedup_tokens"), vllm_args=args, max_prompts=max_prompts)
     else:

@@ -119,16 +119,16 @@ def check_safetensors(path, max_problems=8):
     if len(tensors) == len(hdr):  # the layout is only meaningful when every entry is well-formed
         end, prev = 0, None
         for name, t in sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])):
-            b, e = t["data_offsets"]
+            b, stop = t["data_offsets"]
             if b < end:
-                problems.append(f"tensor {short(name, 40)} data_offsets: {short([b, e])} overlap tensor "
+                problems.append(f"tensor {short(name, 40)} data_offsets: {short([b, stop])} overlap tensor "
                                 f"{short(prev[0], 40)} {short(prev[1])}")
             elif b > end:
-                problems.append(f"tensor {short(name, 40)} data_offsets: {short([b, e])} leave a gap of {b - end} "
+                problems.append(f"tensor {short(name, 40)} data_offsets: {short([b, stop])} leave a gap of {b - end} "
                                 f"byte(s) after {'tensor ' + short(prev[0], 40) if prev else 'the header'}: "
                                 f"the loader refuses holes")
-            if e >= end:
-                end, prev = e, (name, [b, e])
+            if stop >= end:
+                end, prev = stop, (name, [b, stop])
         expect = 8 + n + end
         if end > data_len:
             problems.append(f"truncated: {size} bytes, header says {expect} (data_offsets of tensor "

