@@ -143,7 +143,7 @@ def install_small(tmp_path, venv, prof, *extra, env=None):
     return subprocess.run([str(venv / "bin/python3"), "-m", "specops_host.install.profile", "--profile", str(prof),
                            "--sha256", "test", "--log", str(tmp_path / "install.log"), "--progress-every", "0.3",
                            *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": str(REPO / "remote"), **(env or {})})
 
 
 @pytest.mark.slow  # (a real install into a fresh venv, no rig: conftest.BY_HAND)
@@ -208,5 +208,5 @@ def test_install_progress_from_pip_itself(tmp_path):
     bad = subprocess.run([str(venv / "bin/python3"), "-m", "specops_host.install.profile", "--profile", str(prof),
                           "--sha256", "test", "--log", str(tmp_path / "l2.log"), "--progress-every", "0"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": str(REPO / "remote")})
     assert bad.returncode == 2 and "--progress-every 0: give a number of seconds above 0" in bad.stdout

@@ -103,13 +103,13 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     py = f"{cpu_box['venv']}/bin/python3"
     for args, want in (([learnable["path"]], "pass --overwrite"), (["/tmp/specops-never", "--seconds", "1"],
                                                                      "--seconds 1: give 5 to 3600")):
-        p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", *args], cwd=REPO, capture_output=True, text=True,
+        p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", *args], cwd=REPO / "remote", capture_output=True, text=True,
                            timeout=300)
         got = decode_payload(p.stdout)
         assert p.returncode == 2 and got["ok"] is False and want in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
     # a verifier that did not learn the language is never published (5 steps: far below 0.8)
     p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", "/tmp/specops-never", "--seconds", "5", "--steps", "5"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+                       cwd=REPO / "remote", capture_output=True, text=True, timeout=300)
     got = decode_payload(p.stdout)
     assert p.returncode == 1 and "did not learn the language" in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
     assert not Path("/tmp/specops-never").exists()

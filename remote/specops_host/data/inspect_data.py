@@ -323,8 +323,8 @@ def inspect_torch_files(root, rep, sample, pattern, kind):
                 desc = f"{v.dtype} {shape_str(v.shape)}"
             else:
                 desc = type(v).__name__
-            kind = desc.split(" [")[0] if "[" in desc and not desc.startswith("list") else desc
-            keys.setdefault(str(k), Counter())[kind] += 1
+            seen = desc.split(" [")[0] if "[" in desc and not desc.startswith("list") else desc
+            keys.setdefault(str(k), Counter())[seen] += 1
     table = [{"key": k, "dtype": d, "ndim": "", "files": c} for k, cnt in sorted(keys.items()) for d, c in cnt.items()]
     hint = ("speculators 0.9 cannot read this layout: `inv convert-data --src DIR --dst NEW`"
             if kind == "legacy-v0.3" else "a SpecForge layout: speculators 0.9 does not read it")
