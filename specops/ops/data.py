@@ -350,3 +350,25 @@ def make_real_verifier(t: Transport, real: str, path: str, *, overwrite: bool = 
     if not res.ok:
         raise SpecopsError(f"make-verifier --real {real} on {t.host.name}: {res.error}")
     return res
+
+
+def run_writer(t: Transport, script: str, args: list, plan, *, kind: str, dest: str, run_id: Optional[str],
+               detach: bool) -> Optional[dict]:
+    """A host data job that writes one output file (data.regenerate, data.synthesize), after its --plan:
+    one writer per output (a lock named for it), the plan's commands said under --dry-run, then run and
+    followed (None when detached); its result, or one line naming the failure and the log's tail."""
+    rid = jobs.validate_run_id(run_id or jobs.new_run_id(kind))
+    result = jobs.run_path(t, rid, "result.json")
+    argv = [*paths.host_argv(t.expand(t.host.python), script), *args, "--result", result]
+    lock = f"{kind[:5]}-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
+    for cmd in plan.commands:
+        t.would("would start: " + shlex.join(map(str, cmd)))
+    code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
+    if code is None:  # detached
+        return None
+    raw = t.read_bytes(result)
+    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
+    if code != 0 or not res.get("ok"):
+        raise SpecopsError(f"{kind} {rid} on {t.host.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
+    res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
+    return res

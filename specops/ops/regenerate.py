@@ -5,18 +5,14 @@ detached job. The output, <workdir>/regenerated/NAME.jsonl on the host, holds pr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import shlex
 from pathlib import PurePosixPath
 from typing import Optional
 
-from specops import paths
 from specops.args import Refused, refusing
-from specops.ops import jobs
 from specops.contract import check_name
-from specops.ops.data import remote_input, verifier_path
+from specops.ops.data import remote_input, run_writer, verifier_path
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import Transport
@@ -92,18 +88,5 @@ def regenerate(t: Transport, *, data: str, out: Optional[str] = None, verifier: 
         t.note(f"regenerate: {plan.prompts} prompt(s) of {src} -> the verifier's responses in {dest}")
     if plan.get("sampling_line"):
         t.note(f"regenerate: {plan['sampling_line']}")
-    rid = jobs.validate_run_id(run_id or jobs.new_run_id("regenerate"))
-    result = jobs.run_path(t, rid, "result.json")
-    argv = [*paths.host_argv(t.expand(h.python), "data.regenerate"), *args, "--result", result]
-    lock = "regen-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
-    for cmd in plan.commands:
-        t.would("would start: " + shlex.join(map(str, cmd)))
-    code = jobs.run_attached(t, rid, argv, kind="regenerate", lock=lock, detach=detach)
-    if code is None:  # detached
-        return None
-    raw = t.read_bytes(result)
-    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
-    if code != 0 or not res.get("ok"):
-        raise SpecopsError(f"regenerate {rid} on {h.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
-    res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
-    return Regenerated(res)
+    res = run_writer(t, "data.regenerate", args, plan, kind="regenerate", dest=dest, run_id=run_id, detach=detach)
+    return None if res is None else Regenerated(res)

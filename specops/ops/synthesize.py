@@ -5,20 +5,16 @@ The output, <workdir>/synthesized/NAME.jsonl on the host, holds conversations ro
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import shlex
 from pathlib import PurePosixPath
 from typing import Optional
 
-from specops import paths
 from specops.args import USAGE, Refused, refusing
 from specops.contract import check_name
 from specops.errors import SpecopsError
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
-from specops.ops import jobs
+from specops.ops import data
 from specops.ops.data import remote_input, verifier_path
 from specops.payloads import ServePlan
 
@@ -100,18 +96,6 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
     t.note(f"synthesize: {int(rows)} conversation(s) the verifier writes itself -> {dest}")
     for line in plan.get("sampling") or []:
         t.would(f"sample {line}")  # (a real run: the job says it, first)
-    rid = jobs.validate_run_id(run_id or jobs.new_run_id("synthesize"))
-    result = jobs.run_path(t, rid, "result.json")
-    argv = [*paths.host_argv(t.expand(h.python), "data.synthesize"), *args, "--result", result]
-    lock = "synth-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
-    for cmd in plan.commands:
-        t.would("would start: " + shlex.join(map(str, cmd)))
-    code = jobs.run_attached(t, rid, argv, kind="synthesize", lock=lock, detach=detach)
-    if code is None:  # detached
-        return None
-    raw = t.read_bytes(result)
-    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
-    if code != 0 or not res.get("ok"):
-        raise SpecopsError(f"synthesize {rid} on {h.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
-    res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
-    return Synthesized(res)
+    res = data.run_writer(t, "data.synthesize", args, plan, kind="synthesize", dest=dest, run_id=run_id,
+                          detach=detach)
+    return None if res is None else Synthesized(res)
