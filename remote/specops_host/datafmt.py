@@ -53,6 +53,17 @@ def hs_files(root):
     return out
 
 
+def file_sha256(path) -> str:
+    """A file's sha256, read 1 MiB at a time (a data source's record, a downloaded wheel's pin)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 # -- JSON type helpers ------------------------------------------------------------------------
 
 def jtype(v):

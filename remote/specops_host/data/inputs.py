@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused
-from specops_host.datafmt import RECORD, hs_files, utf8_lines, utf8_text, verifier_vocab
+from specops_host.datafmt import RECORD, file_sha256, hs_files, utf8_lines, utf8_text, verifier_vocab
 
 
 HEADROOM = 1.10
@@ -140,16 +140,6 @@ def check_rows(src, verifier):
     if not n:
         raise Refused(f"--prepare {src}: no rows in it: nothing to prepare")
     return n
-
-
-def file_sha256(path):
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_record(data):
