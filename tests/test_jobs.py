@@ -1,5 +1,6 @@
 """Detached jobs over the real sshd: survive the connection, follow, stop, lock, secrets."""
 
+import json
 import shlex
 import time
 
@@ -267,3 +268,50 @@ def test_a_job_is_running_as_soon_as_start_job_returns(monkeypatch, tmp_path):
         assert procs.environ(rec["pid"])[procs.TAG_VAR] == rec["tag"]
     finally:
         assert job.stop_job(tmp_path / "r1", grace=5)["ok"]
+
+
+def test_a_log_ending_in_a_payload_frame_reads_back_through_the_status_payload(tmp_path, capsys):
+    """A job whose script framed its own payload into its log (contract.main's error, vllm_warm's reply): the status
+    payload carried that line, marker and all, and the laptop's decode took the inner marker for the frame
+    ('printed a broken payload: Expecting property name enclosed in double quotes', CI, 2026-12-06). The log's last
+    line skips the frame, and no marker can be written inside a payload."""
+    from specops_host.contract import BEGIN, END, decode, emit
+    from specops_host.jobs.records import job_state
+
+    d = tmp_path / "r1"
+    d.mkdir()
+    (d / "job.json").write_text(json.dumps({"run_id": "r1", "pid": 0, "argv": ["x"], "started": time.time()}))
+    (d / "output.log").write_text("importing vllm\n" + BEGIN + json.dumps({"ok": False, "error": "boom"}) + END + "\n")
+    (d / "exit_code").write_text("1\n")
+    rec = job_state(d)
+    assert rec["state"] == "failed" and rec["last_line"] == "importing vllm", rec
+    emit({"rows": [rec], "log": "a line\n" + BEGIN + '{"ok": false}' + END + "\n" + BEGIN + "{cut"})
+    out = capsys.readouterr().out
+    assert out.count(BEGIN) == 1 and out.count(END) == 1, out
+    assert decode(out)["log"].endswith(BEGIN + "{cut")
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_stop_at_once_after_the_start_ends_the_command_and_notifies(tmp_path, attempt):
+    """`stop` as soon as `start` returns: the supervisor is past its imports with its handlers set and the command
+    started, so the stop ends the command, the end is recorded as a stop and notified (CI, 2026-12-06: a
+    supervisor SIGTERMed while still importing died with no exit code and no notification)."""
+    from specops_host.contract import Supervision
+    from specops_host.jobs import job
+    from specops_host.jobs.records import job_state
+
+    events = tmp_path / "events"
+    env = tmp_path / "env"
+    env.write_text(f"SPECOPS_NOTIFY=echo \"$SPECOPS_EVENT $SPECOPS_RUN_ID\" >> {events}\n")
+    env.chmod(0o600)
+    rec = job.start_job("r1", ["sleep", "60"], kind="train", root=str(tmp_path / "runs"), env_file=str(env),
+                        extra={"supervision": Supervision(restarts=1, backoff=0.2).record()})
+    assert rec["ok"] and rec.get("child_pid"), rec
+    t0 = time.time()
+    stopped = job.stop_job(tmp_path / "runs" / "r1", grace=20)
+    assert stopped["ok"] and not stopped["sigkill"] and time.time() - t0 < 8, stopped
+    assert job_state(tmp_path / "runs" / "r1")["state"] == "stopped"
+    deadline = time.time() + 20
+    while time.time() < deadline and not (events.is_file() and events.read_text()):
+        time.sleep(0.1)
+    assert events.is_file() and events.read_text().split() == ["end", "r1"], events.read_text()

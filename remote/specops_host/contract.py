@@ -32,9 +32,11 @@ END = "@@SPECOPS-PAYLOAD-END@@"
 
 
 def emit(obj) -> None:
-    """Print the payload, framed (stray output around it is allowed: the laptop takes the last frame)."""
+    """Print the payload, framed (stray output around it is allowed: the laptop takes the last frame). Every '@'
+    inside is written as its JSON escape, so a frame marker within a string (a log's last line that was itself a
+    payload) cannot end or restart the frame."""
     sys.stdout.flush()
-    sys.stdout.write("\n" + BEGIN + json.dumps(obj, default=str) + END + "\n")
+    sys.stdout.write("\n" + BEGIN + json.dumps(obj, default=str).replace("@", "\\u0040") + END + "\n")
     sys.stdout.flush()
 
 

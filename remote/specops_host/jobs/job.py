@@ -49,6 +49,13 @@ CHECKS = {
 
 
 START_VISIBLE = 5.0  # seconds start_job waits at most for its supervisor's tag to show in /proc
+START_COMMAND = 30.0  # ... and then for the supervisor to start the command (a loaded host: imports take seconds)
+
+
+def command_started(d):
+    """The supervisor has started the job's command (its pid in job.json) or has already ended."""
+    rec = read_json(d / "job.json")
+    return (isinstance(rec, dict) and bool(rec.get("child_pid"))) or (d / "exit_code").is_file()
 
 
 def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, root=None, extra=None,
@@ -104,6 +111,12 @@ def start_job(run_id, argv, *, kind="job", lock=None, env_file=None, cwd=None, r
         until = time.time() + START_VISIBLE
         while environ(p.pid).get(TAG_VAR) != tag and start_time(p.pid) is not None and time.time() < until:
             time.sleep(0.005)
+        # ... and until it has started the command (its signal handlers set, the command's pid recorded): a stop
+        # that came at once found a supervisor still importing, which SIGTERM killed before it could record the
+        # end or notify (CI, 2026-12-06: a stop's notification never sent)
+        until = time.time() + START_COMMAND
+        while p.poll() is None and time.time() < until and not command_started(d):
+            time.sleep(0.01)
         # (p is this process's unreaped child: its pid cannot have changed hands yet)
         rec.update(update_json(d / "job.json", pid=p.pid, pgid=p.pid, pid_start=start_time(p.pid),
                                state=JobState.RUNNING.value))

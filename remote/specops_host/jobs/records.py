@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from specops_host.contract import JobState, check_name, read_json, write_json
+from specops_host.contract import JobState, check_name, read_json, unframed, write_json
 from specops_host.jobs.errlines import first_error
 from specops_host.jobs.loglines import last_meaningful
 from specops_host.jobs.procs import DIR_VAR, LOCK_VAR, TAG_VAR, environ, is_pid, procs, same_process, with_env
@@ -245,8 +245,9 @@ def log_end(log, size, n=1 << 16):
 
 
 def last_line(log, size):
-    """What `inv status` shows: the log's last meaningful line (loglines.py), <= 200 chars."""
-    return last_meaningful(log_end(log, size, 16384))
+    """What `inv status` shows: the log's last meaningful line (loglines.py), <= 200 chars; a payload frame a
+    script printed into its log is not one (contract.unframed)."""
+    return last_meaningful(unframed(log_end(log, size, 16384)))
 
 
 def gpu_memory_by_pid():
