@@ -26,6 +26,13 @@ NODES = ("node1", "node2")
 PARTITION = "debug"
 MAX_TIME = "00:30:00"
 GPUS = 2
+#: seconds a job step's credential lives, and so how long a requeued job waits before it may start
+#: again (Slurm's BeginTime = requeue + cred_expire + 1): Slurm's default 120 held the requeue test two
+#: minutes idle; 30 still outlasts a step launch on a loaded 2-core machine by far
+CRED_EXPIRE = 30
+#: seconds between the controller's scheduling passes (Slurm's default 60): a requeued job whose
+#: BeginTime passed starts at the next pass, not at an event
+SCHED_INTERVAL = 2
 
 
 def have_slurm() -> bool:
@@ -74,7 +81,7 @@ SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={self.munge_sock}
+AuthInfo=socket={self.munge_sock},cred_expire={CRED_EXPIRE}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={r}/state
@@ -90,7 +97,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,sched_interval={SCHED_INTERVAL}
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
