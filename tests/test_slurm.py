@@ -186,7 +186,8 @@ def test_train_submitted_followed_stopped_fetched(slurm, cluster_hosts, cluster_
         full = t.read_bytes(log)
         assert out == full, "logs -f lost or changed bytes"
         ckpt = jobs.run_path(t, rid, "checkpoints", "interrupted")
-        assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint"
+        assert t.exists(f"{ckpt}/model.safetensors", "-f"), "no interrupted checkpoint: " + full.decode(
+            errors="replace")[-4000:]
         j = jobs.status(t, rid)[0]
         assert j.state == "stopped" and f"Slurm job {jid}" in j.detail, j.describe
         assert jid not in queued(slurm)

@@ -3,7 +3,8 @@
 Launch (train/run.py; under torchrun each rank runs it):
     <venv>/bin/python3 -m specops_host.train.hooked [--cpu] [--online] ARGS...   (any `speculators train` flags)
 
---cpu first: train/cpu.py's CPU placement; --online: train/online_cli.py's interrupt fix. Then:
+--cpu first: train/cpu.py's CPU placement; --online: train/online_cli.py (its interrupt fix, applied to every run
+here: interrupt_passes()). Then:
 - each save (Trainer.maybe_save_checkpoint, and maybe_update_best under save-best) removes the
   folder's marker before it writes and, on rank 0, writes checkpoints/N/specops-complete.json once
   the save has returned (ckpt.py): a trainer killed mid-save leaves no marker;
@@ -78,6 +79,16 @@ def stacks_on_signal():
     faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
 
 
+def interrupt_passes():
+    """speculators' SIGTERM/SIGINT handler raises TrainingInterruptedError (an Exception) wherever the main process
+    is; any `except Exception` layer it lands in (a request's retries online: train/online_cli.py; a library's
+    fallback during one of an offline run's per-epoch saves) swallows it, and the run neither stops nor saves
+    checkpoints/interrupted. A BaseException passes them all and reaches the trainer's own handler, offline too."""
+    import speculators.train.graceful_shutdown as shutdown
+
+    shutdown.TrainingInterruptedError.__bases__ = (BaseException,)
+
+
 def main(args):
     if args[:1] == ["--cpu"]:
         args = args[1:]
@@ -86,6 +97,7 @@ def main(args):
         args = args[1:]
         importlib.import_module("specops_host.train.online_cli")  # (its interrupt fix)
     stacks_on_signal()
+    interrupt_passes()
     install()
     from speculators.cli import app
 
