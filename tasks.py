@@ -258,7 +258,8 @@ SUPERVISION = {
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={
-    **COMMON, "config": "training config (default configs/eagle3.yaml)",
+    **COMMON, "config": "training config (default: the --draft kind's configs/KIND.yaml, configs/eagle3.yaml)",
+    "draft": "the draft kind: eagle3 (default), peagle (P-EAGLE) or dflash (DFlash): speculators' --speculator-type",
     "run_id": "run id (default: a new one; an existing one resumes)", "follow": "follow the log",
     "dataset": DATA, "verifier": VERIFIER, "nproc": "processes (GPUs) per host (default: the host's gpus)",
     "epochs": "override the config's epochs", "max_steps": "override: stop after N steps",
@@ -283,7 +284,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
           nproc=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=29500, hidden_states="auto",
           layers=None, disk_budget=None, server_gpus=None, train_gpus=None, vllm_arg=None, serve_check=True,
           continue_on_new_data=False, nodes=None, restarts=None, stall_after=None, restart_on_stall=False,
-          backoff=None, notify=None, first_step_after=None, draft_vocab_size=None):
+          backoff=None, notify=None, first_step_after=None, draft_vocab_size=None, draft=None):
     """Train the draft with `speculators train` as a detached job that survives the SSH session.
 
     With a group, one torchrun per host (c10d rendezvous on the first); a `scheduler: slurm` host
@@ -291,7 +292,7 @@ def train(c, host=None, hosts=None, config=None, run_id=None, follow=False, data
     runs the verifier's vLLM server beside the trainer, as one run (status, logs, stop). First,
     vLLM serves the verifier with an untrained draft of the config (--no-serve-check skips it).
 
-    Example: inv train --host gpu1 --follow"""
+    Example: inv train --host gpu1 --follow --draft peagle"""
     on_hosts(c, host, hosts, _train.train_run, across=train_group, **passed(locals()))
 
 

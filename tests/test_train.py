@@ -144,9 +144,9 @@ def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_fil
     assert first.startswith("specops: train t-broken-") and "failed (exit" in first
     assert "no-such-draft" in first  # the error the trainer died of, on the first line
     assert "no-such-draft" in r.stderr  # and the tail of its log
-    # (vLLM serves EAGLE-3 drafts: the preflight says it skips another type, the trainer then refuses it)
-    assert "draft-serves preflight: skipped: speculator-type no-such-draft: the preflight serves EAGLE-3 drafts " \
-           "only" in " ".join(r.stdout.split()), r.stdout[-2000:]
+    # (the preflight serves specops' draft kinds: it says it skips another type, the trainer then refuses it)
+    assert "draft-serves preflight: skipped: speculator-type no-such-draft: the preflight serves eagle3, peagle, " \
+           "dflash drafts only" in " ".join(r.stdout.split()), r.stdout[-2000:]
 
 
 def test_train_dry_run_starts_nothing(pipeline_run, hosts_file):

@@ -126,7 +126,7 @@ def wait_ended(ts: list[Transport], rid: str, timeout: float) -> dict:
 
 def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, verifier=None, nproc=None,
                 overrides=None, rdzv_host=None, port=DEFAULT_PORT, follow=False,
-                connect=None, serve_check=True, continue_on_new_data=False) -> dict:
+                connect=None, serve_check=True, continue_on_new_data=False, draft=None) -> dict:
     """Start the run on every node; with follow, rank 0's log, then every node's end state (an
     error unless all succeeded). serve_check: the draft-serves preflight on the first node only
     (every node trains the same draft), after every node's inputs are checked, before any starts.
@@ -140,7 +140,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
 
     def spec_for(t: Transport, i: int) -> TrainSpec:
         spec = train.make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc,
-                               overrides=overrides, extra=node_extra(hosts, i, nproc, rdzv_host, port))
+                               overrides=overrides, extra=node_extra(hosts, i, nproc, rdzv_host, port), draft=draft)
         train.refuse_new_data(t, rid, spec, continue_on_new_data)
         return spec
 
@@ -169,6 +169,7 @@ def train_nodes(hosts: list[Host], *, config=None, run_id=None, dataset=None, ve
 
 def _group_flags(hidden_states: str = "auto", server_gpus=None, train_gpus=None, layers=None, disk_budget=None,
                  **kw) -> None:
+    train.check_draft(**{k: v for k, v in kw.items() if k == "draft"})
     watch.group_flags(**kw)
     if hidden_states == "online" or server_gpus or train_gpus or layers or disk_budget is not None:
         raise Refused("--hidden-states online trains on one host (its own vLLM server); a group trains on "
@@ -178,13 +179,13 @@ def _group_flags(hidden_states: str = "auto", server_gpus=None, train_gpus=None,
 @refusing(_group_flags)
 def train_group(hosts: list[Host], *, connect=None, epochs=None, max_steps=None, rdzv_host=None, rdzv_port=DEFAULT_PORT,
                 config=None, run_id=None, dataset=None, verifier=None, nproc=None, follow=False, serve_check=True,
-                continue_on_new_data=False, draft_vocab_size=None, **_) -> train.Trained:
+                continue_on_new_data=False, draft_vocab_size=None, draft=None, **_) -> train.Trained:
     """`inv train --host @group`: train_nodes() (one torchrun per host, c10d on the first)."""
     res = train_nodes(hosts, config=config, run_id=run_id, dataset=dataset, verifier=verifier, nproc=nproc,
                       overrides={"epochs": epochs, "max-steps": max_steps, "draft-vocab-size": draft_vocab_size},
                       rdzv_host=rdzv_host, port=rdzv_port,
                       follow=follow, connect=connect, serve_check=serve_check,
-                      continue_on_new_data=continue_on_new_data)
+                      continue_on_new_data=continue_on_new_data, draft=draft)
     return train.Trained(res, nodes=True)
 
 

@@ -16,6 +16,7 @@ from specops.slurm import cluster, script
 from specops.host.remote_exec import run_script
 from specops.host.transport import Transport
 from specops_host.check import serve as serve_check
+from specops_host.serve import drafts
 
 
 def check(t: Transport, *, min_free_gb: float = 5.0) -> Check:
@@ -283,7 +284,9 @@ def serve_line(res: ServeCheck) -> str:
     if res.cached:
         return (f"draft-serves preflight: passed before for this verifier, draft config and vLLM version "
                 f"({res.cached_at}, {s:.0f} s then); {SERVE_SKIP}")
-    return f"draft-serves preflight: vLLM served the verifier with an untrained draft in {s:.0f} s ({SERVE_SKIP})"
+    kind = res.get("draft")
+    name = f"{drafts.KINDS[kind]['name']} " if kind in drafts.KINDS and kind != "eagle3" else ""
+    return f"draft-serves preflight: vLLM served the verifier with an untrained {name}draft in {s:.0f} s ({SERVE_SKIP})"
 
 
 def serve_failure(res: ServeCheck) -> str:

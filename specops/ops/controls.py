@@ -69,14 +69,16 @@ def wrong_layers_draft(t: Transport, run_id: str, *, layer_ids: Optional[list] =
             f"copy {run_id}'s draft for the wrong-layers control")
     cfg_path = f"{dst}/checkpoints/0/config.json"
     cfg = json.loads(t.read_bytes(cfg_path) or b"{}")
-    trained = cfg.get("eagle_aux_hidden_state_layer_ids")
+    key = "aux_hidden_state_layer_ids" if cfg.get("speculators_model_type") == "dflash" else \
+        "eagle_aux_hidden_state_layer_ids"  # (DFlash's name for them: vLLM reads either kind's)
+    trained = cfg.get(key)
     if not trained:
-        raise SpecopsError(f"{run_id}'s draft config has no eagle_aux_hidden_state_layer_ids: not an EAGLE-3 draft")
+        raise SpecopsError(f"{run_id}'s draft config has no {key}: not a draft specops serves")
     if layer_ids is None:
         spec = json.loads(t.read_bytes(f"{dst}/train-spec.json") or b"{}")
         depth = verifier_layers(t, spec.get("verifier", "")) or max(trained)
         layer_ids = [i + 1 for i in trained] if max(trained) < depth else [i - 1 for i in trained]
-    cfg["eagle_aux_hidden_state_layer_ids"] = list(layer_ids)
+    cfg[key] = list(layer_ids)
     cfg["specops_control"] = {"kind": "wrong-layers", "trained_layer_ids": trained, "served_layer_ids": list(layer_ids),
                               "source_run": run_id}
     t.put_text(json.dumps(cfg, indent=1), cfg_path, label="(draft config)")

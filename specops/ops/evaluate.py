@@ -26,7 +26,7 @@ from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
-from specops_host.serve import categories
+from specops_host.serve import categories, drafts
 from specops_host.serve.speedup import METHODS
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
@@ -65,8 +65,8 @@ def evaluate(t: Transport, run_id: str, *, checkpoint: str = "best", prompts: Op
     must not be timed: acceptance only); returns a Pending for finish(). timing: timing_args()'s
     (repeats, tune, tune_k, baselines, speedup_requests, speedup_tokens, side_by_side)."""
     levels = concurrency_levels(speedup)
-    extra = timing_args(levels, **timing)
     spec = _spec(t, run_id)
+    extra = timing_args(levels, kind=str((spec.get("flags") or {}).get("speculator-type") or "eagle3"), **timing)
     args = ["--run-dir", jobs.run_path(t, run_id), "--verifier", spec["verifier"], "--kind", t.host.profile,
             "--checkpoint", str(checkpoint), "--num-spec-tokens", str(num_spec_tokens),
             "--max-prompts", str(max_prompts), "--max-tokens", str(max_tokens),
@@ -132,16 +132,17 @@ def dry_check_prompts(t: Transport, verifier: str, path: str, *, levels: list, m
         raise SpecopsError(str(e)) from None
 
 
-TUNE_K = "1,2,3,4,5"
+TUNE_K = "1,2,3,4,5"  # (an EAGLE-3 draft's; each kind's own: specops_host/serve/drafts.py KINDS tune_k)
 DEFAULT_BASELINES = "ngram,suffix"  # (suffix: skipped, with its reason, where the host's vLLM cannot serve it)
 TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens", "side_by_side")
 
 
 def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
                 baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
-                speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None) -> list[str]:
+                speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None,
+                kind: str = "eagle3") -> list[str]:
     """The host's options of the speedup's timing (remote/specops_host/serve/evaluate.py); bad values
-    one line, before any server starts."""
+    one line, before any server starts. kind: the draft's (--tune sweeps its k: up to 8 for peagle and dflash)."""
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (each side timed that many times)")
     if (tune or tune_k) and not levels:
@@ -157,7 +158,8 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
             raise SpecopsError(f"{name} {v}: give 1 or more")
     out = ["--repeats", str(int(repeats))]
     if tune:  # (--tune: k and async scheduling; --tune-k alone: k only)
-        out += ["--tune-k", str(tune_k or TUNE_K), "--tune-async"]
+        ks = ",".join(map(str, drafts.KINDS[kind]["tune_k"])) if kind in drafts.KINDS else TUNE_K
+        out += ["--tune-k", str(tune_k or ks), "--tune-async"]
     elif tune_k:
         out += ["--tune-k", str(tune_k)]
     if baselines not in (None, "", "none"):

@@ -9,7 +9,7 @@ import shlex
 from typing import Optional, Union
 
 from specops import estimate, paths, vocab
-from specops.args import refusing
+from specops.args import USAGE, Refused, refusing
 from specops.ops import jobs, watch
 from specops.ops.check import SERVE_SKIP, refuse_failed_settings, serve_gate
 from specops.config import load_config, revision
@@ -20,6 +20,7 @@ from specops.host.remote_exec import run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import HiddenStatesPlan, ServeCheck, TrainSpec
 from specops.slurm import cluster, script
+from specops_host.serve import drafts
 
 #: --hidden-states: offline (the dataset's files), online (a vLLM server generates them during
 #: training), auto (offline when the files are there or fit the disk budget, else online)
@@ -80,7 +81,7 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
               nproc: Optional[int], overrides: Optional[dict], extra: Optional[dict] = None,
               hidden_states: str = "offline", layers: Optional[str] = None, disk_budget_gb: Optional[float] = None,
               server_gpus: Optional[str] = None, train_gpus: Optional[str] = None,
-              vllm_arg: Optional[list] = None) -> TrainSpec:
+              vllm_arg: Optional[list] = None, draft: Optional[str] = None) -> TrainSpec:
     """Check the data (refusing before anything starts) and build the run's train spec.
     hidden_states: offline (the dataset's files, as extracted), online (the job starts the
     verifier's vLLM server and the trainer asks it for every row without a file) or auto (the
@@ -91,7 +92,9 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
     if hidden_states == "offline" and (server_gpus or train_gpus):
         raise SpecopsError("--server-gpus/--train-gpus split GPUs between the vLLM server and the trainer of an "
                            "online run: drop them, or pass --hidden-states online (nothing was started)")
-    cfg = load_config(config, h.profile, overrides or {})  # (its keys and types first: a dry run shows them)
+    # (its keys and types first: a dry run shows them)
+    cfg = load_config(draft_config(draft, config), h.profile, overrides or {})
+    refuse_other_kind(cfg, draft)
     cfg["flag_vocab"] = (overrides or {}).get("draft-vocab-size") is not None
     if hidden_states != "offline":
         if extra and extra.get("nnodes", 1) > 1:
@@ -144,12 +147,40 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         "data": data, "target_layer_ids": layer_ids[:-1], "flags": cfg["flags"], **(extra or {}),
         "hidden_states": "offline", "trust_remote_code": h.trust_flag,
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
-                   "config": cfg["flags"], **({"nodes": extra} if extra else {}),
+                   "draft": kind_of(cfg), "config": cfg["flags"], **({"nodes": extra} if extra else {}),
                    "hidden_states": {"mode": "offline", "asked": hidden_states},
                    "data_summary": {k: summary.get(k) for k in (
                        "path", "format", "rows", "files", "bytes", "tokens", "hidden_size", "stored_layers",
                        "record")}},
     })
+
+
+def draft_config(draft: Optional[str], config: Optional[str]) -> Optional[str]:
+    """`--draft KIND`: the kind's own config (configs/KIND.yaml) unless --config names one."""
+    if draft is None or config is not None:
+        return config
+    return str(paths.REPO / str(drafts.KINDS[draft]["config"]))
+
+
+def kind_of(cfg: dict) -> str:
+    """The draft kind a loaded config trains (its speculator-type; speculators' default eagle3)."""
+    return str(cfg["flags"].get("speculator-type") or "eagle3")
+
+
+def refuse_other_kind(cfg: dict, draft: Optional[str]) -> None:
+    """`--draft peagle --config configs/eagle3.yaml`: two kinds asked for one run, refused in one line."""
+    if draft is not None and kind_of(cfg) != draft:
+        raise SpecopsError(f"--draft {draft} with {cfg['path']}, whose speculator-type is {kind_of(cfg)}: drop "
+                           f"--config (configs/{draft}.yaml is used) or give a config of speculator-type {draft} "
+                           f"(nothing was started)")
+
+
+def check_draft(draft: Optional[str] = None, **kw) -> None:
+    """`inv train`'s flags before anything connects: --draft a kind specops runs, then watch.check_flags()."""
+    why = drafts.kind_problem(draft) if draft is not None else None
+    if why:
+        raise Refused(why, code=USAGE)
+    watch.check_flags(**kw)
 
 
 def size_draft_vocab(t: Transport, cfg: dict, data: str, verifier_vocab: Optional[int]) -> None:
@@ -214,9 +245,9 @@ def online_spec(t: Transport, plan: HiddenStatesPlan, cfg: dict, rid: str) -> Tr
         "data": plan.data_dir, "target_layer_ids": plan.layer_ids[:-1], "flags": flags,
         "hidden_states": "online", "online": plan.server, "online_timing": timing,
         "record": {"run_id": rid, "specops_revision": revision(), "host_name": h.name, "config_file": cfg["path"],
-                   "config": flags, "hidden_states": {"mode": "online", **{k: plan.get(k) for k in keep},
-                                                      "server": plan.server,
-                                                      "server_command": plan.server_command},
+                   "draft": kind_of(cfg), "config": flags,
+                   "hidden_states": {"mode": "online", **{k: plan.get(k) for k in keep}, "server": plan.server,
+                                     "server_command": plan.server_command},
                    "data_summary": {"path": plan.data_dir, "format": "speculators-0.9", "rows": plan.rows,
                                     "files": plan.files, "bytes": plan.file_bytes, "tokens": plan.tokens,
                                     "hidden_size": plan.hidden_size, "stored_layers": len(plan.layer_ids),
@@ -340,7 +371,8 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           serve_check: bool = True, continue_on_new_data: bool = False, nodes: Optional[int] = None,
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
           first_step_after: Optional[float] = None,
-          backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False) -> "Trained":
+          backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False,
+          draft: Optional[str] = None) -> "Trained":
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped). own: the run is the caller's (a plan's sample run, a
@@ -358,7 +390,9 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     nodes: a slurm host's nodes for this run (default: its slurm.nodes): one batch job, one
     torchrun per node (specops/slurm).
     restarts, stall_after, first_step_after, restart_on_stall, backoff, notify: the job's Supervision
-    (ops/watch.py supervision(), built here once): restart after an abnormal end, find a stall, tell."""
+    (ops/watch.py supervision(), built here once): restart after an abnormal end, find a stall, tell.
+    draft: eagle3 | peagle | dflash (specops_host/serve/drafts.py): its configs/KIND.yaml unless config is given
+    (a config of another speculator-type is refused); the run records its kind (run.json `draft`)."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     h = t.host
     sup = watch.supervision(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
@@ -374,7 +408,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                            f"with `--host @group`) (nothing was started)")
     spec = make_spec(t, config=config, rid=rid, dataset=dataset, verifier=verifier, nproc=nproc, overrides=overrides,
                      hidden_states=hidden_states, layers=layers, disk_budget_gb=disk_budget_gb,
-                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_arg=vllm_arg, extra=extra)
+                     server_gpus=server_gpus, train_gpus=train_gpus, vllm_arg=vllm_arg, extra=extra, draft=draft)
     host_jobs = refuse_running(t, rid)
     refuse_new_data(t, rid, spec, continue_on_new_data)
     served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_arg=vllm_arg, enabled=serve_check)
@@ -411,7 +445,7 @@ class Trained(dict):
     a group's (group.train): {run_id, exit_code, states, nodes: True}."""
 
 
-@refusing(watch.check_flags)
+@refusing(check_draft)
 def train_run(t: Transport, *, epochs: Optional[int] = None, max_steps: Optional[int] = None,
               disk_budget: Optional[float] = None, draft_vocab_size: Optional[str] = None, **kw) -> Trained:
     """`inv train` on one host: train() with --epochs/--max-steps/--draft-vocab-size as overrides and

@@ -1,5 +1,5 @@
-"""The draft-serves preflight: vLLM serves the verifier with an untrained EAGLE-3 draft of a
-run's configuration for one short request (what `inv train` runs before a training starts,
+"""The draft-serves preflight: vLLM serves the verifier with an untrained draft (EAGLE-3, P-EAGLE or DFlash:
+serve/drafts.py) of a run's configuration for one short request (what `inv train` runs before a training starts,
 and `inv check --serve`).
 
 Launch (from the host workdir):
@@ -20,7 +20,8 @@ Launch (from the host workdir):
    dataset's token_freq.pt / t2d-N.npy, read through links in a scratch folder, so nothing is
    written into the dataset; no "data": a uniform token_freq.pt of the verifier's vocabulary),
    layers, layer ids, norms. Its weights are random: a serving check, not an acceptance check.
-2. vLLM: the verifier with `--speculative_config {"method": "eagle3", "model": DRAFT, ...}`, as
+2. vLLM: the verifier with the draft's speculative config (serve/drafts.py: eagle3, eagle3 with
+   parallel_drafting for P-EAGLE, dflash), as
    `inv evaluate` serves it (remote/specops_host/serve/vllm_server.py: a managed job in its own process group, the
    host's tensor parallel, trust_remote_code and vllm_args; on a cpu host --enforce-eager and a
    short --max-model-len keep it cheap), one request of a few tokens, the spec-decode counters
@@ -35,7 +36,7 @@ Launch (from the host workdir):
 Reply: {"ok": true, "seconds", "draft_seconds", "serve_seconds", "drafts", "key", "cached": false}
 or {"ok": false, "error": one line, "stage": "draft"|"serve"|"request", "root_cause": vLLM's (or
 speculators') error line, "log": the log it came from}. Skipped, ok: {"ok": true, "skipped": why}
-(no vLLM in this venv; a speculator type vLLM does not serve as eagle3).
+(no vLLM in this venv; a speculator type that is none of serve/drafts.py's kinds).
 
 Cache: a pass is kept in <workdir>/.specops/serve-check/<key>.json; key = sha256 of what decides
 whether vLLM serves the draft: the verifier (path, config.json), the training flags that shape
@@ -59,7 +60,7 @@ from pathlib import Path
 
 from specops_host.jobs import errlines
 from specops_host.install import pins
-from specops_host.serve import vllm_server
+from specops_host.serve import drafts, vllm_server
 from specops_host.contract import Refused, write_json
 
 #: flags that change how a draft trains, never what it is (left out of the cache key)
@@ -195,7 +196,7 @@ def serve(spec, ckpt, d, a, trust):
     """The verifier with the draft, one short request; the spec-decode counters must move."""
     from specops_host.serve.evaluate import get, parse_metrics, post
 
-    sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
+    sc = drafts.speculative_config(drafts.checkpoint_kind(ckpt), ckpt, a.num_spec_tokens)
     tc = text_config(spec["verifier"])
     mml = min(a.max_model_len, int(tc.get("max_position_embeddings") or a.max_model_len))
     # on a cpu host --enforce-eager: no compile warm-up, a minute less; what serves is the same
@@ -236,11 +237,11 @@ def serve(spec, ckpt, d, a, trust):
     finally:
         if server is not None:
             vllm_server.stop(server)
-    drafts = after["drafts"] - before["drafts"]
-    if drafts <= 0:
+    proposed = after["drafts"] - before["drafts"]
+    if proposed <= 0:
         raise Failed("request", "vLLM answered but its spec-decode counters did not move: the draft proposed "
                                 "nothing", None, log)
-    return {"drafts": int(drafts), "generated_tokens": r.get("usage", {}).get("completion_tokens"),
+    return {"drafts": int(proposed), "generated_tokens": r.get("usage", {}).get("completion_tokens"),
             "max_model_len": mml, "serve_seconds": round(time.time() - t0, 1), "server_command": argv}
 
 
@@ -248,16 +249,17 @@ def skip_reason(spec):
     if importlib.util.find_spec("vllm") is None:
         return f"vLLM is not installed in {sys.prefix}"
     st = str(spec["flags"].get("speculator-type") or "eagle3")
-    if st != "eagle3":
-        return f"speculator-type {st}: the preflight serves EAGLE-3 drafts only"
+    if st not in drafts.KINDS:
+        return f"speculator-type {st}: the preflight serves {', '.join(drafts.KINDS)} drafts only"
     return None
 
 
 def failure_line(res):
     """What vLLM (or speculators) could not do, in one line: the root cause and where its log is."""
     root = res.get("root_cause") or res.get("error")
+    name = drafts.KINDS.get(res.get("draft") or "eagle3", drafts.KINDS["eagle3"])["name"]
     what = ("speculators could not build an untrained draft of this config" if res.get("stage") == "draft"
-            else "vLLM could not serve the verifier with an untrained EAGLE-3 draft of this config")
+            else f"vLLM could not serve the verifier with an untrained {name} draft of this config")
     return f"{what}: {root}" + (f" (log on the host: {res['log']})" if res.get("log") else "")
 
 
@@ -306,6 +308,7 @@ def main():
     server = {"tensor_parallel": a.tensor_parallel, "trust_remote_code": trust, "vllm_args": a.vllm_arg,
               "num_spec_tokens": a.num_spec_tokens, "max_tokens": a.max_tokens, "max_model_len": a.max_model_len}
     key = cache_key(spec, server)
+    kind = str(spec["flags"].get("speculator-type") or "eagle3")
     root = check_dir()
     root.mkdir(parents=True, exist_ok=True)
     done = root / f"{key}.json"
@@ -326,8 +329,9 @@ def main():
             except Failed as e:
                 shutil.rmtree(d / "checkpoints", ignore_errors=True)  # (its logs stay for a look)
                 return {"ok": False, "error": str(e), "stage": e.stage, "root_cause": e.root, "log": e.log,
-                        "key": key, "check_seconds": round(time.time() - t0, 1)}
-            res = {"ok": True, **res, "draft_seconds": round(draft_s, 1), "check_seconds": round(time.time() - t0, 1),
+                        "key": key, "draft": kind, "check_seconds": round(time.time() - t0, 1)}
+            res = {"ok": True, **res, "draft": kind, "draft_seconds": round(draft_s, 1),
+                   "check_seconds": round(time.time() - t0, 1),
                    "key": key, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cached": False,
                    "draft_vocab_size": json.loads((ckpt / "config.json").read_text()).get("draft_vocab_size")}
             write_json(done, res)

