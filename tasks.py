@@ -22,7 +22,7 @@ from specops.group.train import fetch_nodes, train_group
 from specops.ops import bootstrap as _bootstrap, check as _check, controls as _controls, data as _data
 from specops.ops import fetch as _fetch, inspect_data as _inspect, jobs as _jobs, pipeline as _pipeline
 from specops.ops import plan as _plan, regenerate as _regenerate, synthesize as _synthesize, train as _train
-from specops.ops import wheelhouse as _wh
+from specops.ops import bakeoff as _bakeoff, wheelhouse as _wh
 
 HOST = "host name from hosts.yaml (or `local`), a group `@name` or `a,b`; default $SPECOPS_HOST / invoke.yaml / local"
 HOSTS = "inventory file; default $SPECOPS_HOSTS, then ./hosts.yaml"
@@ -464,6 +464,29 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
              speedup_tokens=speedup_tokens, side_by_side=side_by_side, controls=controls)
 
 
+@task(iterable=["vllm_arg"], changes=True, streams=True, help={
+    **COMMON, "drafts": "the kinds compared (default eagle3,peagle,dflash)", "dataset": DATA, "verifier": VERIFIER,
+    "run_id": "the bake-off's id (default: a new one); each kind's run is <id>-<kind>",
+    "epochs": "override each kind's config's epochs", "max_steps": "override: each kind stops after N steps",
+    "hidden_states": HIDDEN_STATES, "speedup": "concurrency levels timed (default 1,16)",
+    "repeats": "each side timed this many times (default 3)",
+    "tune": "each kind also timed at its useful k (eagle3 1-5, peagle and dflash 1-8): its best per level",
+    "baselines": "vLLM's training-free methods, timed beside the first kind (default ngram,suffix; none)",
+    "max_prompts": "held-out prompts (default 32)", "max_tokens": "tokens per prompt (default 64)", "dest": DEST,
+    "vllm_arg": VLLM_ARG, "serve_check": "each kind's draft-serves preflight before its training (default on)",
+    "configs": "a folder of each kind's training config as KIND.yaml (default configs/)",
+    "controls": "untrained and/or wrong-layers: each kind also served beside its controls (as inv evaluate's)"})
+def bakeoff(c, host=None, hosts=None, drafts=None, dataset=None, verifier=None, run_id=None, epochs=None,
+            max_steps=None, hidden_states="auto", speedup="1,16", repeats=3, tune=False, baselines=None,
+            max_prompts=32, max_tokens=64, dest="runs", vllm_arg=None, serve_check=True, configs=None, controls=None):
+    """Train each draft kind on one dataset, serve each on the same verifier and prompts, pick the fastest.
+
+    Each kind is a normal run (status, fetch, evaluate); one table, the winner per level and its `vllm serve` line.
+
+    Example: inv bakeoff --host gpu1 --dataset default --tune"""
+    on_hosts(c, host, hosts, _bakeoff.bakeoff, group=False, **passed(locals()))
+
+
 @task(name="dist-check", help={
     "host": "a group (@name) or a comma-separated list of hosts", "hosts": HOSTS,
     "nproc": "processes per host (default 1)", "rdzv_host": "rendezvous address of the first host (default: its "
@@ -501,5 +524,5 @@ def wheelhouse(c, profile=None, python="3.12", platform=None, dest=None, have=No
 
 ns = Collection(hosts, bootstrap, check, push, status, clean, logs, stop, fetch, inspect_data, convert_data,
                 prepare_data, extract, make_verifier, train, regenerate, synthesize, plan, pipeline, demo, dist_check,
-                wheelhouse, evaluate)
+                wheelhouse, evaluate, bakeoff)
 ns.configure({"specops": {"host": None, "hosts": None}})

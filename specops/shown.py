@@ -19,6 +19,7 @@ from specops.group.extract import ExtractedArray, ExtractedGroup
 from specops.group.fanout import Outcomes, verdict
 from specops.host.transport import Transport
 from specops.ops import check, fetch, inspect_data, jobs, plan, wheelhouse
+from specops.ops.bakeoff import Bakeoff
 from specops.ops.bootstrap import Outcome as Bootstrapped, Pushed
 from specops.ops.data import Extracted, Prepared, Verifier
 from specops.ops.evaluate import CAUSES, Evaluation
@@ -198,6 +199,31 @@ def _outcomes(w: Where, outs) -> None:
             each(o.host, o.value)
 
 
+def _bakeoff(w: Where, b: dict) -> None:
+    """The bake-off's table (a kind a row: acceptance, the speedup at each level with its min-max), then the
+    winner per level and its `vllm serve` line."""
+    def at(r: dict, c: str) -> str:
+        v = r["by_concurrency"][c]
+        return "" if v.get("ratio") is None else f"{v['ratio']:.2f}x" + (
+            f" ({v['ratio_min']:.2f}-{v['ratio_max']:.2f})" if v.get("ratio_min") is not None else "") + (
+            f" {v['side']}" if v.get("side") not in (None, "draft") else "")
+    levels = [str(c) for c in b["levels"]]
+    views.table(f"bake-off {b['bakeoff']} on {w.name}: each kind against the verifier alone",
+                ["draft", "run", "mean acceptance length", "untrained control", "acceptance by position",
+                 *[f"speedup @{c} concurrent" for c in levels]],
+                [[r["kind"], r["run_id"], f"{r['mean_acceptance_length']:.2f}",
+                  "" if r.get("untrained_mean_acceptance_length") is None else
+                  f"{r['untrained_mean_acceptance_length']:.2f}",
+                  " ".join(f"{x:.2f}" for x in r["acceptance_by_position"] or []), *[at(r, c) for c in levels]]
+                 for r in b["rows"]])
+    for c in levels:
+        win = b["winners"].get(c)
+        if win:
+            views.line(f"winner at {c} concurrent: {win['kind']} ({win['ratio']:.2f}x, run {win['run_id']}): "
+                       f"{win.get('deploy') or ''}")
+    views.line(f"bake-off written to {b.get('file')}")
+
+
 VIEWS: dict[type, View] = {
     Bootstrapped: View(describe=lambda o: f"venv {'created' if o.venv_created else 'present'}, {len(o.pushed)} "
                        f"file(s) pushed, profile {o.install.action}"),
@@ -223,6 +249,7 @@ VIEWS: dict[type, View] = {
     Synthesized: View(_synthesized),
     plan.Priced: View(_priced, json=lambda p: p.plan),
     Demo: View(_demo),
+    Bakeoff: View(_bakeoff),
     Evaluation: View(_evaluation, json=lambda e: e.ev),
     DistCheck: View(_dist),
     wheelhouse.Wheelhouse: View(_wheelhouse),

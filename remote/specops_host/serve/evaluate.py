@@ -267,7 +267,8 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
            "prompts": prompts, "prompts_inexact": prompts_inexact, "noisy_above": speedup.NOISY,
            "skipped": skipped + failed,
            "files": sorted({str((out_dir / r["file"]).relative_to(run)) for r in runs}),
-           "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens)}
+           "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens),
+           "draft_deploy": deploy(sides_rec["draft"])}
     if a.kind == "cpu":
         out["note"] = CPU_NOTE
     if any(s.role == "tune" for s in all_sides):

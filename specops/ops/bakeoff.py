@@ -1,0 +1,128 @@
+"""bakeoff: which draft should this verifier get? The draft kinds (eagle3, peagle, dflash: specops_host/serve/
+drafts.py) trained on one prepared dataset, each served on the same verifier with the same prompts (the dataset's
+held-out rows), settings and concurrency levels, each timed against the verifier alone by `inv evaluate`'s own
+paired timing; one table, the winner per level and its `vllm serve` line. Every kind's run is a normal run
+(<bakeoff id>-<kind>: status, logs, fetch, evaluate, clean)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from specops.args import USAGE, Refused, refusing
+from specops.errors import SpecopsError
+from specops.host.transport import Transport
+from specops.ops import controls as _controls, evaluate, jobs, train
+from specops.ops.evaluate import concurrency_levels
+from specops_host.serve import drafts as kinds_of
+
+DEFAULT = "eagle3,peagle,dflash"
+
+
+def parse_drafts(spec: Optional[str]) -> list[str]:
+    """`--drafts eagle3,peagle,dflash`: two or more kinds specops runs, each once; else one line."""
+    kinds = list(dict.fromkeys(x.strip() for x in (spec or DEFAULT).split(",") if x.strip()))
+    for k in kinds:
+        why = kinds_of.kind_problem(k)
+        if why:
+            raise Refused(why.replace("--draft", "--drafts", 1), code=USAGE)
+    if len(kinds) < 2:
+        raise Refused(f"--drafts {spec!r}: a bake-off compares two or more kinds (such as {DEFAULT}); one kind: "
+                      f"`inv train --draft K` then `inv evaluate`", code=USAGE)
+    return kinds
+
+
+def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3, tune: bool = False,
+           controls: Optional[str] = None, configs: Optional[str] = None, **_: Any) -> None:
+    kinds = parse_drafts(drafts)
+    if controls is not None:
+        _controls.parse_controls(controls)
+    missing = [f"{configs}/{k}.yaml" for k in kinds if configs and not (Path(configs) / f"{k}.yaml").is_file()]
+    if missing:
+        raise Refused(f"--configs {configs}: no {', '.join(missing)}: a bake-off's folder holds each kind's "
+                      f"config as KIND.yaml (as configs/ does)", code=USAGE)
+    levels = concurrency_levels(speedup)
+    if not levels:
+        raise Refused("--speedup none: a bake-off picks its winner by the speedup at each level: give levels "
+                      "such as 1,16", code=USAGE)
+    try:
+        evaluate.timing_args(levels, repeats=repeats, tune=tune)
+    except SpecopsError as e:
+        raise Refused(str(e), code=USAGE) from None
+
+
+def row(kind: str, rid: str, ev: dict, levels: list) -> dict:
+    """One kind's line of the table: its acceptance, and per level its ratio (median, min-max over the repeats) and
+    the `vllm serve` line of its best setting (--tune's best, else the draft as evaluated)."""
+    sp = ev.get("speedup") or {}
+    by, best = sp.get("by_concurrency") or {}, sp.get("best") or {}
+    per = {}
+    for c in map(str, levels):
+        b, d = best.get(c) or {}, by.get(c) or {}
+        per[c] = {"ratio": b.get("ratio", d.get("ratio")), "ratio_min": d.get("ratio_min"),
+                  "ratio_max": d.get("ratio_max"), "side": b.get("side", "draft"),
+                  "deploy": b.get("deploy") or sp.get("draft_deploy")}
+    untrained = (((ev.get("controls") or {}).get("acceptance") or {}).get("untrained") or {})
+    return {"kind": kind, "run_id": rid, "mean_acceptance_length": ev.get("mean_acceptance_length"),
+            "untrained_mean_acceptance_length": untrained.get("mean_acceptance_length"),
+            "acceptance_by_position": ev.get("acceptance_by_position"), "num_spec_tokens": ev.get("num_spec_tokens"),
+            "by_concurrency": per}
+
+
+def winners(rows: list, levels: list) -> dict:
+    """The kind with the highest speedup at each level (its side and `vllm serve` line); none where none was timed."""
+    out = {}
+    for c in map(str, levels):
+        timed = [r for r in rows if (r["by_concurrency"][c] or {}).get("ratio") is not None]
+        if timed:
+            w = max(timed, key=lambda r: r["by_concurrency"][c]["ratio"])
+            out[c] = {"kind": w["kind"], "run_id": w["run_id"], **w["by_concurrency"][c]}
+    return out
+
+
+@refusing(_flags)
+def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str] = None,
+            verifier: Optional[str] = None, run_id: Optional[str] = None, epochs: Optional[int] = None,
+            max_steps: Optional[int] = None, hidden_states: str = "auto", speedup: str = "1,16", repeats: int = 3,
+            tune: bool = False, baselines: Optional[str] = None, max_prompts: int = 32, max_tokens: int = 64,
+            dest: str = "runs", vllm_arg: Optional[list] = None, serve_check: bool = True,
+            configs: Optional[str] = None, controls: Optional[str] = None) -> "Bakeoff":
+    """Train each kind on the dataset (train(), its draft-serves preflight first, followed), then evaluate each
+    (evaluate(): the same prompts, levels, repeats and settings, each paired with the verifier alone; the free
+    baselines timed beside the first kind only; controls: each also beside its untrained draft, `inv evaluate
+    --controls`' own); configs: a folder of KIND.yaml, one per kind (default configs/); returns {bakeoff, kinds,
+    levels, rows, winners, file}, also written to dest/<bakeoff id>.json."""
+    kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
+    bid = jobs.validate_run_id(run_id or jobs.new_run_id("bakeoff"))
+    rids, rows = {}, []
+    for kind in kinds:
+        with t.step(f"bake-off: train the {drafts_name(kind)} draft ({bid}-{kind})"):
+            config = str(Path(configs) / f"{kind}.yaml") if configs else None
+            res = train.train(t, draft=kind, config=config, run_id=f"{bid}-{kind}", dataset=dataset, verifier=verifier,
+                              follow=True, own=True, hidden_states=hidden_states, vllm_arg=vllm_arg,
+                              serve_check=serve_check, overrides={"epochs": epochs, "max-steps": max_steps})
+            rids[kind] = res["run_id"]
+    for i, kind in enumerate(kinds):
+        with t.step(f"bake-off: serve and time the {drafts_name(kind)} draft against the verifier alone"):
+            kw: dict[str, Any] = dict(dest=dest, speedup=",".join(map(str, levels)), repeats=repeats, tune=tune,
+                                      max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg,
+                                      baselines=(baselines or evaluate.DEFAULT_BASELINES) if i == 0 else "none")
+            ev = (_controls.evaluate_run(t, rids[kind], controls=controls, **kw).ev if controls
+                  else evaluate.evaluate(t, rids[kind], **kw))
+            rows.append(row(kind, rids[kind], ev, levels))
+    out = Bakeoff({"bakeoff": bid, "host": t.host.name, "kinds": kinds, "levels": levels, "rows": rows,
+                   "winners": winners(rows, levels), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    out["file"] = str(Path(dest) / f"{bid}.json")
+    Path(out["file"]).write_text(json.dumps(out, indent=1))
+    return out
+
+
+def drafts_name(kind: str) -> str:
+    return str(kinds_of.KINDS[kind]["name"])
+
+
+class Bakeoff(dict):
+    """bakeoff(): {bakeoff, host, kinds, levels, rows (a kind each), winners (per level), file}."""
