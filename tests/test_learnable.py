@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, inv
+from kinds_bakeoff import (bakeoff, test_bakeoff_trains_preflights_serves_and_times_each_kind,  # noqa: F401
+                           test_each_kind_is_served_as_its_kind_above_its_untrained_control)  # (issue 47: demo_run's)
 from specops_host.fixtures import synthlang
 
 
