@@ -115,6 +115,9 @@ s_setup() {
   $VPY -m venv --without-pip /tmp/lap
   local sp; sp=$(/tmp/lap/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   $VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$sp/zz-torch-venv.pth"
+  # specops itself from this checkout, not installed: its laptop side imports the host package (remote/) too
+  # (without it, 2026-12-06: `inv hosts` failed "cannot import name 'contract' from 'specops_host'")
+  printf '%s\n%s\n' "$PWD" "$PWD/remote" > "$sp/specops-checkout.pth"
   $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$W"/laptop/*.whl || return 1
   cat > "$B/hosts.yaml" <<EOF
 hosts:
