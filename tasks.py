@@ -16,6 +16,7 @@ from invoke import Collection
 
 from specops import views
 from specops.cli import hosts_table, on_hosts, on_targets, passed, said, task
+from specops.coreflags import refuse_misplaced
 from specops.group.distcheck import check_hosts
 from specops.group.extract import extract_hosts, extract_one
 from specops.group.train import fetch_nodes, train_group
@@ -328,6 +329,8 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "out": "output name: <workdir>/synthesized/NAME.jsonl on the host (default: <verifier>-synth-<rows>-s<seed>)",
     "verifier": VERIFIER, "seed": "the same seed, the same rows (where vLLM's sampling allows; default 0)",
     "topics": "a file of topics, one a line, that steer the questions (a laptop file is uploaded; else a host path)",
+    "seed_prompts": "a file of your own prompts (JSONL as --prompts of evaluate, conversations, or text a line): each "
+                    "the model of new questions of its kind; the rows carry its line and category",
     "question_temperature": "the questions' temperature (default 1.0, Magpie's) or `config`: the verifier's "
                             "generation config",
     "answer_temperature": "the answers' temperature (default 0: greedy) or `config`: the verifier's generation config",
@@ -337,7 +340,7 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "attempts": "candidate conversations at most (default 4 x rows + 16): the rows kept by then are written",
     "max_model_len": "the server's --max-model-len (default: the verifier's)", "overwrite": "replace --out",
     "detach": "start it and return", "vllm_arg": VLLM_ARG})
-def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, seed=0, topics=None,
+def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, seed=0, topics=None, seed_prompts=None,
                question_temperature="1.0", answer_temperature="0", question_tokens=128, max_tokens=1024,
                concurrency=32, attempts=None, max_model_len=None, overwrite=False, detach=False, vllm_arg=None):
     """Conversations the verifier writes itself, question and answer (Magpie), for a dataset.
@@ -526,3 +529,4 @@ ns = Collection(hosts, bootstrap, check, push, status, clean, logs, stop, fetch,
                 prepare_data, extract, make_verifier, train, regenerate, synthesize, plan, pipeline, demo, dist_check,
                 wheelhouse, evaluate, bakeoff)
 ns.configure({"specops": {"host": None, "hosts": None}})
+refuse_misplaced(ns.task_names)  # (`inv --hosts F hosts`: one line saying where --hosts goes, not invoke's riddle)
