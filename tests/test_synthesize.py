@@ -64,6 +64,7 @@ def plan_args(tmp_path, **over):
                               "vllm_arg": [], "out": str(tmp_path / "o.jsonl"), "overwrite": False,
                               "question_temperature": "1.0", "answer_temperature": "0", "seed": 0,
                               "trust_remote_code": "auto", "topics": None, "topics_later": False, "kind": "cpu",
+                              "seed_prompts": None, "seed_prompts_later": False,
                               **over})
 
 
@@ -87,10 +88,40 @@ def test_plan_refuses_a_model_without_a_chat_template_before_anything_starts(tmp
         host_synth.read_topics(tmp_path / "topics.txt")
 
 
+def test_seed_prompts_are_read_as_evaluates_prompts_conversations_or_text(tmp_path):
+    rows = [{"prompt": "How do tides work?", "category": "stem"}, {"question_id": 81, "category": "writing",
+            "turns": ["Write a haiku about rain.", "Again."]},
+            {"conversations": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Sort a list "},
+                               {"role": "assistant", "content": "sorted(x)"}]}]
+    (tmp_path / "seeds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    assert host_synth.read_seed_prompts(tmp_path / "seeds.jsonl") == [
+        {"prompt": "How do tides work?", "line": 1, "category": "stem"},
+        {"prompt": "Write a haiku about rain.", "line": 2, "category": "writing"},
+        {"prompt": "Sort a list", "line": 3}]
+    (tmp_path / "seeds.txt").write_text("What is a prime?\n\n  Name three rivers.\n")
+    assert host_synth.read_seed_prompts(tmp_path / "seeds.txt") == [{"prompt": "What is a prime?", "line": 1},
+                                                                    {"prompt": "Name three rivers.", "line": 3}]
+    args = SimpleNamespace(topics=None, seed_prompts=str(tmp_path / "seeds.txt"))
+    assert host_synth.steers(args) == [host_synth.SEED.format(prompt="What is a prime?"),
+                                       host_synth.SEED.format(prompt="Name three rivers.")]
+    for text, why in (('{"prompt": "a"}\nnot json\n', "line 2 is not JSON"),
+                      ('{"prompt": [1, 2]}\n', "line 1 holds no prompt text"),
+                      ('{"prompt": "a", "category": 3}\n', 'line 1: "category" is a JSON int'), ("\n \n", "no prompt")):
+        (tmp_path / "bad.jsonl").write_text(text)
+        with pytest.raises(Refused) as e:
+            host_synth.read_seed_prompts(tmp_path / "bad.jsonl")
+        assert str(e.value).startswith(f"--seed-prompts {tmp_path / 'bad.jsonl'}: ") and why in str(e.value), e.value
+    with pytest.raises(Refused, match="no such file on this host"):
+        host_synth.read_seed_prompts(tmp_path / "nothing.jsonl")
+    with pytest.raises(Refused, match="--topics and --seed-prompts both steer the questions"):
+        host_synth.plan(plan_args(tmp_path, topics="t.txt", seed_prompts="s.txt"))
+
+
 @pytest.mark.parametrize("flags, said", [
     (["--rows", "0"], "--rows 0: give how many conversations to write, 1 or more"),
     ([], "synthesize needs --rows N"),
     (["--rows", "4", "--answer-temperature", "warm"], "--answer-temperature 'warm': give a temperature from 0"),
+    (["--rows", "4", "--topics", "t.txt", "--seed-prompts", "s.jsonl"], "--topics and --seed-prompts both steer"),
 ])
 def test_bad_flags_are_one_line_before_anything_connects(flags, said):
     r = inv("synthesize", "--host", "nowhere-at-all", *flags)

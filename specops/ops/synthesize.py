@@ -34,9 +34,12 @@ class Synthesized(dict):
     """synthesize(): {run_id, out, rows, candidates, dropped, rows_per_s, sampling, next, ...}."""
 
 
-def _flags(rows: Optional[int] = None, question_temperature: str = "1.0", answer_temperature: str = "0", **_) -> None:
+def _flags(rows: Optional[int] = None, question_temperature: str = "1.0", answer_temperature: str = "0",
+           topics: Optional[str] = None, seed_prompts: Optional[str] = None, **_) -> None:
     if not rows:
         raise Refused("synthesize needs --rows N (how many conversations to write, 1 or more)")
+    if topics and seed_prompts:
+        raise Refused("--topics and --seed-prompts both steer the questions: give one of them", code=USAGE)
     _temperature("--question-temperature", question_temperature)
     _temperature("--answer-temperature", answer_temperature)
 
@@ -57,14 +60,17 @@ def _temperature(flag: str, value: str) -> str:
 
 @refusing(_flags)
 def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: Optional[str] = None, seed: int = 0,
-               topics: Optional[str] = None, question_temperature: str = "1.0", answer_temperature: str = "0",
+               topics: Optional[str] = None, seed_prompts: Optional[str] = None, question_temperature: str = "1.0",
+               answer_temperature: str = "0",
                question_tokens: int = 128, max_tokens: int = 1024, concurrency: int = 32,
                attempts: Optional[int] = None, max_model_len: Optional[int] = None, vllm_arg: Optional[list] = None,
                overwrite: bool = False, run_id: Optional[str] = None, detach: bool = False) -> Optional[Synthesized]:
     """`rows` conversations the host's verifier writes itself, question and answer, into
     <workdir>/synthesized/NAME.jsonl (out: NAME, default <verifier>-synth-<rows>-s<seed>).
     seed: the same seed, the same rows (where vLLM's sampling is reproducible); topics: a file of
-    topics (one a line; laptop file, uploaded, or a host path) that steer the questions;
+    topics (one a line; laptop file, uploaded, or a host path) that steer the questions; seed_prompts: a file of
+    the user's own prompts (JSONL as evaluate's --prompts, conversations, or text a line; laptop or host), each
+    the model of new questions of its kind (the rows carry its line and category);
     question_temperature / answer_temperature: a temperature or `config` (the verifier's generation
     config); question_tokens / max_tokens: the caps (a text cut at its cap is dropped); attempts:
     candidates at most (default 4 x rows + 16). Returns {run_id, out (host path), rows, dropped,
@@ -79,10 +85,11 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
             "--question-temperature", qt, "--answer-temperature", at, "--question-tokens", str(int(question_tokens)),
             "--max-tokens", str(int(max_tokens)), "--concurrency", str(int(concurrency))]
     later = []
-    if topics:
-        src = remote_input(t, topics)
-        args += ["--topics", src]
-        later = ["--topics-later"] if t.pending(src) else []
+    for flag, path in (("--topics", topics), ("--seed-prompts", seed_prompts)):
+        if path:
+            src = remote_input(t, path)
+            args += [flag, src]
+            later += [f"{flag}-later"] if t.pending(src) else []
     if attempts:
         args += ["--attempts", str(int(attempts))]
     if max_model_len:

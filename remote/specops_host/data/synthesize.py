@@ -7,16 +7,19 @@ many requests in flight.
 Launch (what `inv synthesize` sends, from the host workdir; `--plan` first, synchronously, then
 the same arguments without it as a detached job):
     <venv>/bin/python3 -m specops_host.data.synthesize --out synthesized/NAME.jsonl --verifier /models/V \
-        --kind cuda --rows 1000 [--seed 0] [--topics FILE] [--question-temperature 1.0|config] \
+        --kind cuda --rows 1000 [--seed 0] [--topics FILE | --seed-prompts FILE] [--question-temperature 1.0|config] \
         [--answer-temperature 0|config] [--question-tokens 128] [--max-tokens 1024] [--concurrency 32] \
         [--attempts N] [--max-model-len N] [--tensor-parallel 8] [--trust-remote-code auto|true|false] \
-        [--vllm-arg=ARG ...] [--overwrite] [--plan [--topics-later]] [--result R]
+        [--vllm-arg=ARG ...] [--overwrite] [--plan [--topics-later] [--seed-prompts-later]] [--result R]
 
 Candidates are numbered from 0; candidate i's requests carry the seed derived from (--seed, i), and
 rows are kept in candidate order, so the same seed gives the same rows where vLLM's sampling is
 reproducible (per-request seeds; a batch's numerics may still differ on some kernels). With
 --topics (one a line), candidate i's question is steered by a system turn naming topic i mod n (in
-the pre-query template only: the answer sees the question alone).
+the pre-query template only: the answer sees the question alone). With --seed-prompts (a user's own
+prompts: JSONL rows as `inv evaluate --prompts` reads them, or a conversations row's first user turn,
+or plain text, one a line), the system turn shows prompt i mod n and asks for a new question of its
+kind; the row carries the seed's line and category, and a copy of a seed prompt is a duplicate.
 
 Dropped, and counted: a question or answer cut at its token cap, empty, looping (repeated
 n-grams), a refusal (the answer), a duplicate (the question, case and spacing aside), a failed
@@ -25,7 +28,8 @@ request. Candidates go in rounds until --rows are kept or --attempts are spent (
 
 Output: one JSONL row per conversation, the format `inv prepare-data` takes:
     {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."},
-     {"role": "assistant", "content": "..."}]}   (+ "topic" with --topics)
+     {"role": "assistant", "content": "..."}]}   (+ "topic" with --topics; "seed_line", "category" with
+                                                 --seed-prompts)
 written whole (a temp file, renamed) or not at all; an existing --out only with --overwrite.
 """
 
@@ -42,13 +46,14 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused, emit
-from specops_host.datafmt import verifier_config
+from specops_host.datafmt import utf8_lines, verifier_config
 from specops_host.jobs.records import job_state
-from specops_host.serve import vllm_server
+from specops_host.serve import categories, vllm_server
 
 PORT = "<port>"
 MARK = "SPECOPSUSERTURN7F3A"  # (no spaces: templates `| trim` a turn's content)
 TOPIC = "The user asks about {topic}."
+SEED = "The user asks a new question of the same kind as this one, on another subject: {prompt}"
 DROPS = ("question_cut", "answer_cut", "empty", "looping", "refusal", "duplicate", "error")
 REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i cannot|i can'?t|i can not|i won'?t|"
                      r"i am (?:not able|unable)|i'?m (?:not able|unable)|as an ai|as a language model)", re.I)
@@ -165,6 +170,48 @@ def read_topics(path):
     return topics
 
 
+def read_seed_prompts(path):
+    """[{"prompt": text, "line": n, "category"?}] of a --seed-prompts file: JSONL rows as evaluate's --prompts
+    (a "prompt" or "text", MT-Bench's "turns", any "category") or a conversations row (its first user turn);
+    plain text where the first line is not a JSON object, one prompt a line. Refused naming the file and line."""
+    p, where = Path(path), f"--seed-prompts {path}"
+    if not p.is_file():
+        raise Refused(f"{where}: no such file on this host")
+    lines = [(n, x.strip()) for n, x in utf8_lines(p, "--seed-prompts") if x.strip()]
+    out = []
+    jsonl = bool(lines) and lines[0][1].startswith("{")
+    for n, line in lines:
+        if not jsonl:
+            out.append({"prompt": line, "line": n})
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise Refused(f"{where}: line {n} is not JSON ({e}): give JSONL rows, or plain text throughout") from None
+        conv = row.get("conversations") or row.get("messages") if isinstance(row, dict) else None
+        user = [m.get("content") for m in conv if isinstance(m, dict) and m.get("role") in ("user", "human")] \
+            if isinstance(conv, list) else []
+        prompt = user[0] if user else categories.prompt_of(row)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise Refused(f"{where}: line {n} holds no prompt text (\"prompt\", \"text\", \"turns\" or a user turn of "
+                          f"\"conversations\"; token ids are not a seed): give one a line")
+        cat = categories.category_of(row, f"{where}: line {n}")
+        out.append({"prompt": prompt.strip(), "line": n, **({"category": cat} if cat else {})})
+    if not out:
+        raise Refused(f"{where}: no prompt in it: give one a line")
+    return out
+
+
+def steers(a):
+    """The system turns that steer the questions, one per topic or seed prompt (None: none, Magpie's plain
+    pre-query template)."""
+    if a.topics:
+        return [TOPIC.format(topic=t) for t in read_topics(a.topics)]
+    if a.seed_prompts:
+        return [SEED.format(prompt=p["prompt"]) for p in read_seed_prompts(a.seed_prompts)]
+    return None
+
+
 def pre_query(tok, system=None):
     """(the text, its token ids) of the chat template up to where a user's words begin."""
     msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": MARK}]
@@ -172,7 +219,7 @@ def pre_query(tok, system=None):
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
     except Exception as e:  # noqa: BLE001 - a template's own raise_exception, a missing system role
         raise Refused("the verifier's chat template cannot render a user turn"
-                      + (" after a system turn (--topics)" if system else "")
+                      + (" after a system turn (--topics, --seed-prompts)" if system else "")
                       + f": {(str(e).splitlines() or [type(e).__name__])[0][:200]}") from None
     i = text.find(MARK)
     if i <= 0:
@@ -188,6 +235,8 @@ def tokenizer(model, trust):
 
 
 def plan(a):
+    if a.topics and a.seed_prompts:
+        raise Refused("--topics and --seed-prompts both steer the questions: give one of them")
     if not a.verifier:
         raise Refused("no verifier: set `verifier:` for the host in hosts.yaml or pass --verifier PATH")
     if verifier_config(a.verifier) is None:
@@ -220,13 +269,16 @@ def plan(a):
             "sampling": [f"{qline}, up to {a.question_tokens} tokens, seeded (--seed {a.seed})",
                          f"{aline}, up to {a.max_tokens} tokens"],
             "trust_remote_code": vllm_server.decide_trust(a.verifier, a.trust_remote_code),
-            "tensor_parallel": a.tensor_parallel, "vllm_args": list(a.vllm_arg), "topics": None}
-    if a.topics and a.topics_later and not Path(a.topics).exists():
-        info["topics_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
-    elif a.topics:
-        info["topics"] = len(read_topics(a.topics))
+            "tensor_parallel": a.tensor_parallel, "vllm_args": list(a.vllm_arg), "topics": None, "seed_prompts": None}
+    for key, path, later, read in (("topics", a.topics, a.topics_later, read_topics),
+                                   ("seed_prompts", a.seed_prompts, a.seed_prompts_later, read_seed_prompts)):
+        if path and later and not Path(path).exists():
+            info[f"{key}_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
+        elif path:
+            info[key] = len(read(path))
     tok = tokenizer(a.verifier, info["trust_remote_code"])
-    text, ids = pre_query(tok, TOPIC.format(topic="x") if a.topics else None)
+    text, ids = pre_query(tok, TOPIC.format(topic="x") if a.topics else SEED.format(prompt="x") if a.seed_prompts
+                          else None)
     info.update(pre_query=text, pre_query_tokens=len(ids))
     info["commands"] = [server_cmd(a, info, PORT)]
     return info
@@ -254,9 +306,10 @@ class Synth:
     def __init__(self, a, info, url, server_dir, tok):
         self.a, self.info, self.url, self.server_dir = a, info, url, server_dir
         self.topics = read_topics(a.topics) if a.topics else None
-        self.prefix = {t: pre_query(tok, TOPIC.format(topic=t))[1] for t in self.topics} if self.topics else \
-            {None: pre_query(tok)[1]}
-        self.rows, self.seen, self.tried = [], set(), 0
+        self.seeds = read_seed_prompts(a.seed_prompts) if a.seed_prompts else None
+        self.prefix = [pre_query(tok, x)[1] for x in steers(a) or [None]]
+        # (a seed prompt copied as it is: a duplicate, the user has it already)
+        self.rows, self.seen, self.tried = [], {normal(p["prompt"]) for p in self.seeds or []}, 0
         self.drops = dict.fromkeys(DROPS, 0)
         self.first_error = None
         self.t0 = time.time()
@@ -266,7 +319,7 @@ class Synth:
         return self.topics[i % len(self.topics)] if self.topics else None
 
     def ask(self, i):
-        body = {"model": self.info["verifier"], "prompt": self.prefix[self.topic(i)],
+        body = {"model": self.info["verifier"], "prompt": self.prefix[i % len(self.prefix)],
                 "max_tokens": self.a.question_tokens, "seed": seed_of(self.a.seed, i), "skip_special_tokens": True,
                 **self.info["question_sampling"]}
         return self.request("/v1/completions", body)
@@ -324,6 +377,9 @@ class Synth:
                        "conversations": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
                 if self.topics:
                     row["topic"] = self.topic(i)
+                if self.seeds:
+                    seed = self.seeds[i % len(self.seeds)]
+                    row.update(seed_line=seed["line"], **({"category": seed["category"]} if "category" in seed else {}))
                 self.rows.append(row)
         if self.drops["error"] > 8 + self.tried // 10:
             raise vllm_server.StepFailed(f"{self.drops['error']} of {self.tried} requests failed (first: "
@@ -403,6 +459,7 @@ def main():
     ap.add_argument("--rows", type=int, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--topics", default=None)
+    ap.add_argument("--seed-prompts", default=None)
     ap.add_argument("--question-temperature", default="1.0")
     ap.add_argument("--answer-temperature", default="0")
     ap.add_argument("--question-tokens", type=int, default=128)
@@ -419,6 +476,7 @@ def main():
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--topics-later", action="store_true")
+    ap.add_argument("--seed-prompts-later", action="store_true")
     ap.add_argument("--result", default=None)
     a = ap.parse_args()
     if a.plan:
