@@ -46,6 +46,8 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused, emit
+from specops_host.data import answers
+from specops_host.data.answers import clock
 from specops_host.datafmt import utf8_lines, verifier_config
 from specops_host.jobs.records import job_state
 from specops_host.serve import categories, vllm_server
@@ -106,22 +108,13 @@ def judge_answer(text, finish):
 
 # -- sampling ------------------------------------------------------------------------------------
 
-def generation_config(model):
-    try:
-        d = json.loads((Path(model) / "generation_config.json").read_text())
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def sampling(flag, setting, model, what):
     """(request params, one line saying them) for --question-temperature / --answer-temperature:
-    a temperature (0: greedy), or `config`: the verifier's generation_config.json (temperature,
-    top_p, top_k, min_p; greedy where it sets none or do_sample false, which questions refuse)."""
+    a temperature (0: greedy), or `config`: the verifier's generation_config.json read as regenerate reads it
+    (answers.choose_sampling: greedy where it sets no sampling or do_sample false, which questions refuse)."""
     if str(setting).lower() == "config":
-        gc = generation_config(model)
-        params = {k: gc[k] for k in ("temperature", "top_p", "top_k", "min_p") if isinstance(gc.get(k), (int, float))}
-        if gc.get("do_sample") is False or not params.get("temperature"):
+        params, _ = answers.choose_sampling(model)
+        if not params.get("temperature"):
             if what == "questions":
                 raise Refused(f"{flag} config: the verifier's generation config ({model}/generation_config.json) "
                               f"samples nothing (no temperature, or do_sample false), and greedy questions are all "
@@ -404,11 +397,6 @@ class Synth:
         drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.drops.items() if v) or "none"
         contract.progress(f"synthesize: {n}/{want} rows, {r:.2f} rows/s, {eta}; {self.tried} candidates, "
                           f"dropped: {drops}{extra}")
-
-
-def clock(seconds):
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def publish(rows, dst):
