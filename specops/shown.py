@@ -163,8 +163,26 @@ def _priced(w: Where, p) -> None:
 def _demo(w: Where, res) -> None:
     if res.get("acceptance"):
         views.demo_acceptance(res)
+        _controls_by_category(res["acceptance"])
     if res.get("stages"):
         views.demo_stages(res["stages"])
+
+
+def _controls_by_category(acc: dict) -> None:
+    """Each draft's mean acceptance length per prompt category (prompts carrying one), the controls beside the
+    trained draft (the controls on the first of the same prompts: each category's prompts counted)."""
+    names = [k for k in ("trained", "untrained", "wrong_layers") if (acc.get(k) or {}).get("by_category")]
+    cats = list(dict.fromkeys(c for k in names for c in acc[k]["by_category"]))
+    if not cats or "trained" not in names:
+        return
+
+    def cell(k: str, c: str) -> str:
+        e = acc[k]["by_category"].get(c) or {}
+        m = e.get("mean_acceptance_length")
+        return "" if m is None else f"{m:.2f} ({e.get('prompts')})"
+
+    views.table("mean acceptance length by category (prompts)", ("category", *[k.replace("_", " ") for k in names]),
+                [[c, *[cell(k, c) for k in names]] for c in cats])
 
 
 def _evaluation(w: Where, e) -> None:
@@ -174,6 +192,7 @@ def _evaluation(w: Where, e) -> None:
     views.evaluation(e.run_id, e.ev, CAUSES)
     if e.ev.get("controls"):
         views.demo_acceptance(e.ev["controls"], speed=False)
+        _controls_by_category(e.ev["controls"]["acceptance"])
     views.line(f"evaluation written to {e.dest}/{e.run_id}/evaluation.json (on the host: runs/{e.run_id}/)"
                + (f"; plot {e.ev['plot']}" if e.ev.get("plot") else ""))
 

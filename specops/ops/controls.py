@@ -24,7 +24,7 @@ DEMO_CONFIG = "configs/demo.yaml"
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
 ACCEPTANCE_KEYS = ("mean_acceptance_length", "acceptance_by_position", "conditional_acceptance_by_position",
                    "draft_acceptance_rate", "counters", "prompts", "generated_tokens", "speedup", "speedup_at_1",
-                   "seconds")
+                   "seconds", "by_category")
 
 
 #: `--controls` names -> acceptance()'s keys
