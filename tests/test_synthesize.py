@@ -1,18 +1,16 @@
-"""`inv synthesize` (issue 46 item 2): conversations the verifier writes itself (Magpie's method), for
-real over the loopback sshd in the cpu venv with the demo's learnable verifier (its chat template's
-pre-query text makes it write a question of its language, which it then answers): rows written,
-taken by prepare-data as they are, the filters counted, the same seed the same rows. The pure
-parts (filters, sampling, the plan's refusals, the exact commands) in the fast layer."""
+"""`inv synthesize` (issue 46 item 2): conversations the verifier writes itself (Magpie's method). The pure
+parts here, in the fast layer: the filters, the sampling, the plan's refusals, the seed prompts read, the
+flags refused before anything connects (the exact commands: test_ops_commands.py). The real runs over the
+loopback sshd are in test_real.py, on SmolLM2 (converted once there for the must-show that trains on its
+rows): rows written, taken by prepare-data as they are, the filters counted, the same seed the same rows,
+seeded by a user's prompts, a verifier without a chat template refused."""
 
 import json
-import re
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import inv
-from specops import inventory
-from specops.host.connection import connect
 from specops_host.contract import Refused
 from specops_host.data import synthesize as host_synth
 
@@ -127,88 +125,3 @@ def test_bad_flags_are_one_line_before_anything_connects(flags, said):
     r = inv("synthesize", "--host", "nowhere-at-all", *flags)
     assert r.returncode != 0 and said in r.stderr + r.stdout, r.stderr + r.stdout
     assert "Traceback" not in r.stderr and "nowhere-at-all" not in r.stderr + r.stdout
-
-
-# -- over the real sshd, in the cpu venv, with the learnable verifier --------------------------------
-
-@pytest.fixture(scope="module")
-def learnt(cpu_box, hosts_file, work):
-    """The demo's learnable verifier (trained on the host's CPU, about a minute): it ends its turns."""
-    path = f"{work}/models/synth-learnable"
-    r = inv("make-verifier", "--host", "box", "--hosts", str(hosts_file), "--learnable", "--path", path)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return path
-
-
-def rows_of(t, path):
-    return [json.loads(x) for x in t.read_bytes(path).decode().splitlines()]
-
-
-def test_synthesize_writes_conversations_prepare_data_takes(learnt, hosts_file, work, tmp_path):
-    r = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
-            "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out", "t-synth",
-            "--vllm-arg=--enforce-eager")
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    dest = f"{work}/synthesized/t-synth.jsonl"
-    assert f"synthesize: 12 conversation(s) -> {dest}" in r.stdout, out[-3000:]
-    assert "sampling: questions: temperature 1, top_p 1 (Magpie's), up to 24 tokens, seeded (--seed 5)" in r.stdout
-    assert "sampling: answers: greedy (temperature 0), up to 256 tokens" in r.stdout
-    assert re.search(r"synthesize: \d+/12 rows, [\d.]+ rows/s", r.stdout), out[-3000:]  # (the progress line)
-    m = re.search(r"(\d+) candidate\(s\); dropped: (.*)", r.stdout)
-    assert m, out[-3000:]
-    rid = re.search(r"rows/s \(run ([^)]+)\)", r.stdout).group(1)
-    h = inventory.load(str(hosts_file)).get("box")
-    with connect(h) as t:
-        rows = rows_of(t, dest)
-        res = json.loads(t.read_bytes(f"{work}/runs/{rid}/result.json"))
-    assert len(rows) == res["rows"] == 12
-    assert int(m.group(1)) == res["candidates"] >= 12 + sum(res["dropped"].values())
-    qs = [x["conversations"][0]["content"] for x in rows]
-    assert len({host_synth.normal(q) for q in qs}) == 12  # (deduplicated)
-    for x in rows:
-        (u, a), = [x["conversations"]]
-        assert u["role"] == "user" and a["role"] == "assistant" and u["content"] and a["content"]
-        assert "<|" not in u["content"] + a["content"]  # (no template marker leaks into the text)
-    # the format prepare-data takes as it is
-    p = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", dest, "--dataset", "t-synth",
-            "--verifier", learnt, "--seq-length", "512", "--vllm-arg=--enforce-eager")
-    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    assert "prepare-data:" in p.stdout and "ready" in p.stdout
-    # the same seed, the same rows: candidate i's requests carry the seed of (5, i), so a run of the first 6
-    # candidates only (--attempts 6, another batch) keeps exactly the first run's rows among them
-    again = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "6",
-                "--attempts", "6", "--seed", "5", "--question-tokens", "24", "--max-tokens", "256", "--out",
-                "t-synth-again", "--vllm-arg=--enforce-eager")
-    first = [x for x in rows if int(x["id"].rsplit("-", 1)[1]) < 6]
-    said = again.stdout + again.stderr
-    if not first:
-        assert again.returncode != 0 and "no conversation kept of 6 candidate(s)" in said, said[-3000:]
-    else:
-        assert again.returncode == 0, said[-3000:]
-        if len(first) < 6:
-            assert f"synthesize: {len(first)} conversation(s) (asked 6: --attempts spent)" in said, said[-3000:]
-    with connect(h) as t:
-        if first:
-            assert rows_of(t, f"{work}/synthesized/t-synth-again.jsonl") == first
-        # an existing output is never replaced without --overwrite, refused before any server starts
-        n = t.run(f"ls {work}/runs | wc -l").stdout
-    refused = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", learnt, "--rows", "12",
-                  "--out", "t-synth")
-    assert refused.returncode != 0 and "exists: pick another --out name, or --overwrite" in refused.stderr
-    with connect(h) as t:
-        assert t.run(f"ls {work}/runs | wc -l").stdout == n
-
-
-def test_synthesize_refuses_a_verifier_without_a_chat_template(learnt, hosts_file, work):
-    bare = f"{work}/models/synth-no-template"
-    h = inventory.load(str(hosts_file)).get("box")
-    with connect(h) as t:
-        t.check(f"rm -rf {bare} && cp -r {learnt} {bare} && rm -f {bare}/chat_template.jinja && "
-                f"{t.expand(h.python)} -c \"import json,sys; p=sys.argv[1]; d=json.load(open(p)); "
-                f"d.pop('chat_template', None); json.dump(d, open(p, 'w'))\" {bare}/tokenizer_config.json",
-                "a verifier without its chat template")
-    r = inv("synthesize", "--host", "box", "--hosts", str(hosts_file), "--verifier", bare, "--rows", "4")
-    assert r.returncode != 0
-    assert f"verifier {bare}: its tokenizer has no chat template" in r.stderr, r.stdout + r.stderr
-    assert "started on box" not in r.stdout + r.stderr
