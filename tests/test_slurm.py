@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO, VLLM_CPU_ENV, inv, wait_for
+from conftest import REPO, inv, wait_for
 from rig import Rig, free_port
 from slurmrig import PARTITION, SlurmRig, have_slurm
 from specops import inventory
@@ -38,7 +38,7 @@ def login(slurm):
 
 
 def cluster_host(login, rig, work, **slurm_fields):
-    return login.host(venv=f"{rig.home}/ml-env", workdir=str(work), scheduler="slurm", env=VLLM_CPU_ENV,
+    return login.host(venv=f"{rig.home}/ml-env", workdir=str(work), scheduler="slurm",
                       slurm={"partition": PARTITION, "time": "00:20:00", **slurm_fields})
 
 

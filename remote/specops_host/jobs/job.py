@@ -270,8 +270,9 @@ def supervise(d, env_file=None, tied_to=None):
 
     def cleanup():
         stop_subjobs(d, 30)
-        end_orphans(rec.get("tag"))
-        end_group()
+        with notify.SPAWNING:  # (a notification's delivery process, forked but not yet exec'd, is not the command's)
+            end_orphans(rec.get("tag"))
+            end_group()
 
     if policy is None:
         first = start(0)

@@ -139,6 +139,11 @@ CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from specops_host.jobs.no
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
+#: held while a delivery process is forked and exec'd: until its exec, /proc shows it with the job's tag, in the
+#: supervisor's group, and the supervisor's end of the command's leftovers (jobs/job.py cleanup) took it for one
+SPAWNING = threading.Lock()
+
+
 def send(target, event, text, run_id="", timeout=DEADLINE_S, host=""):
     """Deliver one notification within `timeout` seconds, whole. Returns None when delivered, else
     why not (one line naming no secret: the caller logs it; nothing is raised)."""
@@ -150,9 +155,10 @@ def send(target, event, text, run_id="", timeout=DEADLINE_S, host=""):
     env = {k: v for k, v in os.environ.items() if k not in (VAR, HOST_VAR, TAG_VAR, DIR_VAR, LOCK_VAR)}
     try:
         with tempfile.TemporaryFile() as out:
-            p = subprocess.Popen([sys.executable, "-I", "-c", CHILD, ROOT], stdin=subprocess.PIPE,
-                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                 cwd="/")
+            with SPAWNING:
+                p = subprocess.Popen([sys.executable, "-I", "-c", CHILD, ROOT], stdin=subprocess.PIPE,
+                                     stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     cwd="/")
             try:
                 p.stdin.write(json.dumps(job).encode())
                 p.stdin.close()

@@ -125,12 +125,21 @@ def free_port(avoid=None):
 def server_env(workdir, kind, tensor_parallel=1):
     """Caches inside the workdir; the connector module importable by engine subprocesses; on a
     cpu host with several tensor-parallel ranks, each rank its own cores (unless the user set
-    VLLM_CPU_OMP_THREADS_BIND)."""
+    VLLM_CPU_OMP_THREADS_BIND); with one, the model run in the engine's own process (vLLM's `uni` executor, as on
+    one GPU; unless the user set VLLM_ENABLE_V1_MULTIPROCESSING): vllm-cpu otherwise starts a third process that
+    imports torch and vLLM once more (12 s instead of 86 s from the engine's start to its model loaded, side by
+    side on 2 loaded cores: tests/conftest.py's hosts ran so first)."""
     env = hostenv.cache_env(workdir, kind)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
     if kind == "cpu" and tensor_parallel > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binds(tensor_parallel)
+    if kind == "cpu" and tensor_parallel == 1 and UNI_VAR not in os.environ:
+        env[UNI_VAR] = "0"
     return env
+
+
+#: vLLM's switch between a model run in the engine's process (0: its `uni` executor) and one of its own
+UNI_VAR = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat16", max_model_len=None,
