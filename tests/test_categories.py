@@ -84,6 +84,7 @@ def test_the_shipped_set_has_mt_benchs_eight_categories():
     assert list(groups) == ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
     assert all(len(idx) == 5 for idx in groups.values())
     assert len(set(p["prompt"] for p in prompts)) == 40
+    assert all(p["turn"] for p in prompts)  # (MT-Bench's rows: a chat model is asked through its chat template)
     # evaluate's default --max-prompts 32: four of each
     assert [len(idx) for _, idx in categories.grouped(file_prompts(path, 32)[0])] == [4] * 8
 
@@ -115,10 +116,12 @@ def test_evaluate_gives_acceptance_by_category_on_a_real_server(pipeline_run, ho
     from conftest import inv
 
     rid = pipeline_run["run_id"]
-    # half the categories as MT-Bench's rows (a user's turn and a follow-up): through the verifier's chat template
+    # half the categories as MT-Bench's rows (a user's turn and a follow-up): through the verifier's chat template;
+    # the others as plain prompts, sent as they are
     rows = [json.loads(x) for x in (REPO / "configs" / "prompts" / "mt-categories.jsonl").read_text().splitlines()]
-    rows = [{"question_id": i, "category": x["category"], "turns": [x["prompt"], "Say it again, shorter."]}
-            if x["category"] in ("writing", "math", "coding", "stem") else x for i, x in enumerate(rows)]
+    rows = [{**x, "turns": [x["turns"][0], "Say it again, shorter."]}
+            if x["category"] in ("writing", "math", "coding", "stem") else
+            {"category": x["category"], "prompt": x["turns"][0]} for x in rows]
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--prompts",
             str(write(tmp_path / "mixed.jsonl", rows)), "--max-prompts", "16", "--max-tokens", "16",
             "--speedup", "none", "--dest", str(tmp_path))

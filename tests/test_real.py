@@ -198,7 +198,8 @@ def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2,
 def test_synthesize_seeded_by_the_users_prompts(smollm2, hosts_file, work, tmp_path):
     """--seed-prompts (a laptop file, uploaded): each question written after a system turn showing one of the user's
     prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate."""
-    seeds = [json.loads(x) for x in CATEGORIES.read_text().splitlines()][::10]  # (four categories)
+    seeds = [{"category": x["category"], "prompt": x["turns"][0]}  # (four categories, as prompt rows)
+             for x in map(json.loads, CATEGORIES.read_text().splitlines())][::10]
     (tmp_path / "mine.jsonl").write_text("".join(json.dumps(x) + "\n" for x in seeds))
     r = synth(hosts_file, smollm2["path"], "--rows", "4", "--seed-prompts", str(tmp_path / "mine.jsonl"),
               "--out", "smol-seeded")

@@ -204,14 +204,8 @@ s_train() {
   return $rc
 }
 
-mt_turns() {  # specops' own prompt set as MT-Bench rows: each prompt a user's turn (the verifier's chat template)
-  $VPY - "$REPO/configs/prompts/mt-categories.jsonl" "$B/mt-turns.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
-with open(sys.argv[2], "w") as f:
-    for i, r in enumerate(rows):
-        f.write(json.dumps({"question_id": i + 1, "category": r["category"], "turns": [r["prompt"]]}) + "\n")
-PY
+mt_turns() {  # specops' own prompt set, MT-Bench rows since 2026-12-06 (each prompt a user's turn: the chat template)
+  cp "$REPO/configs/prompts/mt-categories.jsonl" "$B/mt-turns.jsonl"
 }
 
 s_eval() {
