@@ -138,9 +138,9 @@ def datagen_lock(dg: Datagen) -> str:
     return "data-" + hashlib.sha1(dg.data.encode()).hexdigest()[:12]
 
 
-def planned_commands(t: Transport, plan: DatagenPlan) -> None:
-    """What the job would start (the vLLM server, speculators ...), said under --dry-run: review -tp before GPU
-    hours."""
+def planned_commands(t: Transport, plan) -> None:
+    """What the job would start (the vLLM server, speculators ...; any plan with its `commands`), said under
+    --dry-run: review -tp before GPU hours."""
     for cmd in plan.commands:
         t.would("would start: " + shlex.join(map(str, cmd)))
 
@@ -162,11 +162,16 @@ def run_datagen(t: Transport, dg: Datagen, *, kind: str, run_id: Optional[str] =
         code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
     if code is None:  # detached
         return None
+    return job_result(t, kind, rid, result, code)
+
+
+def job_result(t: Transport, kind: str, rid: str, result: str, code: int) -> dict:
+    """A data job's result file once it has ended (exit code `code`), its run id in it; one line naming the
+    failure and the log's tail when it did not succeed."""
     raw = t.read_bytes(result)
     res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
     if code != 0 or not res.get("ok"):
-        raise SpecopsError(f"{kind} {rid} on {t.host.name} failed: {res.get('error')}",
-                           detail=jobs.tail(t, rid, 15))
+        raise SpecopsError(f"{kind} {rid} on {t.host.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
     res["run_id"] = rid
     return res
 
@@ -361,14 +366,10 @@ def run_writer(t: Transport, script: str, args: list, plan, *, kind: str, dest: 
     result = jobs.run_path(t, rid, "result.json")
     argv = [*paths.host_argv(t.expand(t.host.python), script), *args, "--result", result]
     lock = f"{kind[:5]}-" + hashlib.sha1(dest.encode()).hexdigest()[:12]  # (one writer per output)
-    for cmd in plan.commands:
-        t.would("would start: " + shlex.join(map(str, cmd)))
+    planned_commands(t, plan)
     code = jobs.run_attached(t, rid, argv, kind=kind, lock=lock, detach=detach)
     if code is None:  # detached
         return None
-    raw = t.read_bytes(result)
-    res = json.loads(raw) if raw else {"ok": False, "error": f"no result (exit {code})"}
-    if code != 0 or not res.get("ok"):
-        raise SpecopsError(f"{kind} {rid} on {t.host.name} failed: {res.get('error')}", detail=jobs.tail(t, rid, 15))
-    res.update(run_id=rid, next=t.hint(f"prepare-data --data {res['out']}"))
+    res = job_result(t, kind, rid, result, code)
+    res["next"] = t.hint(f"prepare-data --data {res['out']}")
     return res
