@@ -41,6 +41,7 @@ SMOL=${SMOL:-/tmp/smol}
 WD=${WD:-/tmp/specops-gpu}
 INV=/tmp/lap/bin/inv
 REPO=$PWD
+source "$REPO/bench/laptop_side.sh"  # join_wheelhouse PARTS, laptop_side
 if [ "$MODE" = start ]; then
   mkdir -p "$B"
   setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
@@ -106,30 +107,9 @@ s_setup() {
       "$VENV" "$WD" > "$B/hosts.yaml"
     $INV hosts; return
   fi
-  if [ ! -f "$W/specops-wheelhouse.json" ]; then
-    cat "$P"/part-* | tar xf - -C /tmp || return 1
-  fi
+  join_wheelhouse "$P" || return 1
   ls "$W" | wc -l; du -sh "$W" "$SMOL"
-  rm -rf /tmp/lap
-  # the laptop side: specops' own dependencies the torch venv lacks, the torch venv's packages behind them (a .pth)
-  $VPY -m venv --without-pip /tmp/lap
-  local sp; sp=$(/tmp/lap/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  $VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$sp/zz-torch-venv.pth"
-  # specops itself from this checkout, not installed: its laptop side imports the host package (remote/) too
-  # (without it, 2026-12-06: `inv hosts` failed "cannot import name 'contract' from 'specops_host'")
-  printf '%s\n%s\n' "$PWD" "$PWD/remote" > "$sp/specops-checkout.pth"
-  $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$W"/laptop/*.whl || return 1
-  cat > "$B/hosts.yaml" <<EOF
-hosts:
-  local:
-    transport: local
-    profile: cuda
-    venv: $VENV
-    venv_existing: true
-    workdir: $WD
-    gpus: 1
-EOF
-  $INV hosts
+  laptop_side
 }
 
 s_boot() {

@@ -53,6 +53,7 @@ W=${W:-/tmp/wheelhouse}
 WD=${WD:-/tmp/specops-h200}
 INV=/tmp/lap/bin/inv
 source "$(dirname "$0")/hand.sh"  # by_hand RUN OUT [NPROC]
+source "$(dirname "$0")/../laptop_side.sh"  # join_wheelhouse PARTS, laptop_side
 if [ "$MODE" = start ]; then
   mkdir -p "$B"
   setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
@@ -106,31 +107,9 @@ stage() {
 
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
-  if [ ! -f "$W/specops-wheelhouse.json" ]; then
-    cat /tmp/parts/part-* | tar xf - -C /tmp || return 1
-  fi
+  join_wheelhouse /tmp/parts || return 1
   ls "$W" | wc -l; du -sh "$W"
-  rm -rf /tmp/lap
-  # the laptop side: specops' own dependencies that the torch venv lacks (laptop/ holds only those),
-  # the torch venv's packages behind them (a .pth), so no second numpy/matplotlib/tensorboard travels
-  $VPY -m venv --without-pip /tmp/lap
-  local sp; sp=$(/tmp/lap/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  $VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$sp/zz-torch-venv.pth"
-  # specops itself from this checkout, not installed: its laptop side imports the host package (remote/) too
-  # (without it, 2026-12-06: `inv hosts` failed "cannot import name 'contract' from 'specops_host'")
-  printf '%s\n%s\n' "$PWD" "$PWD/remote" > "$sp/specops-checkout.pth"
-  $VPY -m pip --python /tmp/lap/bin/python3 install -q --no-index --no-deps "$W"/laptop/*.whl || return 1
-  cat > "$B/hosts.yaml" <<EOF
-hosts:
-  local:
-    transport: local
-    profile: cuda
-    venv: $VENV
-    venv_existing: true
-    workdir: $WD
-    gpus: 1
-EOF
-  $INV hosts
+  laptop_side
 }
 
 s_bootstrap() {
