@@ -2,6 +2,7 @@
 (specops/vocab.py), said in one line; a training past a few hours warned of (estimate.too_long)."""
 
 import io
+import json
 import pickle
 import zipfile
 
@@ -64,3 +65,32 @@ def test_a_training_past_a_few_hours_is_said_with_what_shortens_it():
                     "vocabulary sized to the data (--draft-vocab-size auto; now 32000), fewer epochs (--epochs), "
                     "shorter rows (--seq-length) or fewer rows shorten it")
     assert "draft vocabulary" not in estimate.too_long(30000, 75.0, epochs=3, draft_vocab="auto")
+
+
+def test_train_says_the_draft_vocabulary_once_as_auto_when_auto_hidden_states_train_offline():
+    """`inv train` (hidden states auto, the host's plan: offline) said the line twice, the second without auto
+    (`draft vocabulary: 4,288 tokens (draft-vocab-size 4288 in ...)`): sized and said once, as auto."""
+    from fakes import RecordingTransport
+    from specops import inventory, paths
+    from specops.contract import BEGIN, END
+    from specops.ops import train
+
+    def framed(payload: dict) -> str:
+        return f"{BEGIN}{json.dumps(payload)}{END}\n"
+
+    h = inventory.Host(name="h", transport="local", profile="cpu", venv="/opt/env", workdir="/w")
+    inspected = {"ok": True, "format": "safetensors", "files": 2, "rows": 2, "verifier_vocab_size": 49152,
+                 "verifier_config": "/m/v/config.json", "record": {"layer_ids": [2, 15, 27, 29], "verifier": "/m/v"}}
+    for mode in ("auto", "offline"):
+        t = RecordingTransport(h, answers=[
+            (r"specops_host\.train\.online", 0, framed({"ok": True, "mode": "offline", "reason": "the files are there",
+                                                        "prepared": True, "missing": 0})),
+            (r"specops_host\.data\.inspect_data", 0, framed(inspected))],
+            files={"/w/data/d/token_freq.pt": token_freq({i: 2 for i in range(4262)})})
+        spec = train.make_spec(t, config=None, rid="r1", dataset="d", verifier="/m/v", nproc=None, overrides={},
+                               hidden_states=mode)
+        said = [n.text for n in t.notes if n.text.startswith("draft vocabulary")]
+        assert said == ["draft vocabulary: 4,288 tokens (auto: the data holds 4,262 distinct answer tokens, rounded "
+                        f"up to 64, at most 32,000; draft-vocab-size auto in {paths.REPO}/configs/eagle3.yaml; a number there or "
+                        "--draft-vocab-size N sets it)"], (mode, said)
+        assert spec.flags["draft-vocab-size"] == 4288 and spec.hidden_states == "offline"

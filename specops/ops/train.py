@@ -132,7 +132,8 @@ def make_spec(t: Transport, *, config: Optional[str], rid: str, dataset: Optiona
         v = summary.violations[0]
         raise SpecopsError(f"data at {data} fails inspect-data ({v['file']}: {v['what']}): fix it before training "
                            f"(nothing was started)")
-    size_draft_vocab(t, cfg, data, summary.verifier_vocab_size)
+    if hidden_states == "offline":  # (auto's plan, offline, sized and said it above: once, as auto)
+        size_draft_vocab(t, cfg, data, summary.verifier_vocab_size)
     refuse_draft_vocab(cfg, summary.verifier_vocab_size, summary.verifier_config)
     warn_long(t, data, "offline", summary.get("tokens"), cfg["flags"])
     rec = summary.record or {}
