@@ -125,3 +125,62 @@ def test_bad_flags_are_one_line_before_anything_connects(flags, said):
     r = inv("synthesize", "--host", "nowhere-at-all", *flags)
     assert r.returncode != 0 and said in r.stderr + r.stdout, r.stderr + r.stdout
     assert "Traceback" not in r.stderr and "nowhere-at-all" not in r.stderr + r.stdout
+
+
+def _synth(rows, concurrency, attempts, replies, delay):
+    """A Synth whose requests are answered by replies(i, what) after delay(i) seconds, in threads (the
+    order they come back is not the order they went): the scheduling alone, the real server's runs are
+    in test_real.py."""
+    import threading
+    import time as _t
+
+    s = host_synth.Synth.__new__(host_synth.Synth)
+    s.a = SimpleNamespace(rows=rows, concurrency=concurrency, seed=0)
+    s.info = {"attempts": attempts}
+    s.topics = s.seeds = None
+    s.rows, s.good, s.tried, s.first_error = [], 0, 0, None
+    s.drops = dict.fromkeys(host_synth.DROPS, 0)
+    s.t0 = _t.time()
+    s.clock = host_synth.contract.Every()
+    lock, live = threading.Lock(), {"now": 0, "most": 0}
+
+    def reply(i, what):
+        with lock:
+            live["now"] += 1
+            live["most"] = max(live["most"], live["now"])
+        _t.sleep(delay(i))
+        with lock:
+            live["now"] -= 1
+        return replies(i, what)
+
+    s.ask = lambda i: reply(i, "q")
+    s.answer = lambda i, q: reply(i, "a")
+    return s, live
+
+
+def test_candidates_flow_concurrency_at_a_time_and_rows_come_in_candidate_order():
+    # candidate i: every 3rd an answer that loops, every 5th (from 10) repeats candidate i-1's question;
+    # the later a candidate the sooner its replies come back (the reverse of the order they went)
+    def replies(i, what):
+        if what == "q":
+            return (f"question {i - 1 if i % 5 == 0 and i >= 10 else i}?", "stop")
+        return ("yes " * 40 if i % 3 == 0 else f"An answer to question {i} that is plainly fine.", "stop")
+
+    rows = []
+    for conc, delay in ((4, lambda i: 0.02 * (1 + (97 - i) % 7)), (16, lambda i: 0.001 * (i % 5))):
+        s, live = _synth(20, conc, 200, replies, delay)
+        s.run()
+        assert live["most"] <= conc and (conc == 4 or live["most"] > 4)
+        assert len(s.rows) == 20 and s.tried < 60, (len(s.rows), s.tried)
+        ids = [int(r["id"].rsplit("-", 1)[1]) for r in s.rows]
+        assert ids == sorted(ids) and not any(i % 3 == 0 or (i % 5 == 0 and i >= 10) for i in ids), ids
+        assert s.drops["looping"] > 0 and s.drops["duplicate"] > 0
+        rows.append(s.rows)
+    assert rows[0] == rows[1]  # (the same candidates, the same rows, however they came back)
+
+
+def test_attempts_spent_leaves_the_rows_kept_and_the_drops_counted():
+    s, _ = _synth(50, 8, 30, lambda i, what: ("q?", "stop") if what == "q" else ("no " * 40, "stop"),
+                  lambda i: 0.0)
+    s.run()
+    assert s.tried == 30 and s.rows == [] and s.drops["duplicate"] == 29 and s.drops["looping"] == 1

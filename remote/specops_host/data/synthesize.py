@@ -23,8 +23,9 @@ kind; the row carries the seed's line and category, and a copy of a seed prompt 
 
 Dropped, and counted: a question or answer cut at its token cap, empty, looping (repeated
 n-grams), a refusal (the answer), a duplicate (the question, case and spacing aside), a failed
-request. Candidates go in rounds until --rows are kept or --attempts are spent (default 4 x rows +
-16: then the rows kept so far are written and the shortfall said).
+request. Candidates go --concurrency at a time, each as soon as one before it ends (its question,
+then its answer), until --rows are kept or --attempts are spent (default 4 x rows + 16: then the
+rows kept so far are written and the shortfall said).
 
 Output: one JSONL row per conversation, the format `inv prepare-data` takes:
     {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."},
@@ -41,7 +42,7 @@ import os
 import re
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from specops_host import contract
@@ -302,7 +303,7 @@ class Synth:
         self.seeds = read_seed_prompts(a.seed_prompts) if a.seed_prompts else None
         self.prefix = [pre_query(tok, x)[1] for x in steers(a) or [None]]
         # (a seed prompt copied as it is: a duplicate, the user has it already)
-        self.rows, self.seen, self.tried = [], {normal(p["prompt"]) for p in self.seeds or []}, 0
+        self.rows, self.good, self.tried = [], 0, 0  # (good: the answers back that passed, duplicates aside)
         self.drops = dict.fromkeys(DROPS, 0)
         self.first_error = None
         self.t0 = time.time()
@@ -336,63 +337,85 @@ class Synth:
             raise vllm_server.ServerDied(vllm_server.died_line(f"the vLLM server exited ({st}) during synthesis",
                                                               self.server_dir))
 
-    def phase(self, pool, fn, items):
-        """fn(*item) for every item, `concurrency` at once, in order; a progress line when due."""
-        futs = [pool.submit(fn, *it) for it in items]
-        while True:
-            done, pending = wait(futs, timeout=1.0)
-            if not pending:
-                return [f.result() for f in futs]
-            if self.clock.due():
-                self.say(f" ({len(done)}/{len(futs)} of this round's {fn.__name__} requests back)")
+    def candidate(self, i):
+        """Candidate i whole, in one worker: its question, judged, then its answer (every question that
+        passes is answered: a duplicate is decided later, in candidate order): (i, question, why the
+        question was dropped or None, answer, why the answer was dropped or None)."""
+        q, finish = self.ask(i)
+        qwhy = "error" if finish == "error" else judge_question(q, finish)
+        if qwhy:
+            return i, q, qwhy, None, None
+        ans, finish = self.answer(i, q)
+        return i, q, None, ans, ("error" if finish == "error" else judge_answer(ans, finish))
 
-    def round(self, pool, size):
-        idx = list(range(self.tried, self.tried + size))
-        self.tried += size
-        asked = self.phase(pool, self.ask, [(i,) for i in idx])
-        todo = []
-        for i, (q, finish) in zip(idx, asked):
-            why = "error" if finish == "error" else judge_question(q, finish)
-            if why is None and normal(q) in self.seen:
-                why = "duplicate"
+    def row(self, i, q, ans):
+        row = {"id": f"synth-{self.a.seed}-{i}",
+               "conversations": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
+        if self.topics:
+            row["topic"] = self.topic(i)
+        if self.seeds:
+            seed = self.seeds[i % len(self.seeds)]
+            row.update(seed_line=seed["line"], **({"category": seed["category"]} if "category" in seed else {}))
+        return row
+
+    def settle(self, done):
+        """The rows and drops of the candidates done, in candidate order (the same seed keeps the same rows
+        whatever order the answers came back in): a question seen before is a duplicate; the first --rows
+        kept are the rows."""
+        seen = {normal(p["prompt"]) for p in self.seeds or []}  # (a seed prompt copied: the user has it)
+        rows, drops = [], dict.fromkeys(DROPS, 0)
+        for i in sorted(done):
+            q, qwhy, ans, awhy = done[i]
+            if qwhy is None and normal(q) in seen:
+                qwhy = "duplicate"
+            elif qwhy is None:
+                seen.add(normal(q))
+            why = qwhy or awhy
             if why:
-                self.drops[why] += 1
-                continue
-            self.seen.add(normal(q))
-            todo.append((i, q))
-        answers = self.phase(pool, self.answer, todo)
-        for (i, q), (ans, finish) in zip(todo, answers):
-            why = "error" if finish == "error" else judge_answer(ans, finish)
-            if why:
-                self.drops[why] += 1
-            elif len(self.rows) < self.a.rows:
-                row = {"id": f"synth-{self.a.seed}-{i}",
-                       "conversations": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
-                if self.topics:
-                    row["topic"] = self.topic(i)
-                if self.seeds:
-                    seed = self.seeds[i % len(self.seeds)]
-                    row.update(seed_line=seed["line"], **({"category": seed["category"]} if "category" in seed else {}))
-                self.rows.append(row)
-        if self.drops["error"] > 8 + self.tried // 10:
-            raise vllm_server.StepFailed(f"{self.drops['error']} of {self.tried} requests failed (first: "
-                                         f"{self.first_error})")
+                drops[why] += 1
+            elif len(rows) < self.a.rows:
+                rows.append(self.row(i, q, ans))
+        self.rows, self.drops = rows, drops
 
     def run(self):
+        """Candidates in order, --concurrency in flight at all times (no batch waits on its slowest answer),
+        until the rows back, with those in flight at the rate kept so far, make --rows; then the ones in
+        flight finish and, where duplicates left a shortfall, more go."""
+        done, errors = {}, 0
         with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
-            while len(self.rows) < self.a.rows and self.tried < self.info["attempts"]:
-                need = self.a.rows - len(self.rows)
-                self.round(pool, min(max(need + need // 4 + 1, self.a.concurrency), self.info["attempts"] - self.tried,
-                                     self.a.round_max))
-                self.say()
-                self.clock.restart()
+            flying = set()
+            while True:
+                keep = self.good / len(done) if len(done) >= 64 else 1.0
+                while (len(flying) < self.a.concurrency and self.tried < self.info["attempts"]
+                       and self.good + keep * len(flying) < self.a.rows):
+                    flying.add(pool.submit(self.candidate, self.tried))
+                    self.tried += 1
+                if not flying:
+                    self.settle(done)
+                    self.good = len(self.rows)
+                    if self.good >= self.a.rows or self.tried >= self.info["attempts"]:
+                        return
+                    continue  # (duplicates found among the answers back: more candidates)
+                finished, flying = wait(flying, timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    i, q, qwhy, ans, awhy = f.result()
+                    done[i] = (q, qwhy, ans, awhy)
+                    self.good += not (qwhy or awhy)
+                    if qwhy or awhy:
+                        self.drops[qwhy or awhy] += 1  # (live counts; settle's are exact, duplicates among them)
+                    errors += "error" in (qwhy, awhy)
+                if errors > 8 + len(done) // 10:
+                    raise vllm_server.StepFailed(f"{errors} of {len(done)} requests failed (first: "
+                                                 f"{self.first_error})")
+                if self.clock.due():
+                    self.say(f" ({len(flying)} in flight)")
 
     def rate(self):
         secs = time.time() - self.t0
-        return len(self.rows) / secs if secs > 0 else 0.0
+        return min(self.good, self.a.rows) / secs if secs > 0 else 0.0
 
     def say(self, extra=""):
-        n, want, r = len(self.rows), self.a.rows, self.rate()
+        n, want, r = min(self.good, self.a.rows), self.a.rows, self.rate()
         eta = f"ETA {clock((want - n) / r)}" if r > 0 and n < want else ("done" if n >= want else "ETA ?")
         drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.drops.items() if v) or "none"
         contract.progress(f"synthesize: {n}/{want} rows, {r:.2f} rows/s, {eta}; {self.tried} candidates, "
@@ -454,7 +477,6 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--attempts", type=int, default=None)
-    ap.add_argument("--round-max", type=int, default=4096)
     ap.add_argument("--request-timeout", type=float, default=1800)
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--tensor-parallel", type=int, default=1)
