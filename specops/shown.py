@@ -240,7 +240,7 @@ def _bakeoff(w: Where, b: dict) -> None:
         if win:
             views.line(f"winner at {c} concurrent: {win['kind']} ({win['ratio']:.2f}x, run {win['run_id']}): "
                        f"{win.get('deploy') or ''}")
-    views.line(f"bake-off written to {b.get('file')}")
+    views.line(f"bake-off written to {b.get('file')}" + (f", its plot {b['plot']}" if b.get("plot") else ""))
 
 
 VIEWS: dict[type, View] = {

@@ -3,6 +3,7 @@ reads the demo's session fixture there (conftest demo_run: built once per worker
 worker): `inv bakeoff --drafts peagle,dflash --controls untrained` on the demo's dataset and learnable verifier."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,8 @@ def test_bakeoff_trains_preflights_serves_and_times_each_kind(bakeoff):
     win = b["winners"]["1"]
     assert win["kind"] in TRAINED and win["deploy"].startswith("vllm serve ") and \
         f"winner at 1 concurrent: {win['kind']} ({win['ratio']:.2f}x, run kinds-{win['kind']}): vllm serve" in out
+    assert b["plot"] == str(bakeoff["dest"] / "kinds.png") and Path(b["plot"]).stat().st_size > 10_000, b["plot"]
+    assert f"bake-off written to {bakeoff['dest'] / 'kinds.json'}, its plot {b['plot']}" in out
     for row in b["rows"]:
         assert row["run_id"] == f"kinds-{row['kind']}" and row["by_concurrency"]["1"]["ratio"] > 0
         assert json.loads((bakeoff["work"] / "runs" / row["run_id"] / "run.json").read_text())["draft"] == row["kind"]

@@ -121,5 +121,19 @@ def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line():
                                               "deploy": "vllm serve V p"}
 
 
+def test_the_bakeoff_plot_draws_acceptance_by_position_and_speedup_with_its_spread(tmp_path):
+    from specops.ops import bakeoff
+
+    line = """vllm serve /m/v --speculative-config '{"method": "eagle3", "num_speculative_tokens": 5}'"""
+    assert bakeoff._k(line) == 5 and bakeoff._k("vllm serve /m/v") is None
+    rows = [{"kind": k, "run_id": f"b-{k}", "mean_acceptance_length": m, "acceptance_by_position": acc,
+             "num_spec_tokens": 3, "by_concurrency": {"1": {"ratio": r, "ratio_min": r - 0.1, "ratio_max": r + 0.2,
+                                                            "deploy": line}, "16": {"ratio": None}}}
+            for k, m, acc, r in (("eagle3", 2.1, [0.6, 0.4, 0.2], 1.9), ("peagle", 2.6, [0.7, 0.5, 0.3, 0.2], 2.3))]
+    png = bakeoff.plot({"bakeoff": "b", "host": "gpu1", "levels": [1, 16], "rows": rows}, tmp_path / "b.png")
+    assert png == str(tmp_path / "b.png") and (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "b.png").stat().st_size > 10_000  # (two panels drawn, not an empty canvas)
+
+
 # -- on the cpu rig: `inv bakeoff` of peagle and dflash (heavy): tests/kinds_bakeoff.py, run in test_learnable.py's
 # file (the demo's session fixture, built once per worker: conftest demo_run)

@@ -7,6 +7,7 @@ paired timing; one table, the winner per level and its `vllm serve` line. Every 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -116,8 +117,64 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
                    "winners": winners(rows, levels), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
     Path(dest).mkdir(parents=True, exist_ok=True)
     out["file"] = str(Path(dest) / f"{bid}.json")
+    out["plot"] = plot(out, Path(dest) / f"{bid}.png")
     Path(out["file"]).write_text(json.dumps(out, indent=1))
     return out
+
+
+def plot(out: dict, path: Path) -> Optional[str]:
+    """dest/<bakeoff id>.png: per kind its acceptance by draft position (left) and its speedup at each level, the
+    bar the median and the whisker the min-max over the repeats, labelled with the k it was served at (right);
+    None without matplotlib (specops[plot])."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows, levels = out["rows"], [str(c) for c in out["levels"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in rows:
+        acc = r.get("acceptance_by_position") or []
+        left.plot(range(len(acc)), acc, marker="o",
+                  label=f"{r['kind']}: mean length {r.get('mean_acceptance_length') or 0:.2f}")
+    left.set(xlabel="draft position", ylabel="accepted / drafted", ylim=(0, 1), title="acceptance by position")
+    left.xaxis.get_major_locator().set_params(integer=True)
+    left.legend(fontsize=8)
+    width = 0.8 / max(len(rows), 1)
+    for j, r in enumerate(rows):
+        xs, ys, lo, hi, ks = [], [], [], [], []
+        for i, c in enumerate(levels):
+            d = r["by_concurrency"].get(c) or {}
+            if d.get("ratio") is None:
+                continue
+            xs.append(i + (j - (len(rows) - 1) / 2) * width)
+            ys.append(d["ratio"])
+            lo.append(d["ratio"] - (d.get("ratio_min") if d.get("ratio_min") is not None else d["ratio"]))
+            hi.append((d.get("ratio_max") if d.get("ratio_max") is not None else d["ratio"]) - d["ratio"])
+            ks.append(_k(d.get("deploy")) or r.get("num_spec_tokens"))
+        bars = right.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=r["kind"])
+        for b, k, up in zip(bars, ks, hi):
+            if k:
+                right.annotate(f"k={k}", (b.get_x() + b.get_width() / 2, b.get_height() + up), ha="center",
+                               va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    right.axhline(1.0, color="grey", lw=0.8, ls="--")
+    right.set_xticks(range(len(levels)))
+    right.set_xticklabels(levels)
+    right.set(xlabel="requests at once", ylabel="speedup over the verifier alone", title="speedup (median, min-max)")
+    right.legend(fontsize=8)
+    fig.suptitle(f"bake-off {out['bakeoff']} on {out.get('host', '')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def _k(deploy: Optional[str]) -> Optional[int]:
+    """num_speculative_tokens of a `vllm serve ... --speculative-config '{...}'` line, if one is there."""
+    m = re.search(r'"num_speculative_tokens":\s*(\d+)', deploy or "")
+    return int(m.group(1)) if m else None
 
 
 def drafts_name(kind: str) -> str:
