@@ -184,3 +184,12 @@ def test_attempts_spent_leaves_the_rows_kept_and_the_drops_counted():
                   lambda i: 0.0)
     s.run()
     assert s.tried == 30 and s.rows == [] and s.drops["duplicate"] == 29 and s.drops["looping"] == 1
+
+
+def test_a_verifier_that_keeps_few_candidates_gets_more_in_flight_than_the_rows_wanted():
+    # 1 candidate in 4 kept: once a few are back, about 4 go for each row still wanted, up to --concurrency
+    s, live = _synth(6, 16, 400, lambda i, what: (f"q{i}?", "stop") if what == "q" else (
+        f"A fine answer to question {i}, said plainly." if i % 4 == 1 else "no " * 40, "stop"), lambda i: 0.05)
+    s.run()
+    assert [r["id"] for r in s.rows] == [f"synth-0-{i}" for i in (1, 5, 9, 13, 17, 21)]
+    assert live["most"] > 6, live

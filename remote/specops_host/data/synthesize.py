@@ -385,7 +385,9 @@ class Synth:
         with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
             flying = set()
             while True:
-                keep = self.good / len(done) if len(done) >= 64 else 1.0
+                # (the share of candidates kept so far, once a few are back: a verifier that keeps 1 in 6 has
+                # 6 candidates in flight for each row still wanted, up to --concurrency)
+                keep = (self.good + 1) / (len(done) + 1) if len(done) >= 8 else 1.0
                 while (len(flying) < self.a.concurrency and self.tried < self.info["attempts"]
                        and self.good + keep * len(flying) < self.a.rows):
                     flying.add(pool.submit(self.candidate, self.tried))
