@@ -14,3 +14,25 @@ def test_a_cpu_servers_model_runs_in_its_engine_process_unless_tensor_parallel_o
     assert vllm_server.UNI_VAR not in vllm_server.server_env(tmp_path, "cuda", 1)
     monkeypatch.setenv(vllm_server.UNI_VAR, "1")  # (the user's, e.g. hosts.yaml env: kept)
     assert vllm_server.UNI_VAR not in vllm_server.server_env(tmp_path, "cpu", 1)
+
+
+def test_every_host_process_has_openmps_threads_wait_asleep_unless_the_user_says(tmp_path):
+    """specops_host sets OMP_WAIT_POLICY=PASSIVE when it loads (before any script imports torch), so the vLLM
+    server, the trainer and speculators' scripts it starts inherit it; a user's own value is kept. Real
+    processes: a host script's interpreter, and what it starts (torch's OpenMP reads it at load)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    remote = str(Path(__file__).resolve().parent.parent / "remote")
+    code = ("import os, subprocess, sys, specops_host; print(os.environ['OMP_WAIT_POLICY']); "
+            "sys.stdout.flush(); subprocess.run([sys.executable, '-c', "
+            "'import os; print(os.environ[\"OMP_WAIT_POLICY\"])'])")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = remote
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.split() == ["PASSIVE", "PASSIVE"], out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.split() == ["ACTIVE", "ACTIVE"], out.stdout + out.stderr

@@ -27,3 +27,7 @@ Modules import each other by package (`from specops_host.serve import vllm_serve
 imports the stdlib-only ones (contract, fetch.manifest, fixtures.synthlang, jobs.errlines,
 jobs.loglines, ...) from the installed package: never torch at import time in those.
 """
+
+from specops_host import hostenv as _hostenv
+
+_hostenv.quiet_threads()  # (before any script imports torch: OpenMP reads it once, when it loads)

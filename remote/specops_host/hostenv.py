@@ -1,8 +1,23 @@
 """Environment for the heavy programs specops starts on a host: every cache inside the workdir
-(HF, datasets, vLLM, inductor, triton, tmp), no model hub unless the user enables it."""
+(HF, datasets, vLLM, inductor, triton, tmp), no model hub unless the user enables it; OpenMP's
+waiting threads asleep (THREADS)."""
 
 import os
 from pathlib import Path
+
+#: set in every specops_host process before torch loads OpenMP (specops_host/__init__.py), so in everything it
+#: starts (the vLLM server, the trainer, speculators' scripts), unless the user set it: OpenMP's threads wait
+#: asleep, not spinning. A spinning thread holds its core while another process needs it: a cpu host runs a vLLM
+#: server beside a trainer (online hidden states) or beside another job, and with more threads than cores a
+#: small model's steps (a wait at every parallel region) ran 30-200x slower: 3 processes of 3,000 small torch
+#: matmuls each on 2 cores took 500-522 s spinning, 0.9-2.5 s asleep (2026-12-06, a loaded 2-core host).
+THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def quiet_threads(environ=os.environ):
+    """THREADS into environ where the user has not set them."""
+    for k, v in THREADS.items():
+        environ.setdefault(k, v)
 
 
 def short_dir(p, name):

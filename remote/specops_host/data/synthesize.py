@@ -12,20 +12,18 @@ the same arguments without it as a detached job):
         [--attempts N] [--max-model-len N] [--tensor-parallel 8] [--trust-remote-code auto|true|false] \
         [--vllm-arg=ARG ...] [--overwrite] [--plan [--topics-later] [--seed-prompts-later]] [--result R]
 
-Candidates are numbered from 0; candidate i's requests carry the seed derived from (--seed, i), and
-rows are kept in candidate order, so the same seed gives the same rows where vLLM's sampling is
-reproducible (per-request seeds; a batch's numerics may still differ on some kernels). With
---topics (one a line), candidate i's question is steered by a system turn naming topic i mod n (in
-the pre-query template only: the answer sees the question alone). With --seed-prompts (a user's own
-prompts: JSONL rows as `inv evaluate --prompts` reads them, or a conversations row's first user turn,
-or plain text, one a line), the system turn shows prompt i mod n and asks for a new question of its
-kind; the row carries the seed's line and category, and a copy of a seed prompt is a duplicate.
+Candidate i's requests carry the seed derived from (--seed, i), and rows are kept in candidate order,
+so the same seed gives the same rows where vLLM's sampling is reproducible (a batch's numerics may
+still differ on some kernels). With --topics (one a line), candidate i's question is steered by a
+system turn naming topic i mod n (in the pre-query template only: the answer sees the question
+alone). With --seed-prompts (JSONL rows as `inv evaluate --prompts` reads them, a conversations
+row's first user turn, or plain text a line), the system turn shows prompt i mod n and asks for a
+new question of its kind; the row carries the seed's line and category (a seed's copy: a duplicate).
 
-Dropped, and counted: a question or answer cut at its token cap, empty, looping (repeated
-n-grams), a refusal (the answer), a duplicate (the question, case and spacing aside), a failed
-request. Candidates go --concurrency at a time, each as soon as one before it ends (its question,
-then its answer), until --rows are kept or --attempts are spent (default 4 x rows + 16: then the
-rows kept so far are written and the shortfall said).
+Dropped, and counted: a question or answer cut at its token cap, empty, looping (repeated n-grams),
+a refusal (the answer), a duplicate (the question, case and spacing aside), a failed request.
+Candidates go --concurrency at a time, each as soon as one ends (its question, then its answer),
+until --rows are kept or --attempts (default 4 x rows + 16) are spent (the shortfall then said).
 
 Output: one JSONL row per conversation, the format `inv prepare-data` takes:
     {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."},
@@ -338,9 +336,8 @@ class Synth:
                                                               self.server_dir))
 
     def candidate(self, i):
-        """Candidate i whole, in one worker: its question, judged, then its answer (every question that
-        passes is answered: a duplicate is decided later, in candidate order): (i, question, why the
-        question was dropped or None, answer, why the answer was dropped or None)."""
+        """Candidate i in one worker: (i, its question, why dropped or None, its answer, why dropped or None);
+        every question that passes is answered (a duplicate is decided later, in candidate order)."""
         q, finish = self.ask(i)
         qwhy = "error" if finish == "error" else judge_question(q, finish)
         if qwhy:
@@ -349,19 +346,16 @@ class Synth:
         return i, q, None, ans, ("error" if finish == "error" else judge_answer(ans, finish))
 
     def row(self, i, q, ans):
-        row = {"id": f"synth-{self.a.seed}-{i}",
+        row = {"id": f"synth-{self.a.seed}-{i}", **({"topic": self.topic(i)} if self.topics else {}),
                "conversations": [{"role": "user", "content": q}, {"role": "assistant", "content": ans}]}
-        if self.topics:
-            row["topic"] = self.topic(i)
-        if self.seeds:
-            seed = self.seeds[i % len(self.seeds)]
+        seed = self.seeds[i % len(self.seeds)] if self.seeds else None
+        if seed:
             row.update(seed_line=seed["line"], **({"category": seed["category"]} if "category" in seed else {}))
         return row
 
     def settle(self, done):
-        """The rows and drops of the candidates done, in candidate order (the same seed keeps the same rows
-        whatever order the answers came back in): a question seen before is a duplicate; the first --rows
-        kept are the rows."""
+        """The rows and drops of the candidates done, in candidate order (the same seed, the same rows, whatever
+        order the answers came back in): a question seen before is a duplicate; the first --rows kept are rows."""
         seen = {normal(p["prompt"]) for p in self.seeds or []}  # (a seed prompt copied: the user has it)
         rows, drops = [], dict.fromkeys(DROPS, 0)
         for i in sorted(done):
@@ -378,15 +372,13 @@ class Synth:
         self.rows, self.drops = rows, drops
 
     def run(self):
-        """Candidates in order, --concurrency in flight at all times (no batch waits on its slowest answer),
-        until the rows back, with those in flight at the rate kept so far, make --rows; then the ones in
-        flight finish and, where duplicates left a shortfall, more go."""
+        """Candidates in order, --concurrency in flight (no batch waits on its slowest answer) until the rows back
+        and those in flight (at the share kept so far) make --rows; where duplicates left a shortfall, more go."""
         done, errors = {}, 0
         with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
             flying = set()
             while True:
-                # (the share of candidates kept so far, once a few are back: a verifier that keeps 1 in 6 has
-                # 6 candidates in flight for each row still wanted, up to --concurrency)
+                # (a verifier that keeps 1 candidate in 6 has 6 in flight for each row still wanted)
                 keep = (self.good + 1) / (len(done) + 1) if len(done) >= 8 else 1.0
                 while (len(flying) < self.a.concurrency and self.tried < self.info["attempts"]
                        and self.good + keep * len(flying) < self.a.rows):
@@ -397,7 +389,7 @@ class Synth:
                     self.good = len(self.rows)
                     if self.good >= self.a.rows or self.tried >= self.info["attempts"]:
                         return
-                    continue  # (duplicates found among the answers back: more candidates)
+                    continue  # (duplicates among the answers back: more candidates)
                 finished, flying = wait(flying, timeout=1.0, return_when=FIRST_COMPLETED)
                 for f in finished:
                     i, q, qwhy, ans, awhy = f.result()
