@@ -174,10 +174,10 @@ def prepare_cmd(a, info, url):
     return argv
 
 
-def generate_cmd(a, url):
+def generate_cmd(a, url, concurrency=None):
     argv = [sys.executable, "-m", "speculators", "generate-offline-data", "--endpoint", f"{url}/v1",
             "--model", a.verifier, "--preprocessed-data", str(a.data_dir), "--concurrency",
-            str(a.concurrency), "--validate-outputs", "--fail-on-error"]
+            str(concurrency or a.concurrency), "--validate-outputs", "--fail-on-error"]
     if a.shard:
         i, n = a.shard.split("/")
         argv += ["--world-size", n, "--rank", i]
@@ -200,7 +200,8 @@ def commands(a, info, port=PORT):
 
 def run_cmd(argv, env=None, keep=1 << 16):
     """Run argv, its output into this job's log as it comes; a failure is StepFailed with the
-    program's own error line (`ValueError: ...`, `OSError: [Errno 28] No space left on device`)."""
+    program's own error line (`ValueError: ...`, `OSError: [Errno 28] No space left on device`) and
+    its log's tail (`.tail`)."""
     print(f"[specops] $ {' '.join(argv)}", flush=True)
     t0 = time.time()
     p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
@@ -212,9 +213,49 @@ def run_cmd(argv, env=None, keep=1 << 16):
         tail = (tail + chunk)[-keep:]
     rc = p.wait()
     if rc != 0:
-        why = first_error(tail.decode(errors="replace"))
-        raise vllm_server.StepFailed(f"{' '.join(argv[2:4])} exited {rc}" + (f": {why}" if why else ""))
+        text = tail.decode(errors="replace")
+        why = first_error(text)
+        err = vllm_server.StepFailed(f"{' '.join(argv[2:4])} exited {rc}" + (f": {why}" if why else ""))
+        err.tail = text
+        raise err
     return time.time() - t0
+
+
+#: tries of generate-offline-data while it dies of speculators' fixed wait (10 s, no flag sets it) for a
+#: hidden-states file's lock: vLLM's connector holds it until the file is written, at the end of the engine's next
+#: step, and on a loaded host (2 shared cores) a step of many rows' prefill takes longer (at load 13 the first row
+#: of 48 failed so, at --concurrency 32). Each try resumes (speculators skips the files written) with a quarter of
+#: the rows in flight (so shorter steps).
+LOCK_TRIES = 4
+
+
+def lock_wait(text):
+    """Whether a failed generate-offline-data's log ends in speculators' lock wait timing out (its traceback as
+    plain text or as rich's wrapped log: spacing aside)."""
+    flat = "".join(text.split())
+    return "TimeoutError" in flat and ",inwait_for_lock" in flat
+
+
+def generate(argv_of, concurrency, tries=LOCK_TRIES, count=None):
+    """run_cmd(argv_of(concurrency)), again (up to `tries` in all, each with a quarter of the concurrency, at least
+    1) while it fails on the lock wait alone, each retry said; count(): the files written so far. Returns its
+    seconds, all tries."""
+    t0, n = time.time(), 1
+    while True:
+        try:
+            run_cmd(argv_of(concurrency))
+            return time.time() - t0
+        except vllm_server.StepFailed as e:
+            if not lock_wait(getattr(e, "tail", "")):
+                raise
+            what = ("speculators' fixed 10 s wait for a hidden-states file's lock ran out (the host is loaded: the "
+                    "file's write came later)")
+            if n == tries:
+                raise vllm_server.StepFailed(f"speculators generate-offline-data failed {tries} times: {what}; run it "
+                                             f"again when the host is less busy (the files written are kept)") from None
+            n, concurrency = n + 1, max(1, concurrency // 4)
+            kept = f"; {count()} file(s) written are kept" if count else ""
+            print(f"[specops] {what}: try {n} of {tries}, resuming at --concurrency {concurrency}{kept}", flush=True)
 
 
 def execute(a, info):
@@ -242,11 +283,8 @@ def execute(a, info):
         if made and data.is_dir() and not any(data.iterdir()):
             data.rmdir()
         raise
-    finally:
-        try:
-            hs_stage(a).rmdir()  # (empty once the states are in hidden_states/)
-        except OSError:
-            pass
+    finally:  # (the server is stopped: what its stage still holds is an aborted try's, never moved)
+        shutil.rmtree(hs_stage(a), ignore_errors=True)
 
 
 def run_steps(a, info, data, run_dir, res, stage):
@@ -280,7 +318,7 @@ def run_steps(a, info, data, run_dir, res, stage):
                          if k not in ("commands", "max_model_len", "already_prepared", "needs_render_server")})
             start, end = info["rows"]
             if a.backend == "vllm":
-                secs = run_cmd(generate_cmd(a, url))
+                secs = generate(lambda c: generate_cmd(a, url, c), a.concurrency, count=lambda: len(hs_files(data)))
                 res["extract"] = {"tokens": info["tokens"], "seconds": round(secs, 2),
                                   "tokens_per_s": round(info["tokens"] / secs, 1) if secs > 0 else None}
             else:
