@@ -440,3 +440,24 @@ def test_override_lines_once_and_controls_verdict():
     acc["wrong_layers"]["mean_acceptance_length"] = 2.235
     assert controls_verdict(acc)[1].endswith("the draft depends on the hidden states of the layers it learnt from")
     assert controls_verdict({}) == []
+
+
+def test_controls_verdict_reads_the_accepted_tokens_where_counted():
+    """SmolLM2's draft of 48 synthesized rows (by hand, 8 prompts x 64 tokens): trained 1.22 (83 of 1,137 draft
+    tokens accepted) beside untrained 1.00 (0 of 1,380) was said 'as high as the trained draft' (0.5 of mean
+    acceptance length, the synthetic verifier's scale); by the counts it is far under, and the wrong-layers control
+    (85 of 1,134) is not."""
+    from specops.ops.controls import controls_verdict
+
+    def d(m, accepted, tokens, **kw):
+        return {"mean_acceptance_length": m, "counters": {"accepted": accepted, "draft_tokens": tokens}, **kw}
+
+    acc = {"trained": d(1.219, 83, 1137), "untrained": d(1.0, 0, 1380),
+           "wrong_layers": d(1.225, 85, 1134, served_layer_ids=[3, 16, 28], trained_layer_ids=[2, 15, 27])}
+    u, w = controls_verdict(acc)
+    assert u == "untrained draft 1.00 vs trained 1.22: the figure comes from training"
+    assert w.startswith("fed other layers (layers [3, 16, 28] for [2, 15, 27]) 1.23 vs 1.22: as high as with the "
+                        "right layers")
+    acc["untrained"] = d(1.19, 70, 1150)  # (within 3 standard errors of 83 of 1,137: not separated)
+    assert controls_verdict(acc)[0].endswith("as high as the trained draft: this figure does not show what training "
+                                             "did")

@@ -6,6 +6,7 @@ they say about the trained draft's figure."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import tempfile
 from pathlib import Path
@@ -179,18 +180,32 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     return out
 
 
+def below(a: dict, b: dict, margin: float) -> bool:
+    """Whether draft b's acceptance is clearly under draft a's: with both's spec-decode counters, b's share of its
+    draft tokens accepted lower by more than 3 standard errors (pooled); without them, b's mean acceptance length
+    `margin` or more under a's."""
+    ca, cb = a.get("counters") or {}, b.get("counters") or {}
+    na, nb = ca.get("draft_tokens") or 0, cb.get("draft_tokens") or 0
+    if na > 0 and nb > 0:
+        pa, pb = (ca.get("accepted") or 0) / na, (cb.get("accepted") or 0) / nb
+        p = ((ca.get("accepted") or 0) + (cb.get("accepted") or 0)) / (na + nb)
+        return pa - pb > 3 * math.sqrt(p * (1 - p) * (1 / na + 1 / nb))
+    return b["mean_acceptance_length"] <= a["mean_acceptance_length"] - margin
+
+
 def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
-    """What the controls say about the trained draft's figure, a line each: a control within
-    `margin` of the trained draft's mean acceptance length does not separate them (said so,
-    never claimed as proof)."""
-    m = (acc.get("trained") or {}).get("mean_acceptance_length")
+    """What the controls say about the trained draft's figure, a line each: a control not clearly under the trained
+    draft (below(): by its accepted tokens' share, or by `margin` of mean acceptance length) does not separate them
+    (said so, never claimed as proof)."""
+    t = acc.get("trained") or {}
+    m = t.get("mean_acceptance_length")
     if m is None:
         return []
     out = []
-    u = (acc.get("untrained") or {}).get("mean_acceptance_length")
-    if u is not None:
-        out.append(f"untrained draft {u:.2f} vs trained {m:.2f}: " + (
-            "the figure comes from training" if u <= m - margin else
+    u = acc.get("untrained") or {}
+    if u.get("mean_acceptance_length") is not None:
+        out.append(f"untrained draft {u['mean_acceptance_length']:.2f} vs trained {m:.2f}: " + (
+            "the figure comes from training" if below(t, u, margin) else
             "as high as the trained draft: this figure does not show what training did"))
     w = acc.get("wrong_layers") or {}
     if w.get("mean_acceptance_length") is not None:
@@ -198,7 +213,7 @@ def controls_verdict(acc: dict, margin: float = 0.5) -> list[str]:
         ids = (f" (layers {w.get('served_layer_ids')} for {w.get('trained_layer_ids')})"
                if w.get("served_layer_ids") else "")
         out.append(f"fed other layers{ids} {x:.2f} vs {m:.2f}: " + (
-            "the draft depends on the hidden states of the layers it learnt from" if x <= m - margin else
+            "the draft depends on the hidden states of the layers it learnt from" if below(t, w, margin) else
             "as high as with the right layers: this verifier's neighbouring layers carry nearly the same "
             "features, so this control does not separate them here"))
     return out
