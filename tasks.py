@@ -37,6 +37,8 @@ DISK_BUDGET = "auto: GiB of hidden states the host's disk may hold (default: the
 DRAFT_VOCAB = ("the draft's vocabulary: a number of tokens, or auto (the dataset's distinct answer tokens, rounded up "
                "to 64, at most 32000); default: the config's draft-vocab-size (configs/eagle3.yaml: auto)")
 COMMON = {"host": HOST, "hosts": HOSTS}
+CEILING = ("acceptance rates per position a draft is timed at before training (vLLM's synthetic rejection "
+           "sampling: the draft's cost, that acceptance): the speedup each buys")
 PLAN_HELP = {"sample": "rows of --data measured (default 32; the first ones)",
              "steps": "training steps measured per mode (default 10; one epoch of the sample at most)",
              "epochs": "epochs of the whole run (default: the config's)",
@@ -382,21 +384,31 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     **COMMON, "json": JSON, "data": "conversations/pre-tokenised .jsonl (laptop file or host path)",
     "dataset": DATA, "verifier": VERIFIER, "config": "training config (default configs/eagle3.yaml)",
     "layers": "layer ids", "seq_length": "max tokens per row (default 2048)", "backend": "vllm (default) or hf",
-    "disk_budget": DISK_BUDGET, "vllm_arg": VLLM_ARG, "draft_vocab_size": DRAFT_VOCAB, **PLAN_HELP})
+    "disk_budget": DISK_BUDGET, "vllm_arg": VLLM_ARG, "draft_vocab_size": DRAFT_VOCAB, **PLAN_HELP,
+    "ceiling": CEILING + " (default 0,0.5,0.7,0.9; none skips it)",
+    "num_spec_tokens": "the ceiling's draft tokens per step (default 3)",
+    "speedup": "the ceiling's concurrency levels (default 1: one request, where a draft buys most)",
+    "repeats": "the ceiling's repeats, paired (default 3)", "speedup_requests": "the ceiling's requests per level",
+    "speedup_tokens": "the ceiling's output tokens per request"})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
          epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
-         json_=False, draft_vocab_size=None):
-    """Measure a short sample of the real stages on the host and price the whole run.
+         json_=False, draft_vocab_size=None, ceiling="0,0.5,0.7,0.9", num_spec_tokens=3, speedup="1", repeats=3,
+         speedup_requests=None, speedup_tokens=None):
+    """Measure a short sample of the real stages on the host and price the whole run, and the ceiling.
 
     prepare + extract on --sample rows, a few training steps offline and online (the real verifier
     and config), then per mode: stage | tokens | hours | disk | GPU-hours | cost, what auto takes and
-    why; kept with the dataset (plan.json), shown beside the actual hours by status and fetch.
+    why; kept with the dataset (plan.json), shown beside the actual hours by status and fetch. The
+    ceiling: the speedup a draft of each acceptance would buy (the plan's draft, its proposals accepted
+    at that rate by vLLM's synthetic rejection sampling, timed against the verifier alone); a trained
+    draft's `inv evaluate` is said against it.
 
     Example: inv plan --host gpu1 --data convs.jsonl --config configs/eagle3.yaml"""
     on_hosts(c, host, hosts, _plan.price, across=_plan.one_host, json_=json_, data=data, dataset=dataset,
              verifier=verifier, config=config, layers=layers, seq_length=seq_length, epochs=epochs,
              hidden_states=hidden_states, sample=sample, steps=steps, backend=backend, disk_budget=disk_budget,
-             vllm_arg=vllm_arg, draft_vocab_size=draft_vocab_size)
+             vllm_arg=vllm_arg, draft_vocab_size=draft_vocab_size, ceiling=ceiling, num_spec_tokens=num_spec_tokens,
+             speedup=speedup, repeats=repeats, speedup_requests=speedup_requests, speedup_tokens=speedup_tokens)
 
 
 @task(changes=True, streams=True, help={
@@ -452,19 +464,20 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
                     "and no --vllm-arg sets the memory, else 1; 2 or more: interleaved, paired ratios)",
     "controls": "untrained,wrong-layers (either or both): also serve the run's untrained draft (speculators' "
                 "initialisation) and its trained draft fed other layers on the first 16 of the same prompts; the "
-                "table shows trained beside them"})
+                "table shows trained beside them", "ceiling": CEILING + ", beside the draft (default: the dataset's "
+                "plan's, where it measured one)"})
 def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoints=None, pick=False, prompts=None,
              num_spec_tokens=3, max_prompts=32, max_tokens=64, dest="runs", speedup=None, json_=False, vllm_arg=None,
              repeats=3, tune=False, tune_k=None, baselines=None, speedup_requests=None, speedup_tokens=None,
-             side_by_side=None, controls=None):
-    """Serve verifier + draft through vLLM; acceptance per position beside training accuracy.
+             side_by_side=None, controls=None, ceiling=None):
+    """Serve verifier + draft through vLLM; acceptance per position beside training accuracy, and its ceiling.
 
     Example: inv evaluate --host gpu1 --run-id R"""
     on_hosts(c, host, hosts, _controls.evaluate_run, group=False, json_=json_, run_id=run_id, checkpoint=checkpoint,
              checkpoints=checkpoints, pick=pick, prompts=prompts, num_spec_tokens=num_spec_tokens,
              max_prompts=max_prompts, max_tokens=max_tokens, dest=dest, speedup=speedup, vllm_arg=vllm_arg,
              repeats=repeats, tune=tune, tune_k=tune_k, baselines=baselines, speedup_requests=speedup_requests,
-             speedup_tokens=speedup_tokens, side_by_side=side_by_side, controls=controls)
+             speedup_tokens=speedup_tokens, side_by_side=side_by_side, controls=controls, ceiling=ceiling)
 
 
 @task(iterable=["vllm_arg"], changes=True, streams=True, help={

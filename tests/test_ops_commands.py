@@ -141,6 +141,24 @@ def test_evaluate_records_the_pick_whole_in_the_runs_record():
     assert where == f"{rec}.{PID}.part" and json.loads(body) == {"run_id": "r1", "best_served": pick}
 
 
+def test_a_runs_evaluation_reads_its_dataset_plans_ceiling_and_sends_nothing():
+    from specops.ops import ceiling
+
+    row = {"rate": 0.0, "k": 3, "acceptance_length": 1.0, "by_concurrency": {"1": {"ratio": 0.8, "acceptance_length": 1.0}}}
+    top = {**row, "rate": 0.9, "acceptance_length": 3.439, "by_concurrency": {"1": {"ratio": 2.0, "acceptance_length": 3.4}}}
+    plan = {"ceiling": {"host": "h", "verifier": "/m/v", "kind": "eagle3", "k": 3, "rows": [row, top]}}
+    spec = {"data": "/w/data/d", "verifier": "/m/v", "flags": {"speculator-type": "eagle3"}}
+    t = RecordingTransport(host(), files={"/w/runs/r1/train-spec.json": json.dumps(spec).encode(),
+                                          "/w/data/d/plan.json": json.dumps(plan).encode()})
+    ev = {"num_spec_tokens": 3, "speedup": {"by_concurrency": {"1": {"ratio": 1.4}},
+                                            "sides": {"draft": {"by_concurrency": {"1": {"acceptance_length": 2.2}}}}}}
+    vs = ceiling.of_run(t, "r1", ev)
+    assert vs["where"] == "/w/data/d/plan.json" and vs["by_concurrency"]["1"]["ceiling"] == 1.4  # (2.2: half way)
+    assert t.commands == [] and t.ops == [("read", "/w/runs/r1/train-spec.json", 0), ("read", "/w/data/d/plan.json", 0)]
+    idle = RecordingTransport(host())  # (nothing timed: nothing read)
+    assert ceiling.of_run(idle, "r1", {"num_spec_tokens": 3}) is None and idle.ops == []
+
+
 def test_fetch_asks_the_host_for_the_manifest_of_the_run():
     from specops.ops import fetch
 

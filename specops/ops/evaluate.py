@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from specops.ops import checkpoints as ckpts, fetch, jobs
+from specops.ops import ceiling as ceilings, checkpoints as ckpts, fetch, jobs
 from specops import metrics, paths
 from specops.contract import Refused as HostRefused, concurrency_levels
 from specops.ops.data import remote_input
@@ -134,15 +134,16 @@ def dry_check_prompts(t: Transport, verifier: str, path: str, *, levels: list, m
 
 TUNE_K = "1,2,3,4,5"  # (an EAGLE-3 draft's; each kind's own: specops_host/serve/drafts.py KINDS tune_k)
 DEFAULT_BASELINES = "ngram,suffix"  # (suffix: skipped, with its reason, where the host's vLLM cannot serve it)
-TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens", "side_by_side")
+TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens", "side_by_side", "ceiling")
 
 
 def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
                 baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
                 speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None,
-                kind: str = "eagle3") -> list[str]:
+                kind: str = "eagle3", ceiling: Optional[str] = None) -> list[str]:
     """The host's options of the speedup's timing (remote/specops_host/serve/evaluate.py); bad values
-    one line, before any server starts. kind: the draft's (--tune sweeps its k: up to 8 for peagle and dflash)."""
+    one line, before any server starts. kind: the draft's (--tune sweeps its k: up to 8 for peagle and dflash);
+    ceiling: acceptance rates the draft is also timed at (vLLM's synthetic acceptance: ops/ceiling.py)."""
     if int(repeats) < 1:
         raise SpecopsError(f"--repeats {repeats}: give 1 or more (each side timed that many times)")
     if (tune or tune_k) and not levels:
@@ -172,7 +173,10 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
         raise SpecopsError(f"--side-by-side {side_by_side}: give how many servers are up at once (1 or more)")
     if side_by_side:
         out += ["--side-by-side", str(int(side_by_side))]
-    return out
+    rates = ceilings.rates(ceiling)
+    if rates and not levels:
+        raise SpecopsError(f"--ceiling {ceiling} is timed against the verifier alone: give --speedup levels (not none)")
+    return out + (["--ceiling", ",".join(f"{r:g}" for r in rates)] if rates else [])
 
 
 @dataclasses.dataclass
@@ -206,6 +210,9 @@ def finish(t: Transport, p: Pending, code: Optional[int] = None) -> dict:
         ev["speedup"]["local_dir"] = str(local / bench)
     ev["training_accuracy"] = metrics.training_accuracy(local)
     ev["flags"] = gap_flags(ev, ev["training_accuracy"])
+    vs = ceilings.of_run(t, run_id, ev)  # (its own --ceiling's, else its dataset's plan's: ops/ceiling.py)
+    if vs:
+        ev["versus_ceiling"] = vs
     if ev["flags"]:
         ev["likely_causes"] = CAUSES
     if write:

@@ -22,9 +22,13 @@ from specops.args import USAGE, Refused, refusing
 from specops.config import load_config
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
-from specops.ops import bootstrap, data, jobs, train
+from specops.ops import bootstrap, ceiling as ceilings, data, evaluate, jobs, train
+from specops.ops.ceiling import PLAN, read_plan
+from specops.contract import concurrency_levels
 
-PLAN = "plan.json"
+#: evaluate's timing settings the ceiling takes (`inv plan --repeats ...`)
+CEILING_TIMING = ("repeats", "speedup_requests", "speedup_tokens")
+
 #: what a plan takes before it has run once on a host, by profile (seconds: a vLLM server start,
 #: the sample's data job, two short trainings, one with its own server); later: the last plan's
 GUESS_S = {"cpu": 360.0, "cuda": 150.0}
@@ -108,17 +112,38 @@ def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, confi
     return {**m, "run_id": rid, "ended": job.ended_at}
 
 
+def measure_ceiling(t: Transport, run_id: str, rates: list, *, kind: str, verifier: str, tmp: Path,
+                    num_spec_tokens: int = 3, speedup: str = "1", vllm_arg: Optional[list] = None,
+                    **timing) -> dict:
+    """The ceiling (ops/ceiling.py): the plan's own draft (run_id, a few steps trained) served with vLLM's
+    synthetic acceptance at each rate, timed against the verifier alone by evaluate() (timing: its
+    repeats, speedup_requests, speedup_tokens); a failure is kept as {"error"} (the plan's prices stand)."""
+    what = ", ".join(f"{r:g}" for r in rates)
+    try:
+        with t.step(f"plan: the ceiling: the verifier with the draft's proposals accepted at {what} per position "
+                    f"(vLLM's synthetic acceptance, k={num_spec_tokens}) against the verifier alone"):
+            ev = evaluate.evaluate(t, run_id, num_spec_tokens=num_spec_tokens, speedup=speedup, dest=str(tmp),
+                                   vllm_arg=vllm_arg, result_name="evaluation/ceiling.json", write=False,
+                                   ceiling=",".join(map(str, rates)), baselines="none", **timing)
+    except SpecopsError as e:  # (said by the plan's view: `ceiling: not measured: ...`)
+        return {"error": str(e)}
+    return ceilings.table(ev, host=t.host.name, verifier=verifier, kind=kind, run_id=run_id)
+
+
 def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, verifier: Optional[str] = None,
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
             vllm_arg: Optional[list] = None, disk_budget_gb: Optional[float] = None,
-            draft_vocab_size: Optional[str] = None) -> dict:
+            draft_vocab_size: Optional[str] = None, ceiling: Optional[str] = None, **timing) -> dict:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
-    take). Returns the plan (also written to the dataset's plan.json on the host); a dry run says
+    take). ceiling: acceptance rates (ops/ceiling.py) the first mode's draft is timed at
+    (measure_ceiling(); timing: its settings); none: the last plan's ceiling of this verifier and host is
+    kept. Returns the plan (also written to the dataset's plan.json on the host); a dry run says
     what measuring would run, then stops at the sample's data job (what follows reads it)."""
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
+    rates = ceilings.rates(ceiling)
     h = t.host
     cfg = load_config(config, h.profile, {"epochs": epochs, "draft-vocab-size": draft_vocab_size})  # (keys, numbers)
     n_epochs = int(cfg["flags"].get("epochs") or 1)
@@ -146,7 +171,8 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                                overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
-            t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, the plan "
+            t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, "
+                    + (f"the ceiling (the draft at acceptance {ceiling}), " if rates else "") + "the plan "
                     f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
             dg = data.run_datagen(t, args, kind="plan-data")
         assert dg is not None  # (not detached: its result)
@@ -169,6 +195,10 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         for mode in modes:
             with t.step(f"plan: {steps} training step(s) {mode} on the sample"):
                 trained[mode] = measure_train(t, mode, dataset=sdir if mode == "offline" else odir, **kw)
+        kind = str(cfg["flags"].get("speculator-type") or "eagle3")
+        ceil = (measure_ceiling(t, trained[modes[0]]["run_id"], rates, kind=kind, verifier=ver, tmp=tmp,
+                                vllm_arg=vllm_arg, **timing) if rates else
+                ceilings.kept(read_plan(t, ddir), host=h.name, verifier=ver))
     log = (t.read_bytes(jobs.run_path(t, dg["run_id"], "output.log"), limit=16 << 20) or b"").decode("utf-8", "replace")
     measured = {"rows_total": total, "rows_sample": n, "tokens_sample": tokens,
                 "data": {"wall_s": wall, "prepare_s": float(dg.get("prepare_seconds") or 0.0),
@@ -190,7 +220,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
             "config": cfg["path"], "config_flags": cfg["flags"], "hidden_states": hidden_states, "layers": layers,
             "seq_length": seq_length, "sample_rows": n, "steps": steps, "gpus": gpus,
             "price_per_hour": h.price_per_hour, "price_per": h.price_per, "measured": measured, **out,
-            "plan_seconds": time.time() - t0}
+            "ceiling": ceil, "plan_seconds": time.time() - t0}
     t.check(f"mkdir -p {shlex.quote(ddir)}", "the dataset dir (the plan is kept there)")
     t.put_text(json.dumps(plan, indent=1, default=str), f"{ddir}/{PLAN}", label="(plan.json)", whole=True)
     plan["path"] = f"{ddir}/{PLAN}"
@@ -209,14 +239,6 @@ def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg
     if not res.ok:
         raise SpecopsError(f"plan on {t.host.name}: {res.error}")
     return {"tokens": res.tokens or 0, "estimate_bytes": res.estimate_bytes or 0, "free_bytes": res.free_bytes}
-
-
-def read_plan(t: Transport, data_dir: str) -> Optional[dict]:
-    raw = t.read_bytes(f"{data_dir}/{PLAN}")
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return None
 
 
 def job_wall(j) -> Optional[float]:
@@ -269,9 +291,19 @@ class Priced:
     why: str
 
 
-def _plan_flags(data: Optional[str] = None, **_) -> None:
+def _plan_flags(data: Optional[str] = None, ceiling: Optional[str] = None, speedup: str = "1",
+                num_spec_tokens: int = 3, **kw) -> None:
     if not data:
         raise Refused("plan needs --data FILE (.jsonl: the rows the run will train on)", code=USAGE)
+    try:
+        levels = concurrency_levels(speedup)
+        if ceilings.rates(ceiling) and not levels:
+            raise SpecopsError(f"--ceiling {ceiling} is timed: give --speedup levels (not none), or --ceiling none")
+        evaluate.timing_args(levels, **{k: kw[k] for k in CEILING_TIMING if kw.get(k) is not None})
+    except SpecopsError as e:
+        raise Refused(str(e)) from None
+    if int(num_spec_tokens) < 1:
+        raise Refused(f"--num-spec-tokens {num_spec_tokens}: give 1 or more (the draft tokens the ceiling is timed at)")
 
 
 @refusing(_plan_flags)

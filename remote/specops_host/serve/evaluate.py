@@ -4,7 +4,7 @@ acceptance.
 Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 -m specops_host.serve.evaluate --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
-        [--max-tokens 64] [--max-model-len N] [--tensor-parallel 8] \
+        [--max-tokens 64] [--max-model-len N] [--tensor-parallel 8] [--ceiling 0,0.5,0.9] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
         [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
         [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
@@ -19,7 +19,7 @@ length to evaluation.json; prompts carrying a "category" (MT-Bench's and SPEED-B
 category by category, the counters read between them: by_category (serve/categories.py).
 
 --speedup 1,16 (the default; `none` skips it) then times the verifier with the draft and without
-it, and with --tune-k/--tune-async/--baselines further settings, by vLLM's own benchmark (`vllm
+it, and with --tune-k/--tune-async/--baselines/--ceiling further settings, by vLLM's own benchmark (`vllm
 bench serve`, run by speedup.py through vllm_bench.py) on the same prompts, --repeats times, sides
 interleaved: `speedup` (docs/evaluation.md). On a cpu host the baseline server is started beside
 the draft's (a start is one busy interpreter at a time, importing torch and vLLM: two starts share
@@ -53,7 +53,7 @@ from pathlib import Path
 from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
-from specops_host.serve import categories, drafts, speedup, vllm_server
+from specops_host.serve import categories, drafts, speedup, synthetic, vllm_server
 from specops_host.serve import prompts as prompts_mod
 from specops_host.serve.prompts import file_prompts, held_out_prompts  # noqa: F401  (bench/, tests)
 from specops_host.contract import Refused, concurrency_levels, emit
@@ -180,6 +180,8 @@ def speedup_options(ap):
     ap.add_argument("--tune-k", default="", help="the draft also timed at these num_speculative_tokens (1,2,3)")
     ap.add_argument("--tune-async", action="store_true", help="each --tune-k with async scheduling off and on")
     ap.add_argument("--baselines", default="", help="training-free methods timed too: ngram,suffix")
+    ap.add_argument("--ceiling", default="", help="the draft also timed with vLLM's synthetic rejection sampling at "
+                    "these acceptance rates per position (0,0.5,0.7,0.9): what a draft of that acceptance buys")
     ap.add_argument("--side-by-side", type=int, default=0,
                     help="servers up at once: the baseline beside N - 1 other sides (default: cpu 2; cuda 2 where two "
                          "fit GPU 0, else 1; on a GPU its memory split between them)")
@@ -271,6 +273,8 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
            "draft_deploy": deploy(sides_rec["draft"])}
     if a.kind == "cpu":
         out["note"] = CPU_NOTE
+    if any(s.role == "ceiling" for s in all_sides):
+        out["ceiling"] = synthetic.record(sides_rec, levels)
     if any(s.role == "tune" for s in all_sides):
         out["best"] = speedup.best(sides_rec, levels, deploy)
         out["deploy"] = out["best"].get("overall", {}).get("deploy")
@@ -332,6 +336,7 @@ def main():
         source["chat_template"] = categories.chat(prompts, AutoTokenizer.from_pretrained(a.verifier,
                                                                                          trust_remote_code=trust))
     tune_k, methods = check_speedup_options(a, levels)
+    rates = synthetic.parse(a.ceiling, levels, kind=a.kind)
     check_prompts(a, levels, given_len, prompts, source, trust)
     kind = drafts.checkpoint_kind(ckpt)
     if drafts.k_problem(kind, ckpt, a.num_spec_tokens):
@@ -344,6 +349,7 @@ def main():
     all_sides, skipped = (speedup.sides(sc, baselines=methods, tune_k=tune_k, tune_async=tune_async, vdir=vdir,
                                         kind=kind)
                           if levels else ([speedup.Side("draft", "draft", sc)], []))
+    all_sides += [synthetic.side(sc, r) for r in rates]  # (the ceiling: none without levels)
     skipped += [{"method": drafts.label(kind, k), "why": drafts.k_problem(kind, ckpt, k)} for k in too_many]
     if a.tune_async and not tune_async:
         skipped.append({"method": "async scheduling", "why": "this vLLM has no --async-scheduling"})

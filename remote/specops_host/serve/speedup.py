@@ -2,7 +2,9 @@
 
 The sides: the verifier served without speculation (`baseline`), with the run's draft (`draft`),
 with the draft at other settings (--tune: num_speculative_tokens and async scheduling, `tune`),
-and with vLLM's training-free methods (--baselines ngram,suffix, `free`). Every side is timed on
+with vLLM's training-free methods (--baselines ngram,suffix, `free`), and with the draft's proposals accepted
+at a chosen rate per position whatever they are (--ceiling: vLLM's synthetic rejection sampling, `ceiling`:
+serve/synthetic.py). Every side is timed on
 the same prompts (written once as the benchmark's custom dataset: {"prompt": text} per line, the
 chat template already in them), at every concurrency level asked, `repeats` times: each repeat
 runs the sides one after the other at each level (their order alternates between repeats), so
