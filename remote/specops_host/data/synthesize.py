@@ -4,8 +4,7 @@ what it writes there is a question, which it then answers through its chat templ
 vLLM server of the verifier serves both (the same launch code as extraction and regeneration),
 many requests in flight.
 
-Launch (what `inv synthesize` sends, from the host workdir; `--plan` first, synchronously, then
-the same arguments without it as a detached job):
+Launch (`inv synthesize`'s, from the host workdir; `--plan` first, then the same without it as a detached job):
     <venv>/bin/python3 -m specops_host.data.synthesize --out synthesized/NAME.jsonl --verifier /models/V \
         --kind cuda --rows 1000 [--seed 0] [--topics FILE | --seed-prompts FILE] [--question-temperature 1.0|config] \
         [--answer-temperature 0|config] [--question-tokens 128] [--max-tokens 1024] [--concurrency 32] \
@@ -25,22 +24,22 @@ a refusal (the answer), a duplicate (the question, case and spacing aside), a fa
 Candidates go --concurrency at a time, each as soon as one ends (its question, then its answer),
 until --rows are kept or --attempts (default 4 x rows + 16) are spent (the shortfall then said).
 
-Output: one JSONL row per conversation, the format `inv prepare-data` takes:
-    {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."},
-     {"role": "assistant", "content": "..."}]}   (+ "topic" with --topics; "seed_line", "category" with
-                                                 --seed-prompts)
-written whole (a temp file, renamed) or not at all; an existing --out only with --overwrite.
+Output: a JSONL row a conversation, as `inv prepare-data` takes it (+ "topic" with --topics; "seed_line",
+"category" with --seed-prompts), written whole (a temp file, renamed) or not at all (--overwrite to replace):
+    {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."}, {"role": "assistant", ...}]}
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
 import os
+import queue
 import re
 import time
 import urllib.request
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from specops_host import contract
@@ -77,32 +76,22 @@ def refusal(text):
     return bool(REFUSAL.match(text.strip()[:200]))
 
 
-def normal(text):
-    """A question as dedup compares it: case, spacing and end punctuation aside."""
+def normal(text):  # (a question as dedup compares it: case, spacing and end punctuation aside)
     return " ".join(text.lower().split()).strip(" .?!")
 
 
-def seed_of(seed, i):
-    """Candidate i's request seed: a 31-bit hash of (seed, i)."""
+def seed_of(seed, i):  # (candidate i's request seed: a 31-bit hash of (seed, i))
     return int.from_bytes(hashlib.sha256(f"{seed}/{i}".encode()).digest()[:4], "big") >> 1
 
 
 def judge_question(text, finish):
-    if not text.strip():
-        return "empty"
-    if looping(text):
-        return "looping"
-    return "question_cut" if finish == "length" else None
+    return "empty" if not text.strip() else "looping" if looping(text) else ("question_cut" if finish == "length"
+                                                                             else None)
 
 
 def judge_answer(text, finish):
-    if not text.strip():
-        return "empty"
-    if looping(text):
-        return "looping"
-    if finish == "length":
-        return "answer_cut"
-    return "refusal" if refusal(text) else None
+    why = judge_question(text, finish)
+    return "answer_cut" if why == "question_cut" else why or ("refusal" if refusal(text) else None)
 
 
 # -- sampling ------------------------------------------------------------------------------------
@@ -374,23 +363,23 @@ class Synth:
     def run(self):
         """Candidates in order, --concurrency in flight (no batch waits on its slowest answer) until the rows back
         and those in flight (at the share kept so far) make --rows; where duplicates left a shortfall, more go."""
-        done, errors = {}, 0
+        done, errors, flying, back = {}, 0, 0, queue.SimpleQueue()  # (back: each one ended, O(1) a candidate)
         with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
-            flying = set()
             while True:
                 # (a verifier that keeps 1 candidate in 6 has 6 in flight for each row still wanted)
                 keep = (self.good + 1) / (len(done) + 1) if len(done) >= 8 else 1.0
-                while (len(flying) < self.a.concurrency and self.tried < self.info["attempts"]
-                       and self.good + keep * len(flying) < self.a.rows):
-                    flying.add(pool.submit(self.candidate, self.tried))
-                    self.tried += 1
+                while (flying < self.a.concurrency and self.tried < self.info["attempts"]
+                       and self.good + keep * flying < self.a.rows):
+                    pool.submit(self.candidate, self.tried).add_done_callback(back.put)
+                    self.tried, flying = self.tried + 1, flying + 1
                 if not flying:
                     self.settle(done)
                     self.good = len(self.rows)
                     if self.good >= self.a.rows or self.tried >= self.info["attempts"]:
                         return
                     continue  # (duplicates among the answers back: more candidates)
-                finished, flying = wait(flying, timeout=1.0, return_when=FIRST_COMPLETED)
+                finished = drain(back, 1.0)
+                flying -= len(finished)
                 for f in finished:
                     i, q, qwhy, ans, awhy = f.result()
                     done[i] = (q, qwhy, ans, awhy)
@@ -402,7 +391,7 @@ class Synth:
                     raise vllm_server.StepFailed(f"{errors} of {len(done)} requests failed (first: "
                                                  f"{self.first_error})")
                 if self.clock.due():
-                    self.say(f" ({len(flying)} in flight)")
+                    self.say(f" ({flying} in flight)")
 
     def rate(self):
         secs = time.time() - self.t0
@@ -414,6 +403,16 @@ class Synth:
         drops = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.drops.items() if v) or "none"
         contract.progress(f"synthesize: {n}/{want} rows, {r:.2f} rows/s, {eta}; {self.tried} candidates, "
                           f"dropped: {drops}{extra}")
+
+
+def drain(q, timeout):
+    """What q holds: the first waited for up to timeout seconds, the rest as they are (none: [])."""
+    out = []
+    with contextlib.suppress(queue.Empty):
+        out.append(q.get(timeout=timeout))
+        while True:
+            out.append(q.get_nowait())
+    return out
 
 
 def publish(rows, dst):
