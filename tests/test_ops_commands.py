@@ -241,6 +241,10 @@ def test_pipeline_wrong_layers_control_copies_the_best_draft_and_shifts_its_laye
     (where, body), = puts(t)
     assert where == f"{dst}/checkpoints/0/config.json"
     assert json.loads(body)["eagle_aux_hidden_state_layer_ids"] == [2, 4]
+    # a deep verifier: a quarter of its depth away (SmolLM2's 30 layers; the H200's 16-layer verifier), where an
+    # off-by-one served as well as the right ids; where the moves collide, one up (one down at the top)
+    assert controls.moved_layers([2, 15, 27], 30) == [9, 22, 20] and controls.moved_layers([2, 8, 13], 16) == [6, 12, 9]
+    assert controls.moved_layers([1, 2, 3], 6) == [2, 3, 4] and controls.moved_layers([2, 3, 4], 4) == [1, 2, 3]
 
 
 def test_demo_picks_its_verifier_by_the_gpus_memory_and_refuses_a_gpu_size_on_a_cpu_host():
