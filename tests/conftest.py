@@ -65,7 +65,7 @@ LAYERS_OUT = set(NEEDS.values()) | BY_HAND
 #: the files that take longest, first (CI's --durations): with `-n 2 --dist loadfile
 #: --no-loadscope-reorder` each worker takes the next whole file as it frees, so the long ones
 #: start at once and the short ones fill the gaps at the end
-LONGEST_FIRST = ("test_learnable", "test_slurm", "test_plan", "test_evaluate", "test_online", "test_synthesize",
+LONGEST_FIRST = ("test_learnable", "test_slurm", "test_real", "test_plan", "test_evaluate", "test_online",
                  "test_longruns", "test_kimi", "test_interrupts", "test_bootstrap", "test_scaleout", "test_wheelhouse",
                  "test_train", "test_inuse",
                  "test_deep_check", "test_identity", "test_jobs", "test_serve_check", "test_trust")

@@ -98,18 +98,21 @@ def moved_layers(trained: list, depth: int) -> list:
     return [i + 1 for i in trained] if max(trained) < depth else [i - 1 for i in trained]
 
 
-def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG) -> str:
+def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG,
+                    hidden_states: str = "auto", layers: Optional[str] = None) -> str:
     """A control run `<run_id>.untrained`: `speculators train --dry-run` on the same data, verifier
     and config (speculators 0.9.0's own "build the speculator, initialise its weights, save the
     checkpoint, exit before training", as the draft-serves preflight builds its draft): the draft
     training starts from (speculators' own initialisation, the verifier's embeddings and lm_head),
     with no data loaded and no step taken. Its checkpoint is moved to checkpoints/0, where a
-    training's first one would be. Returns the control's run id."""
+    training's first one would be. hidden_states, layers: the trained run's (an online run's data has no hidden
+    states on disk: its control is built online too, on the same layers). Returns the control's run id."""
     cid = f"{run_id}.untrained"
     ck = jobs.run_path(t, cid, "checkpoints")
     t.check(f"rm -rf {shlex.quote(jobs.run_path(t, cid))}", f"clear an earlier {cid}")  # (a re-run would resume it)
-    train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True,
-                overrides={"dry-run": True}, serve_check=False, own=True)  # (evaluate serves it next)
+    train.train(t, config=config, run_id=cid, dataset=dataset, verifier=verifier, follow=True, layers=layers,
+                hidden_states=hidden_states, overrides={"dry-run": True}, serve_check=False,
+                own=True)  # (evaluate serves it next)
     q = shlex.quote(ck)
     t.check(f"cd {q} && test -f config.json && mkdir 0 && find . -mindepth 1 -maxdepth 1 ! -name 0 "
             f"-exec mv -t 0 {{}} +", f"{cid}: the dry run's checkpoint as checkpoints/0")
@@ -125,7 +128,7 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
                max_tokens: int = 64, config: str = DEMO_CONFIG, vllm_arg: Optional[list] = None,
                speedup: str = "1,16", control_prompts: int = 16, repeats: int = 3,
                control_args: Optional[list] = None, prompts: Optional[str] = None, full: bool = False,
-               **timing) -> dict:
+               hidden_states: str = "auto", layers: Optional[str] = None, **timing) -> dict:
     """Serve the run's trained draft with the verifier through vLLM (`evaluate`; its speedup over
     the verifier alone timed at the `speedup` concurrency levels: the controls' is not) and, on the
     first `control_prompts` of the same held-out prompts (a control's level, near 1 or between,
@@ -169,7 +172,8 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
                     t.note(f"the wrong-layers control is served beside it: run {wrong[2].eid} "
                            f"(`{t.hint(f'logs -f --run-id {wrong[2].eid}')}` shows its log)")
             try:
-                cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config)
+                cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config,
+                                      hidden_states=hidden_states, layers=layers)
                 how = "speculators train --dry-run: its initialised draft"
                 out["untrained"] = acceptance_summary(evaluate(t, cid, checkpoint="0", dest=ctl_dest, **kw), cid,
                                                       kind="untrained", how=how)
@@ -259,8 +263,12 @@ def evaluate_run(t: Transport, run_id: str, *, controls: Optional[str] = None, s
     with tempfile.TemporaryDirectory() as tmp:  # (the run's resolved flags: the untrained draft is its step 0)
         cfg = Path(tmp) / "run-config.yaml"
         cfg.write_text(yaml.safe_dump({"train": spec.get("flags") or {}}))
+        ids = ((spec.get("record") or {}).get("data_summary") or {}).get("record", {}).get("layer_ids")
         acc = acceptance(t, run_id, dataset=spec["data"], verifier=spec["verifier"], controls=which, config=str(cfg),
-                         full=True, control_args=["--enforce-eager"], speedup=speedup, **kw)
+                         full=True, control_args=["--enforce-eager"], speedup=speedup,
+                         hidden_states=spec.get("hidden_states") or "auto",
+                         layers=",".join(map(str, ids)) if spec.get("hidden_states") == "online" and ids else None,
+                         **kw)
     ev = acc.pop("evaluation")
     ev["controls"] = {"acceptance": acc, "num_spec_tokens": kw.get("num_spec_tokens", 3),
                       "controls_verdict": controls_verdict(acc)}
