@@ -7,8 +7,15 @@ def test_a_cpu_servers_model_runs_in_its_engine_process_unless_tensor_parallel_o
                                                                                               monkeypatch):
     monkeypatch.delenv(vllm_server.UNI_VAR, raising=False)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     one = vllm_server.server_env(tmp_path, "cpu", 1)
     assert one[vllm_server.UNI_VAR] == "0" and "VLLM_CPU_OMP_THREADS_BIND" not in one
+    # (its model's threads as vLLM's own binding counts them: every core but one, at least one)
+    import os
+    assert one["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) - 1))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # (the user's: kept, not overwritten)
+    assert "OMP_NUM_THREADS" not in vllm_server.server_env(tmp_path, "cpu", 1)
+    monkeypatch.delenv("OMP_NUM_THREADS")
     two = vllm_server.server_env(tmp_path, "cpu", 2)
     assert vllm_server.UNI_VAR not in two and two["VLLM_CPU_OMP_THREADS_BIND"]  # (a process per rank, its cores)
     assert vllm_server.UNI_VAR not in vllm_server.server_env(tmp_path, "cuda", 1)
