@@ -22,7 +22,10 @@
 #   boot       inv bootstrap --wheelhouse W
 #   verifier   inv make-verifier --real smollm2 (the wheel placed in the host's wheel cache first)
 #   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS --attempts 6xROWS (rows/s: its
-#              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few)
+#              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few),
+#              SYNTH_ARGS (default: vLLM's CUDA graphs up to 1,024 sequences, its default stops at 512: a batch
+#              past it ran eager); ROWS_FROM=FILE.jsonl.gz (rows carried from an earlier run's collect, in the
+#              checkout): those rows instead of a synthesis. `collect` packs the rows into $OUT/smol-synth.jsonl.gz
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
 #   extract    HS=offline only (default HS=online: skipped): inv extract --layers 2,15,27,30 --concurrency XCONC
 #              (default 128): the hidden states on disk once (20,000 rows: about 24 GB), each epoch then the
@@ -75,6 +78,9 @@ if [ "$MODE" = collect ]; then
   find "$C" -type f -size +3M -delete
   tar czf "$OUT/smol.tgz" -C /tmp smol-collect; ls -la "$OUT/smol.tgz"
   cp "$B/summary.txt" "$OUT/" 2>/dev/null
+  s=$WD/synthesized/smol-synth.jsonl  # (the rows whole, for a later run's ROWS_FROM)
+  [ -f "$s" ] && [ ! -f "$B/DONE-synth" ] && [ -f "$B/synth.ok" ] && gzip -c "$s" > "$OUT/smol-synth.jsonl.gz" && \
+    ls -la "$OUT/smol-synth.jsonl.gz" && touch "$B/DONE-synth"
   [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
   cat "$B/summary.txt"
   echo "--- tail of the newest log:"; ls -t "$B"/*.log | head -1 | xargs tail -c 2500
@@ -84,7 +90,7 @@ fi
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
 HS=${HS:-online}; XCONC=${XCONC:-128}
-ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
+ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; SYNTH_ARGS=${SYNTH_ARGS:---vllm-arg=--max-cudagraph-capture-size=1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
 END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
 RUN=${RUN:-smol-draft}
@@ -130,6 +136,10 @@ s_verifier() {
 s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would end past SYNTH_END is stopped, and
   # the rows that fit (its rate x the time left, in thousands) are synthesized instead (said in the summary)
   rm -f "$WD/synthesized/smol-synth.jsonl"
+  if [ -n "${ROWS_FROM:-}" ]; then  # (an earlier run's rows, carried: the same file synthesize wrote there)
+    mkdir -p "$WD/synthesized"; gzip -dc "$REPO/$ROWS_FROM" > "$WD/synthesized/smol-synth.jsonl" || return 1
+    say "synth: $(wc -l < "$WD/synthesized/smol-synth.jsonl") rows from $ROWS_FROM (not synthesized here)"; return 0
+  fi
   synth_once "$ROWS" && return 0
   [ -f "$B/synth-rows.txt" ] || return 1
   local n; n=$(cat "$B/synth-rows.txt")
@@ -141,7 +151,7 @@ synth_once() {  # synth_once ROWS: inv synthesize, followed; the rows that fit w
   local rows=$1 out=$B/synth-$1.out
   rm -f "$B/synth-rows.txt"
   $INV synthesize --rows "$rows" --out smol-synth --concurrency "$CONC" --max-tokens "$ANSWER_TOKENS" \
-    --attempts $((rows * 6)) --verifier "$V" --overwrite > "$out" 2>&1 &
+    --attempts $((rows * 6)) --verifier "$V" --overwrite $SYNTH_ARGS > "$out" 2>&1 &
   local pid=$! t0=$SECONDS
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
@@ -160,7 +170,7 @@ int(max(1000, r*(end-now-90)//1000*1000)))" "$done_" "$rate" "$rows" "$SECONDS" 
   done
   wait "$pid"; local rc=$?
   cat "$out"; say "synth: $rows rows asked, rc=$rc in $((SECONDS - t0))s: $(grep -o '[0-9]* conversation(s).*' "$out" | tail -1)"
-  [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl"
+  [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl" && touch "$B/synth.ok"
   return $rc
 }
 
