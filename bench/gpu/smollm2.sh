@@ -26,6 +26,7 @@
 #              SYNTH_ARGS (default: vLLM's CUDA graphs up to 1,024 sequences, its default stops at 512: a batch
 #              past it ran eager); ROWS_FROM=FILE.jsonl.gz (rows carried from an earlier run's collect, in the
 #              checkout): those rows instead of a synthesis. `collect` packs the rows into $OUT/smol-synth.jsonl.gz
+#   ab         (by name only) AB's synthesis settings side by side, AB_ROWS rows each: rows/s of each in the summary
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
 #   extract    HS=offline only (default HS=online: skipped): inv extract --layers 2,15,27,30 --concurrency XCONC
 #              (default 128): the hidden states on disk once (20,000 rows: about 24 GB), each epoch then the
@@ -172,6 +173,20 @@ int(max(1000, r*(end-now-90)//1000*1000)))" "$done_" "$rate" "$rows" "$SECONDS" 
   cat "$out"; say "synth: $rows rows asked, rc=$rc in $((SECONDS - t0))s: $(grep -o '[0-9]* conversation(s).*' "$out" | tail -1)"
   [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl" && touch "$B/synth.ok"
   return $rc
+}
+
+s_ab() {  # synthesis settings side by side on this card (AB_ROWS rows each, the same seed): AB="name:conc:args ..."
+  # (args with commas for spaces); the last one's rows are smol-synth.jsonl, for prep and train
+  local v name conc args t0
+  for v in ${AB:-base:1024: graphs1024:1024:--vllm-arg=--max-cudagraph-capture-size=1024 conc512:512:}; do
+    name=${v%%:*}; conc=${v#*:}; args=${conc#*:}; conc=${conc%%:*}; args=${args//,/ }
+    t0=$SECONDS
+    $INV synthesize --rows "${AB_ROWS:-1500}" --out smol-synth --concurrency "$conc" --max-tokens "$ANSWER_TOKENS" \
+      --attempts $((${AB_ROWS:-1500} * 8)) --verifier "$V" --overwrite $args > "$B/ab-$name.out" 2>&1
+    say "ab $name (concurrency $conc, ${args:-defaults}): rc=$? in $((SECONDS - t0))s: $(grep -oE \
+      '[0-9]+ conversation.*|[0-9]+/[0-9]+ rows, [0-9.]+ rows/s.*' "$B/ab-$name.out" | tail -2 | cut -c1-200 | tr '\n' ' ')"
+  done
+  touch "$B/synth.ok"
 }
 
 s_prep() {
