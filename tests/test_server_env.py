@@ -1,5 +1,7 @@
 """What every vLLM server specops starts runs with (serve/vllm_server.py server_env)."""
 
+import os
+
 from specops_host.serve import vllm_server
 
 
@@ -11,16 +13,19 @@ def test_a_cpu_servers_model_runs_in_its_engine_process_unless_tensor_parallel_o
     one = vllm_server.server_env(tmp_path, "cpu", 1)
     assert one[vllm_server.UNI_VAR] == "0" and "VLLM_CPU_OMP_THREADS_BIND" not in one
     # (its model's threads as vLLM's own binding counts them: every core but one, at least one)
-    import os
     assert one["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) - 1))
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # (the user's: kept, not overwritten)
     assert "OMP_NUM_THREADS" not in vllm_server.server_env(tmp_path, "cpu", 1)
     monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setenv(vllm_server.UNI_VAR, "0")  # (the user's own uni executor: the same threads)
+    assert vllm_server.server_env(tmp_path, "cpu", 1)["OMP_NUM_THREADS"] == one["OMP_NUM_THREADS"]
+    monkeypatch.delenv(vllm_server.UNI_VAR)
     two = vllm_server.server_env(tmp_path, "cpu", 2)
     assert vllm_server.UNI_VAR not in two and two["VLLM_CPU_OMP_THREADS_BIND"]  # (a process per rank, its cores)
     assert vllm_server.UNI_VAR not in vllm_server.server_env(tmp_path, "cuda", 1)
     monkeypatch.setenv(vllm_server.UNI_VAR, "1")  # (the user's, e.g. hosts.yaml env: kept)
-    assert vllm_server.UNI_VAR not in vllm_server.server_env(tmp_path, "cpu", 1)
+    user_mp = vllm_server.server_env(tmp_path, "cpu", 1)
+    assert vllm_server.UNI_VAR not in user_mp and "OMP_NUM_THREADS" not in user_mp  # (vLLM's own binding then)
 
 
 def test_every_host_process_has_openmps_threads_wait_asleep_unless_the_user_says(tmp_path):

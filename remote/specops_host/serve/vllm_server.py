@@ -138,8 +138,9 @@ def server_env(workdir, kind, tensor_parallel=1):
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binds(tensor_parallel)
     if kind == "cpu" and tensor_parallel == 1 and UNI_VAR not in os.environ:
         env[UNI_VAR] = "0"
-        if "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(cpu_threads())
+    in_engine = kind == "cpu" and tensor_parallel == 1 and env.get(UNI_VAR, os.environ.get(UNI_VAR)) == "0"
+    if in_engine and "OMP_NUM_THREADS" not in os.environ:  # (ours or the user's uni executor: vLLM binds nothing)
+        env["OMP_NUM_THREADS"] = str(cpu_threads())
     return env
 
 
