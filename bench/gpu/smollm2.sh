@@ -79,9 +79,8 @@ if [ "$MODE" = collect ]; then
   find "$C" -type f -size +3M -delete
   tar czf "$OUT/smol.tgz" -C /tmp smol-collect; ls -la "$OUT/smol.tgz"
   cp "$B/summary.txt" "$OUT/" 2>/dev/null
-  s=$WD/synthesized/smol-synth.jsonl  # (the rows whole, for a later run's ROWS_FROM)
-  [ -f "$s" ] && [ ! -f "$B/DONE-synth" ] && [ -f "$B/synth.ok" ] && gzip -c "$s" > "$OUT/smol-synth.jsonl.gz" && \
-    ls -la "$OUT/smol-synth.jsonl.gz" && touch "$B/DONE-synth"
+  s=$WD/synthesized/smol-synth.jsonl  # (the rows, for a later run's ROWS_FROM: synthesize writes it whole or not at all)
+  [ -f "$s" ] && gzip -c "$s" > "$OUT/smol-synth.jsonl.gz" && ls -la "$OUT/smol-synth.jsonl.gz"
   [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
   cat "$B/summary.txt"
   echo "--- tail of the newest log:"; ls -t "$B"/*.log | head -1 | xargs tail -c 2500
@@ -148,11 +147,16 @@ s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would 
   synth_once "$n"
 }
 
+synthesize() {  # synthesize ROWS CONCURRENCY ATTEMPTS_PER_ROW [ARGS...]: into $WD/synthesized/smol-synth.jsonl
+  local rows=$1 conc=$2 per=$3; shift 3
+  $INV synthesize --rows "$rows" --out smol-synth --concurrency "$conc" --max-tokens "$ANSWER_TOKENS" \
+    --attempts $((rows * per)) --verifier "$V" --overwrite "$@"
+}
+
 synth_once() {  # synth_once ROWS: inv synthesize, followed; the rows that fit written to $B/synth-rows.txt on a stop
   local rows=$1 out=$B/synth-$1.out
   rm -f "$B/synth-rows.txt"
-  $INV synthesize --rows "$rows" --out smol-synth --concurrency "$CONC" --max-tokens "$ANSWER_TOKENS" \
-    --attempts $((rows * 6)) --verifier "$V" --overwrite $SYNTH_ARGS > "$out" 2>&1 &
+  synthesize "$rows" "$CONC" 6 $SYNTH_ARGS > "$out" 2>&1 &
   local pid=$! t0=$SECONDS
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
@@ -171,7 +175,7 @@ int(max(1000, r*(end-now-90)//1000*1000)))" "$done_" "$rate" "$rows" "$SECONDS" 
   done
   wait "$pid"; local rc=$?
   cat "$out"; say "synth: $rows rows asked, rc=$rc in $((SECONDS - t0))s: $(grep -o '[0-9]* conversation(s).*' "$out" | tail -1)"
-  [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl" && touch "$B/synth.ok"
+  [ $rc = 0 ] && wc -l "$WD/synthesized/smol-synth.jsonl"
   return $rc
 }
 
@@ -181,12 +185,10 @@ s_ab() {  # synthesis settings side by side on this card (AB_ROWS rows each, the
   for v in ${AB:-base:1024: graphs1024:1024:--vllm-arg=--max-cudagraph-capture-size=1024 conc512:512:}; do
     name=${v%%:*}; conc=${v#*:}; args=${conc#*:}; conc=${conc%%:*}; args=${args//,/ }
     t0=$SECONDS
-    $INV synthesize --rows "${AB_ROWS:-1500}" --out smol-synth --concurrency "$conc" --max-tokens "$ANSWER_TOKENS" \
-      --attempts $((${AB_ROWS:-1500} * 8)) --verifier "$V" --overwrite $args > "$B/ab-$name.out" 2>&1
+    synthesize "${AB_ROWS:-1500}" "$conc" 8 $args > "$B/ab-$name.out" 2>&1
     say "ab $name (concurrency $conc, ${args:-defaults}): rc=$? in $((SECONDS - t0))s: $(grep -oE \
       '[0-9]+ conversation.*|[0-9]+/[0-9]+ rows, [0-9.]+ rows/s.*' "$B/ab-$name.out" | tail -2 | cut -c1-200 | tr '\n' ' ')"
   done
-  touch "$B/synth.ok"
 }
 
 s_prep() {
