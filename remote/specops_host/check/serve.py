@@ -194,7 +194,7 @@ class Failed(Exception):
 
 def serve(spec, ckpt, d, a, trust):
     """The verifier with the draft, one short request; the spec-decode counters must move."""
-    from specops_host.serve.evaluate import get, parse_metrics, post
+    from specops_host.serve.counters import get, parse_metrics, post
 
     sc = drafts.speculative_config(drafts.checkpoint_kind(ckpt), ckpt, a.num_spec_tokens)
     tc = text_config(spec["verifier"])

@@ -4,7 +4,7 @@ acceptance.
 Launch (what `inv evaluate` starts as a job, from the host workdir):
     <venv>/bin/python3 -m specops_host.serve.evaluate --run-dir runs/R --verifier /models/V --kind cuda \
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
-        [--max-tokens 64] [--max-model-len N] [--tensor-parallel 8] [--ceiling 0,0.5,0.9] \
+        [--max-tokens 64] [--concurrency 8] [--max-model-len N] [--tensor-parallel 8] [--ceiling 0,0.5,0.9] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
         [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
         [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
@@ -42,18 +42,17 @@ import argparse
 import collections
 import json
 import os
-import re
 import shutil
 import signal
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.serve import categories, drafts, speedup, synthetic, vllm_server
+from specops_host.serve.counters import acceptance, answer, get, parse_metrics, post  # noqa: F401  (bench/, tests)
 from specops_host.serve import prompts as prompts_mod
 from specops_host.serve.prompts import file_prompts, held_out_prompts  # noqa: F401  (bench/, tests)
 from specops_host.contract import Refused, concurrency_levels, emit
@@ -61,66 +60,6 @@ from specops_host.datafmt import verifier_positions
 from specops_host.jobs.records import symlinked
 
 PORT = "<port>"  # (in a plan's commands: the server's port is picked when it starts)
-
-METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+([-+\d.eE]+|NaN)$')
-
-
-def parse_metrics(text):
-    """{"drafts", "draft_tokens", "accepted", "per_pos": {k: n}} summed over engines."""
-    out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {}}
-    for line in text.splitlines():
-        if line.startswith("#") or "_created" in line:
-            continue
-        m = METRIC.match(line.strip())
-        if not m:
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        if name == "vllm:spec_decode_num_drafts":
-            out["drafts"] += value
-        elif name == "vllm:spec_decode_num_draft_tokens":
-            out["draft_tokens"] += value
-        elif name == "vllm:spec_decode_num_accepted_tokens":
-            out["accepted"] += value
-        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            pos = re.search(r'position="(\d+)"', labels)
-            if pos:
-                k = int(pos.group(1))
-                out["per_pos"][k] = out["per_pos"].get(k, 0.0) + value
-    return out
-
-
-def acceptance(before, after):
-    d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted")}
-    per_pos = {k: after["per_pos"].get(k, 0.0) - before["per_pos"].get(k, 0.0) for k in sorted(after["per_pos"])}
-    drafts = d["drafts"]
-    res = {"counters": d, "per_position_accepted": per_pos}
-    if drafts > 0:
-        res["acceptance_by_position"] = [per_pos[k] / drafts for k in sorted(per_pos)]
-        res["conditional_acceptance_by_position"] = [
-            (per_pos[k] / per_pos[k - 1] if k and per_pos[k - 1] else (per_pos[k] / drafts if not k else 0.0))
-            for k in sorted(per_pos)]
-        res["mean_acceptance_length"] = 1 + d["accepted"] / drafts
-        res["draft_acceptance_rate"] = d["accepted"] / d["draft_tokens"] if d["draft_tokens"] else None
-    return res
-
-
-def get(url, timeout=30):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode()
-
-
-def post(url, body, timeout=600):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def progress_line(done, total, tokens, seconds, acc):
-    """evaluate's progress: prompts answered of all, tokens, the mean acceptance length so far."""
-    mean = acc.get("mean_acceptance_length")
-    return (f"evaluate: {done} of {total} prompts answered ({tokens} tokens, {seconds:.0f}s)"
-            + (f"; mean acceptance length so far {mean:.2f}" if mean else ""))
-
 
 def is_eager(argv):
     return any(str(a).split("=", 1)[0].replace("_", "-") == "--enforce-eager" for a in argv)
@@ -291,6 +230,7 @@ def main():
     ap.add_argument("--num-spec-tokens", type=int, default=3)
     ap.add_argument("--max-prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=8, help="prompts in flight while acceptance is counted")
     ap.add_argument("--max-model-len", type=int, default=None,
                     help="the servers' length (default: 2048, or the verifier's positions where fewer)")
     ap.add_argument("--server-timeout", type=float, default=900)
@@ -415,24 +355,7 @@ def main():
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)
         base = up["draft"].url
         before = parse_metrics(get(f"{base}/metrics"))
-        groups = categories.grouped(prompts)  # (by category: the counters read between categories)
-        gen_tokens, every, i, by_cat, mark = 0, contract.Every(), 0, {}, before
-        for cat, idx in groups or [(None, range(len(prompts)))]:
-            cat_tokens = 0
-            for j in idx:
-                r = post(f"{base}/v1/completions", {"model": "verifier", "prompt": prompts[j]["prompt"],
-                                                    "max_tokens": a.max_tokens, "temperature": 0.0})
-                cat_tokens += r.get("usage", {}).get("completion_tokens", 0)
-                i += 1
-                if every.due() and i < len(prompts):
-                    contract.progress(progress_line(i, len(prompts), gen_tokens + cat_tokens, every.elapsed,
-                                                    acceptance(before, parse_metrics(get(f"{base}/metrics")))))
-            gen_tokens += cat_tokens
-            time.sleep(1)
-            after = parse_metrics(get(f"{base}/metrics"))
-            if cat is not None:
-                by_cat[cat] = categories.entry(acceptance(mark, after), len(idx), cat_tokens)
-            mark = after
+        gen_tokens, by_cat, after = answer(base, prompts, a, before)
         res = {"ok": True, "checkpoint": str(ckpt), "draft": kind, "speculative_config": sc,
                "num_spec_tokens": a.num_spec_tokens, "prompts": len(prompts),
                "generated_tokens": gen_tokens, "prompt_source": source, **acceptance(before, after),
