@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,20 @@ def pytest_collection_modifyitems(config, items):
 _BUSY: dict = {}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """SPECOPS_TEST_TIMELINE=FILE: each test's start and end (setup to teardown), a line each in FILE.<worker>
+    (`worker nodeid start end`, epoch seconds), to lay the suite's processes (a `ps` sampler's) against the tests
+    that started them."""
+    path = os.environ.get("SPECOPS_TEST_TIMELINE")
+    t0 = time.time()
+    yield
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{path}.{worker}", "a") as f:
+            f.write(f"{worker} {item.nodeid} {t0:.1f} {time.time():.1f}\n")
+
+
 def pytest_runtest_logreport(report):
     node = getattr(report, "node", None)  # (xdist: the worker that ran it; absent in one process)
     worker = getattr(getattr(node, "gateway", None), "id", "main")
@@ -145,7 +160,7 @@ def fast_layer_guard(request, monkeypatch):
     popen = subprocess.Popen.__init__
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse_installs(popen, request.node.nodeid))
-    monkeypatch.setitem(_warm, "on", True)
+    monkeypatch.setitem(_warm, "guard", "an `inv` of the fast layer")
     yield
 
 
@@ -159,8 +174,9 @@ IMPORT_TIME_ENV = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM", "COLOR
 
 class WarmInv:
     """One warm `inv` server a worker (tests/warminv.py): each call a child it forks, which skips
-    the second of imports a fresh `inv` spends. Used by the fast layer (fast_layer_guard turns it
-    on there), whose tests run one `inv` at a time."""
+    the second of imports a fresh `inv` spends (about 1 s of CPU a call, on every layer: the suite
+    is bound by its 2 cores). One call at a time: a call made while another runs (a test's own
+    thread) gets a fresh process; the fast layer's children also refuse installers (its guard)."""
 
     def __init__(self, env: dict):
         self.env = env
@@ -188,10 +204,11 @@ class WarmInv:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, args: tuple, env: dict, timeout: float, cwd: Path | str) -> subprocess.CompletedProcess:
+    def run(self, args: tuple, env: dict, timeout: float, cwd: Path | str,
+            guard: str | None) -> subprocess.CompletedProcess:
         out, err = self.tmp / "out", self.tmp / "err"
         req = {"argv": list(args), "env": env, "cwd": str(cwd), "out": str(out), "err": str(err),
-               "no_installs": "an `inv` of the fast layer"}
+               "no_installs": guard}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         pid = self.answer(None)["pid"]
         done = self.answer(timeout)
@@ -208,24 +225,26 @@ class WarmInv:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-_warm: dict = {"on": False, "server": None}
+_warm: dict = {"on": True, "server": None, "guard": None, "busy": threading.Lock()}
 
 
 def inv(*args: str, env: dict | None = None, timeout: float = 1800,
         cwd: Path | str = REPO) -> subprocess.CompletedProcess:
     """Run a task through the real CLI, as a user would (`inv ...` in the repo, or in cwd with `-r REPO`
-    among args); in the fast layer
-    through the warm server (WarmInv), still a process of its own."""
+    among args); through the warm server (WarmInv) where it is free, still a process of its own."""
     e = {**os.environ, **INV_ENV, **(env or {})}
     e.pop("SPECOPS_HOST", None)
-    if _warm["on"]:
-        if _warm["server"] is None or not _warm["server"].fits(e):
-            if _warm["server"] is None or _warm["server"].proc.poll() is not None:
-                base = {**os.environ, **INV_ENV}
-                base.pop("SPECOPS_HOST", None)
-                _warm["server"] = WarmInv(base)
-        if _warm["server"].fits(e):
-            return _warm["server"].run(args, e, timeout, cwd)
+    if _warm["on"] and _warm["busy"].acquire(blocking=False):
+        try:
+            if _warm["server"] is None or not _warm["server"].fits(e):
+                if _warm["server"] is None or _warm["server"].proc.poll() is not None:
+                    base = {**os.environ, **INV_ENV}
+                    base.pop("SPECOPS_HOST", None)
+                    _warm["server"] = WarmInv(base)
+            if _warm["server"].fits(e):
+                return _warm["server"].run(args, e, timeout, cwd, _warm["guard"])
+        finally:
+            _warm["busy"].release()
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=e,
                           capture_output=True, text=True, timeout=timeout)
 

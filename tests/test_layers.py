@@ -77,6 +77,23 @@ def test_a_fast_layer_inv_is_a_process_of_its_own_forked_by_the_warm_server(tmp_
     assert r.returncode == 2 and conftest._warm["server"] is server and server.proc.poll() is None
 
 
+def test_an_inv_made_while_another_runs_gets_a_fresh_process():
+    """The warm server takes one call at a time (every layer's `inv`): a call made while it is busy (a test's own
+    thread) runs as a fresh `python -m invoke`, with the same result."""
+    import threading
+
+    conftest.inv("--list")  # (the server started)
+    server = conftest._warm["server"]
+    got: dict = {}
+    with conftest._warm["busy"]:  # (as while another thread's call runs)
+        t = threading.Thread(target=lambda: got.update(r=conftest.inv("status", "--host", "")))
+        t.start()
+        t.join(120)
+    r = got["r"]
+    assert r.returncode == 2 and "no host given" in r.stderr and r.args[0] == sys.executable, (r.args, r.stderr)
+    assert conftest._warm["server"] is server and server.proc.poll() is None
+
+
 def test_make_test_fast_is_the_fast_marker():
     r = subprocess.run(["make", "-n", "test-fast"], cwd=REPO, capture_output=True, text=True,
                        env={**os.environ, "MAKEFLAGS": ""})
