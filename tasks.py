@@ -340,7 +340,8 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "max_tokens": "an answer's token cap (default 1024; one cut there is dropped)",
     "concurrency": "requests in flight (default 32)",
     "attempts": "candidate conversations at most (default 4 x rows + 16): the rows kept by then are written",
-    "max_model_len": "the server's --max-model-len (default: the verifier's)", "overwrite": "replace --out",
+    "max_model_len": "the server's --max-model-len (default: the verifier's)",
+    "overwrite": "replace --out, or start over where an earlier run of --out stopped (else it resumes there)",
     "detach": "start it and return", "vllm_arg": VLLM_ARG})
 def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, seed=0, topics=None, seed_prompts=None,
                question_temperature="1.0", answer_temperature="0", question_tokens=128, max_tokens=1024,
@@ -349,7 +350,9 @@ def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, see
 
     One managed vLLM server of the verifier: its chat template up to the user turn lets it write a
     question, then it answers it; deduplicated, and texts cut at their cap, looping or refusing
-    dropped (each counted). The output goes through `inv prepare-data --data <it>`.
+    dropped (each counted). The output goes through `inv prepare-data --data <it>`. Each candidate judged
+    is kept as it goes (synthesized/.NAME.jsonl.partial): run it again with the same --out and settings
+    after `inv stop`, a lost machine or a failure, and it resumes there.
 
     Example: inv synthesize --host gpu1 --rows 20000"""
     on_hosts(c, host, hosts, _synthesize.synthesize, group=False, **passed(locals()))

@@ -138,7 +138,7 @@ def _synth(rows, concurrency, attempts, replies, delay):
     s.a = SimpleNamespace(rows=rows, concurrency=concurrency, seed=0)
     s.info = {"attempts": attempts}
     s.topics = s.seeds = None
-    s.rows, s.good, s.tried, s.first_error = [], 0, 0, None
+    s.rows, s.good, s.good0, s.tried, s.first_error, s.done, s.progress = [], 0, 0, 0, None, {}, None
     s.drops = dict.fromkeys(host_synth.DROPS, 0)
     s.t0 = _t.time()
     s.clock = host_synth.contract.Every()

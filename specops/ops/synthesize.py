@@ -75,7 +75,9 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
     config); question_tokens / max_tokens: the caps (a text cut at its cap is dropped); attempts:
     candidates at most (default 4 x rows + 16). Returns {run_id, out (host path), rows, dropped,
     rows_per_s, sampling, ...}; None when detached. Refuses (SpecopsError) before anything starts
-    when the input is unusable (no verifier, no chat template, the output there without overwrite)."""
+    when the input is unusable (no verifier, no chat template, the output there without overwrite). Resumes
+    where an earlier run of the same out stopped (its progress file, synthesized/.NAME.jsonl.partial: the same
+    settings, else refused); overwrite starts over."""
     h = t.host
     qt = _temperature("--question-temperature", question_temperature)
     at = _temperature("--answer-temperature", answer_temperature)
@@ -101,6 +103,10 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
     if not plan.ok:
         raise SpecopsError(f"synthesize on {h.name} refused: {plan.error} (nothing was started)")
     t.note(f"synthesize: {int(rows)} conversation(s) the verifier writes itself -> {dest}")
+    r = plan.get("resume")
+    if r:  # (an earlier run's progress beside --out, its settings these: a real run says it as it resumes)
+        t.would(f"would resume {PurePosixPath(dest).stem}: {r['rows']:,} rows kept of {r['judged']:,} candidates "
+                f"judged (from {r['file']}; --overwrite starts over)")
     for line in plan.get("sampling") or []:
         t.would(f"sample {line}")  # (a real run: the job says it, first)
     res = data.run_writer(t, "data.synthesize", args, plan, kind="synthesize", dest=dest, run_id=run_id,

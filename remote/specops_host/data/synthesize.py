@@ -27,6 +27,8 @@ until --rows are kept or --attempts (default 4 x rows + 16) are spent (the short
 Output: a JSONL row a conversation, as `inv prepare-data` takes it (+ "topic" with --topics; "seed_line",
 "category" with --seed-prompts), written whole (a temp file, renamed) or not at all (--overwrite to replace):
     {"id": "synth-0-17", "conversations": [{"role": "user", "content": "..."}, {"role": "assistant", ...}]}
+Meanwhile each candidate judged is appended to synthesized/.NAME.jsonl.partial (data/synth_progress.py); run again
+with the same --out (and the same settings: refused otherwise) it resumes there, --overwrite starts over.
 """
 
 import argparse
@@ -44,8 +46,9 @@ from pathlib import Path
 
 from specops_host import contract
 from specops_host.contract import Refused, emit
-from specops_host.data import answers
+from specops_host.data import answers, synth_progress
 from specops_host.data.answers import clock
+from specops_host.data.synth_progress import DROPS, normal
 from specops_host.datafmt import utf8_lines, verifier_config
 from specops_host.jobs.records import job_state
 from specops_host.serve import categories, vllm_server
@@ -54,7 +57,6 @@ PORT = "<port>"
 MARK = "SPECOPSUSERTURN7F3A"  # (no spaces: templates `| trim` a turn's content)
 TOPIC = "The user asks about {topic}."
 SEED = "The user asks a new question of the same kind as this one, on another subject: {prompt}"
-DROPS = ("question_cut", "answer_cut", "empty", "looping", "refusal", "duplicate", "error")
 REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i cannot|i can'?t|i can not|i won'?t|"
                      r"i am (?:not able|unable)|i'?m (?:not able|unable)|as an ai|as a language model)", re.I)
 
@@ -74,10 +76,6 @@ def looping(text, n=4, share=0.5, least=12):
 
 def refusal(text):
     return bool(REFUSAL.match(text.strip()[:200]))
-
-
-def normal(text):  # (a question as dedup compares it: case, spacing and end punctuation aside)
-    return " ".join(text.lower().split()).strip(" .?!")
 
 
 def seed_of(seed, i):  # (candidate i's request seed: a 31-bit hash of (seed, i))
@@ -257,6 +255,8 @@ def plan(a):
             info[f"{key}_later"] = True  # (a dry run: the laptop's file is uploaded before the real run)
         elif path:
             info[key] = len(read(path))
+    seen = [normal(x["prompt"]) for x in read_seed_prompts(a.seed_prompts)] if info["seed_prompts"] else []
+    info["resume"] = synth_progress.resumable(a, info, seen)  # (another run's settings there: refused)
     tok = tokenizer(a.verifier, info["trust_remote_code"])
     text, ids = pre_query(tok, TOPIC.format(topic="x") if a.topics else SEED.format(prompt="x") if a.seed_prompts
                           else None)
@@ -284,13 +284,14 @@ def post(url, body, timeout):
 class Synth:
     """One run's state: the server's address, the counts, the rows kept (in candidate order)."""
 
-    def __init__(self, a, info, url, server_dir, tok):
-        self.a, self.info, self.url, self.server_dir = a, info, url, server_dir
+    def __init__(self, a, info, url, server_dir, tok, progress=None, done=None):
+        self.a, self.info, self.url, self.server_dir, self.progress = a, info, url, server_dir, progress
+        self.done = dict(done or {})  # (i: (question, why dropped, answer, why dropped); a progress file's, resumed)
         self.topics = read_topics(a.topics) if a.topics else None
         self.seeds = read_seed_prompts(a.seed_prompts) if a.seed_prompts else None
         self.prefix = [pre_query(tok, x)[1] for x in steers(a) or [None]]
         # (a seed prompt copied as it is: a duplicate, the user has it already)
-        self.rows, self.good, self.tried = [], 0, 0  # (good: the answers back that passed, duplicates aside)
+        self.rows, self.good, self.good0, self.tried = [], 0, 0, 0  # (good: the answers back that passed, dups aside)
         self.drops = dict.fromkeys(DROPS, 0)
         self.first_error = None
         self.t0 = time.time()
@@ -345,33 +346,27 @@ class Synth:
     def settle(self, done):
         """The rows and drops of the candidates done, in candidate order (the same seed, the same rows, whatever
         order the answers came back in): a question seen before is a duplicate; the first --rows kept are rows."""
-        seen = {normal(p["prompt"]) for p in self.seeds or []}  # (a seed prompt copied: the user has it)
-        rows, drops = [], dict.fromkeys(DROPS, 0)
-        for i in sorted(done):
-            q, qwhy, ans, awhy = done[i]
-            if qwhy is None and normal(q) in seen:
-                qwhy = "duplicate"
-            elif qwhy is None:
-                seen.add(normal(q))
-            why = qwhy or awhy
-            if why:
-                drops[why] += 1
-            elif len(rows) < self.a.rows:
-                rows.append(self.row(i, q, ans))
-        self.rows, self.drops = rows, drops
+        seen = [normal(p["prompt"]) for p in self.seeds or []]  # (a seed prompt copied: the user has it)
+        kept, self.drops = synth_progress.settle(done, seen, self.a.rows)
+        self.rows = [self.row(i, done[i][0], done[i][2]) for i in kept]
 
     def run(self):
         """Candidates in order, --concurrency in flight (no batch waits on its slowest answer) until the rows back
         and those in flight (at the share kept so far) make --rows; where duplicates left a shortfall, more go."""
-        done, errors, flying, back = {}, 0, 0, queue.SimpleQueue()  # (back: each one ended, O(1) a candidate)
+        done, errors, flying, back = self.done, 0, 0, queue.SimpleQueue()  # (back: each one ended, O(1) a candidate)
+        self.settle(done)  # (resumed: the candidates judged before count; their indices are not asked again)
+        self.good = self.good0 = len(self.rows)
+        self.tried, nxt = len(done), 0
         with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
             while True:
                 # (a verifier that keeps 1 candidate in 6 has 6 in flight for each row still wanted)
                 keep = (self.good + 1) / (len(done) + 1) if len(done) >= 8 else 1.0
                 while (flying < self.a.concurrency and self.tried < self.info["attempts"]
                        and self.good + keep * flying < self.a.rows):
-                    pool.submit(self.candidate, self.tried).add_done_callback(back.put)
-                    self.tried, flying = self.tried + 1, flying + 1
+                    while nxt in done:
+                        nxt += 1
+                    pool.submit(self.candidate, nxt).add_done_callback(back.put)
+                    self.tried, flying, nxt = self.tried + 1, flying + 1, nxt + 1
                 if not flying:
                     self.settle(done)
                     self.good = len(self.rows)
@@ -383,6 +378,8 @@ class Synth:
                 for f in finished:
                     i, q, qwhy, ans, awhy = f.result()
                     done[i] = (q, qwhy, ans, awhy)
+                    if self.progress:
+                        self.progress.add(i, q, qwhy, ans, awhy, None if qwhy or awhy else self.row(i, q, ans))
                     self.good += not (qwhy or awhy)
                     if qwhy or awhy:
                         self.drops[qwhy or awhy] += 1  # (live counts; settle's are exact, duplicates among them)
@@ -395,7 +392,7 @@ class Synth:
 
     def rate(self):
         secs = time.time() - self.t0
-        return min(self.good, self.a.rows) / secs if secs > 0 else 0.0
+        return (min(self.good, self.a.rows) - self.good0) / secs if secs > 0 else 0.0
 
     def say(self, extra=""):
         n, want, r = min(self.good, self.a.rows), self.a.rows, self.rate()
@@ -415,37 +412,36 @@ def drain(q, timeout):
     return out
 
 
-def publish(rows, dst):
-    """The rows into dst whole: a temp file beside it, then a rename."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, dst)
-
-
 def execute(a, info, run_dir):
     for ln in info["sampling"]:
         contract.progress(f"sampling: {ln}")
     tok = tokenizer(a.verifier, info["trust_remote_code"])
     port = vllm_server.free_port()
     env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
-    server = None
+    part = synth_progress.path_of(info["out"])
+    if a.overwrite:
+        part.unlink(missing_ok=True)  # (starts over)
+    _, done, whole = synth_progress.read(part) if info["resume"] else (None, {}, None)
+    if info["resume"]:
+        r = info["resume"]
+        contract.progress(f"synthesize: resuming {Path(a.out).stem}: {r['rows']:,} rows kept of {r['judged']:,} "
+                          f"candidates judged (from {r['file']})")
+    server, progress = None, synth_progress.Progress(part, synth_progress.settings(a, info), whole)
     try:
         server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
-        s = Synth(a, info, f"http://127.0.0.1:{port}", server, tok)
+        s = Synth(a, info, f"http://127.0.0.1:{port}", server, tok, progress, done)
         s.run()
     finally:
+        progress.close()  # (kept: a stopped or failed run resumes from it)
         vllm_server.stop(server)
     res = {"rows": len(s.rows), "candidates": s.tried, "dropped": s.drops, "first_error": s.first_error,
            "synthesize_seconds": round(time.time() - s.t0, 1), "rows_per_s": round(s.rate(), 3)}
     if not s.rows:
+        part.unlink()  # (the run is over: nothing to resume)
         raise Refused(f"no conversation kept of {s.tried} candidate(s) (dropped: "
                       + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in s.drops.items() if v)
                       + "): raise --question-tokens / --max-tokens, or give a chat model that ends its turns")
-    publish(s.rows, info["out"])
+    synth_progress.publish(s.rows, info["out"])
     if len(s.rows) < a.rows:
         res["short"] = a.rows - len(s.rows)
         contract.progress(f"only {len(s.rows)} of {a.rows} rows after {s.tried} candidates (--attempts): the filters "
