@@ -25,7 +25,11 @@
 #              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few),
 #              SYNTH_ARGS (default: vLLM's CUDA graphs up to 1,024 sequences, its default stops at 512: a batch
 #              past it ran eager); ROWS_FROM=FILE.jsonl.gz (rows carried from an earlier run's collect, in the
-#              checkout): those rows instead of a synthesis. `collect` packs the rows into $OUT/smol-synth.jsonl.gz
+#              checkout): those rows instead of a synthesis. `collect` packs the rows into $OUT/smol-synth.jsonl.gz,
+#              or while they are not written yet the progress so far (synthesized/.smol-synth.jsonl.partial) into
+#              $OUT/smol-synth.partial.gz; ROWS_FROM=FILE.partial.gz restores that progress file, then synthesizes:
+#              `inv synthesize` resumes there (the candidates judged are not asked again). A progress file left
+#              here by a stopped synthesis (the rate check's, a `collect` between sessions) is resumed too.
 #   ab         (by name only) AB's synthesis settings side by side, AB_ROWS rows each: rows/s of each in the summary
 #   prep       inv prepare-data of the synthesized rows (--seq-length 2048)
 #   extract    HS=offline only (default HS=online: skipped): inv extract --layers 2,15,27,30 --concurrency XCONC
@@ -47,7 +51,7 @@ P=${P:-/tmp/parts}
 W=${W:-/tmp/wheelhouse}
 SMOL=${SMOL:-/tmp/smol}
 WD=${WD:-/tmp/specops-gpu}
-INV=/tmp/lap/bin/inv
+INV=${INV:-/tmp/lap/bin/inv}  # (INV=echo: a function's commands said, nothing run: `bash -n` and a dry check)
 REPO=$PWD
 source "$REPO/bench/laptop_side.sh"  # join_wheelhouse PARTS, laptop_side
 if [ "$MODE" = start ]; then
@@ -80,7 +84,10 @@ if [ "$MODE" = collect ]; then
   tar czf "$OUT/smol.tgz" -C /tmp smol-collect; ls -la "$OUT/smol.tgz"
   cp "$B/summary.txt" "$OUT/" 2>/dev/null
   s=$WD/synthesized/smol-synth.jsonl  # (the rows, for a later run's ROWS_FROM: synthesize writes it whole or not at all)
-  [ -f "$s" ] && gzip -c "$s" > "$OUT/smol-synth.jsonl.gz" && ls -la "$OUT/smol-synth.jsonl.gz"
+  if [ -f "$s" ]; then gzip -c "$s" > "$OUT/smol-synth.jsonl.gz" && ls -la "$OUT/smol-synth.jsonl.gz"
+  elif [ -f "$WD/synthesized/.smol-synth.jsonl.partial" ]; then  # (not yet: its progress, which a later run resumes)
+    gzip -c "$WD/synthesized/.smol-synth.jsonl.partial" > "$OUT/smol-synth.partial.gz" && ls -la "$OUT/smol-synth.partial.gz"
+  fi
   [ -f "$B/DONE" ] && echo "RUN DONE" || echo "RUN STILL GOING (packed so far)"
   cat "$B/summary.txt"
   echo "--- tail of the newest log:"; ls -t "$B"/*.log | head -1 | xargs tail -c 2500
@@ -136,7 +143,11 @@ s_verifier() {
 s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would end past SYNTH_END is stopped, and
   # the rows that fit (its rate x the time left, in thousands) are synthesized instead (said in the summary)
   rm -f "$WD/synthesized/smol-synth.jsonl"
-  if [ -n "${ROWS_FROM:-}" ]; then  # (an earlier run's rows, carried: the same file synthesize wrote there)
+  if [ "${ROWS_FROM:-}" != "${ROWS_FROM%.partial.gz}" ]; then  # (an earlier run's progress: synthesize resumes it)
+    mkdir -p "$WD/synthesized"
+    gzip -dc "$REPO/$ROWS_FROM" > "$WD/synthesized/.smol-synth.jsonl.partial" || return 1
+    say "synth: resuming $ROWS_FROM ($(($(wc -l < "$WD/synthesized/.smol-synth.jsonl.partial") - 1)) candidates judged)"
+  elif [ -n "${ROWS_FROM:-}" ]; then  # (an earlier run's rows, carried: the same file synthesize wrote there)
     mkdir -p "$WD/synthesized"; gzip -dc "$REPO/$ROWS_FROM" > "$WD/synthesized/smol-synth.jsonl" || return 1
     say "synth: $(wc -l < "$WD/synthesized/smol-synth.jsonl") rows from $ROWS_FROM (not synthesized here)"; return 0
   fi
@@ -148,9 +159,10 @@ s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would 
 }
 
 synthesize() {  # synthesize ROWS CONCURRENCY ATTEMPTS_PER_ROW [ARGS...]: into $WD/synthesized/smol-synth.jsonl
+  # (no --overwrite: a progress file there is resumed; ab passes --overwrite, each of its runs from the start)
   local rows=$1 conc=$2 per=$3; shift 3
   $INV synthesize --rows "$rows" --out smol-synth --concurrency "$conc" --max-tokens "$ANSWER_TOKENS" \
-    --attempts $((rows * per)) --verifier "$V" --overwrite "$@"
+    --attempts $((rows * per)) --verifier "$V" "$@"
 }
 
 synth_once() {  # synth_once ROWS: inv synthesize, followed; the rows that fit written to $B/synth-rows.txt on a stop
@@ -185,7 +197,7 @@ s_ab() {  # synthesis settings side by side on this card (AB_ROWS rows each, the
   for v in ${AB:-base:1024: graphs1024:1024:--vllm-arg=--max-cudagraph-capture-size=1024 conc512:512:}; do
     name=${v%%:*}; conc=${v#*:}; args=${conc#*:}; conc=${conc%%:*}; args=${args//,/ }
     t0=$SECONDS
-    synthesize "${AB_ROWS:-1500}" "$conc" 8 $args > "$B/ab-$name.out" 2>&1
+    synthesize "${AB_ROWS:-1500}" "$conc" 8 --overwrite $args > "$B/ab-$name.out" 2>&1
     say "ab $name (concurrency $conc, ${args:-defaults}): rc=$? in $((SECONDS - t0))s: $(grep -oE \
       '[0-9]+ conversation.*|[0-9]+/[0-9]+ rows, [0-9.]+ rows/s.*' "$B/ab-$name.out" | tail -2 | cut -c1-200 | tr '\n' ' ')"
   done
