@@ -170,15 +170,36 @@ def test_synthesize_writes_conversations_prepare_data_takes(synthesized, smollm2
 
 def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2, hosts_file, work):
     """candidate i's requests carry the seed of (0, i), so a run of the first 6 candidates only (--attempts 6, another
-    batch) keeps exactly the first run's rows among them; an existing output is never replaced without
-    --overwrite, refused before any server starts."""
+    batch) keeps exactly the first run's rows among them, though `inv stop` stopped it once a candidate was judged
+    and it resumed from its progress file (--dry-run says so first; failures row 231); an existing output is
+    never replaced without --overwrite, refused before any server starts."""
     assert synthesized["r"].returncode == 0
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         rows = rows_of(t, synthesized["dest"])
-    again = synth(hosts_file, smollm2["path"], "--rows", "6", "--attempts", "6", "--out", "smol-synth-again")
+    six = ("--rows", "6", "--attempts", "6", "--out", "smol-synth-again")
+    part, t0 = f"{work}/synthesized/.smol-synth-again.jsonl.partial", time.time()
+    started = synth(hosts_file, smollm2["path"], *six, "--concurrency", "1", "--detach")
+    assert started.returncode == 0, (started.stdout + started.stderr)[-3000:]
+    rid = re.search(r"synthesize started on box: run (\S+) ", started.stdout + started.stderr).group(1)
+    with connect(h) as t:  # (stopped once its progress file holds a candidate judged: one in flight at a time)
+        while int(t.run(f"cat {part} 2>/dev/null | wc -l").stdout or 0) < 2 and time.time() - t0 < 600:
+            time.sleep(0.3)
+    stop = inv("stop", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    with connect(h) as t:
+        judged = len(t.read_bytes(part).decode().splitlines()) - 1  # (inv stop keeps it)
+        assert judged >= 1 and not t.exists(f"{work}/synthesized/smol-synth-again.jsonl")
+    dry = synth(hosts_file, smollm2["path"], *six, "--dry-run")
+    assert re.search(rf"would resume smol-synth-again: \d+ rows kept of {judged} candidates judged \(from "
+                     rf"\.smol-synth-again\.jsonl\.partial; --overwrite starts over\)", dry.stdout + dry.stderr), \
+        (dry.stdout + dry.stderr)[-3000:]
+    again = synth(hosts_file, smollm2["path"], *six)
     first = [x for x in rows if int(x["id"].rsplit("-", 1)[1]) < 6]
     said = again.stdout + again.stderr
+    assert re.search(rf"synthesize: resuming smol-synth-again: \d+ rows kept of {judged} candidates judged \(from "
+                     rf"\.smol-synth-again\.jsonl\.partial\)", said), said[-3000:]
+    print(f"\nsynthesize stopped after {judged} candidate(s) judged, resumed: {round(time.time() - t0)} s in all")
     if not first:
         assert again.returncode != 0 and "no conversation kept of 6 candidate(s)" in said, said[-3000:]
     else:
@@ -188,6 +209,7 @@ def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2,
     with connect(h) as t:
         if first:
             assert rows_of(t, f"{work}/synthesized/smol-synth-again.jsonl") == first
+        assert not t.exists(part)  # (the run over: its progress removed)
         n = t.run(f"ls {work}/runs | wc -l").stdout
     refused = synth(hosts_file, smollm2["path"], "--rows", "12", "--out", "smol-synth")
     assert refused.returncode != 0 and "exists: pick another --out name, or --overwrite" in refused.stderr
