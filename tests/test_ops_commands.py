@@ -17,6 +17,7 @@ from fakes import RecordingTransport
 from specops import inventory
 from specops.contract import BEGIN, END, Supervision
 from specops.errors import SpecopsError
+from specops.host.transport import NotDone
 from specops.host.transfer.listings import _FIND
 
 PY = "/opt/env/bin/python3"
@@ -313,6 +314,14 @@ def test_synthesize_plans_then_starts_its_job_with_one_writer_per_output():
         script("data.synthesize", f"{args} --plan"),
         script("jobs.job", f"start --run-id sy1 --kind synthesize --term group --lock {lock} -- {PY} "
                       f"-m specops_host.data.synthesize {args} --result /w/runs/sy1/result.json")]
+    # (an earlier run's progress beside the output: --dry-run says it would resume it; failures row 231)
+    resume = {"file": ".v-synth-8-s3.jsonl.partial", "rows": 5, "judged": 1234}
+    t = RecordingTransport(host(), dry_run=True, answers=[
+        (r"specops_host\.data\.synthesize", 0, framed({"ok": True, "commands": [], "resume": resume}))])
+    with pytest.raises(NotDone):  # (the dry run stops where the job would start)
+        synthesize.synthesize(t, rows=8, seed=3, verifier="/m/v", run_id="sy2", detach=True)
+    assert ("would resume v-synth-8-s3: 5 rows kept of 1,234 candidates judged (from .v-synth-8-s3.jsonl.partial; "
+            "--overwrite starts over)") in t.planned, t.planned
 
 
 def test_resolve_asks_pip_for_the_targets_metadata_only(monkeypatch):

@@ -357,7 +357,8 @@ class Synth:
         self.settle(done)  # (resumed: the candidates judged before count; their indices are not asked again)
         self.good = self.good0 = len(self.rows)
         self.tried, nxt = len(done), 0
-        with ThreadPoolExecutor(max_workers=self.a.concurrency) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.a.concurrency)
+        try:  # (stopped or failed: no wait for those in flight, the server is stopped under them)
             while True:
                 # (a verifier that keeps 1 candidate in 6 has 6 in flight for each row still wanted)
                 keep = (self.good + 1) / (len(done) + 1) if len(done) >= 8 else 1.0
@@ -389,6 +390,8 @@ class Synth:
                                                  f"{self.first_error})")
                 if self.clock.due():
                     self.say(f" ({flying} in flight)")
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def rate(self):
         secs = time.time() - self.t0
