@@ -392,11 +392,14 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
     "num_spec_tokens": "the ceiling's draft tokens per step (default 3)",
     "speedup": "the ceiling's concurrency levels (default 1: one request, where a draft buys most)",
     "repeats": "the ceiling's repeats, paired (default 3)", "speedup_requests": "the ceiling's requests per level",
-    "speedup_tokens": "the ceiling's output tokens per request"})
+    "speedup_tokens": "the ceiling's output tokens per request",
+    "drafts": "price a bake-off of these kinds (such as eagle3,peagle,dflash; as inv bakeoff's): the data stage "
+              "once, --steps of each kind, each kind's training and the total",
+    "configs": "with --drafts: a folder of each kind's training config as KIND.yaml (default configs/)"})
 def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, config=None, layers=None, seq_length=2048,
          epochs=None, hidden_states="auto", sample=32, steps=10, backend="vllm", disk_budget=None, vllm_arg=None,
          json_=False, draft_vocab_size=None, ceiling="0,0.5,0.7,0.9", num_spec_tokens=3, speedup="1", repeats=3,
-         speedup_requests=None, speedup_tokens=None):
+         speedup_requests=None, speedup_tokens=None, drafts=None, configs=None):
     """Measure a short sample of the real stages on the host and price the whole run, and the ceiling.
 
     prepare + extract on --sample rows, a few training steps offline and online (the real verifier
@@ -404,14 +407,16 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     why; kept with the dataset (plan.json), shown beside the actual hours by status and fetch. The
     ceiling: the speedup a draft of each acceptance would buy (the plan's draft, its proposals accepted
     at that rate by vLLM's synthetic rejection sampling, timed against the verifier alone); a trained
-    draft's `inv evaluate` is said against it.
+    draft's `inv evaluate` is said against it. --drafts: the plan of a bake-off (the first kind's as above, the
+    others' training measured in the mode the plan takes) and one table pricing it whole.
 
     Example: inv plan --host gpu1 --data convs.jsonl --config configs/eagle3.yaml"""
     on_hosts(c, host, hosts, _plan.price, across=_plan.one_host, json_=json_, data=data, dataset=dataset,
              verifier=verifier, config=config, layers=layers, seq_length=seq_length, epochs=epochs,
              hidden_states=hidden_states, sample=sample, steps=steps, backend=backend, disk_budget=disk_budget,
              vllm_arg=vllm_arg, draft_vocab_size=draft_vocab_size, ceiling=ceiling, num_spec_tokens=num_spec_tokens,
-             speedup=speedup, repeats=repeats, speedup_requests=speedup_requests, speedup_tokens=speedup_tokens)
+             speedup=speedup, repeats=repeats, speedup_requests=speedup_requests, speedup_tokens=speedup_tokens,
+             drafts=drafts, configs=configs)
 
 
 @task(changes=True, streams=True, help={

@@ -191,16 +191,11 @@ def rows(m: dict, *, epochs: int, gpus: int, price_per_hour: Optional[float] = N
                       + (f", extract {ew:.1f} s at {dm['tokens'] / max(ew, 1e-9):.0f} tokens/s"
                          if mode == "offline" else "")
                       + f"; {d['fixed_s']:.0f} s fixed) x {scale:.1f}")
-        ts, tk = t["step_s"] or {}, t["tokens_per_s"] or {}
-        train_basis = (f"{t['timed_steps']} steps: {ts.get('min', 0):.2f}/{ts.get('median', 0):.2f}/"
-                       f"{ts.get('max', 0):.2f} s per step (min/median/max), {tk.get('min', 0):.0f}/"
-                       f"{tk.get('median', 0):.0f}/{tk.get('max', 0):.0f} tokens/s; start {t['startup_s']:.0f} s, "
-                       f"save + validation {t['epoch_end_s']:.0f} s; {epochs} epoch(s)")
         stages = [
             {"stage": STAGES[mode][0], "tokens": tokens_full, "seconds": d["seconds"],
              "disk_bytes": disk if mode == "offline" else 0.0, "basis": data_basis, "parts": d},
             {"stage": "train", "tokens": tr["tokens"], "seconds": tr["seconds"], "disk_bytes": 0.0,
-             "basis": train_basis, "parts": tr}]
+             "basis": train_basis(t, epochs), "parts": tr}]
         for s in stages:
             s["hours"] = s["seconds"] / 3600
             s["gpu_hours"] = s["hours"] * gpus if gpus else None
@@ -213,6 +208,39 @@ def rows(m: dict, *, epochs: int, gpus: int, price_per_hour: Optional[float] = N
     out["auto"] = auto_choice(disk, free_bytes=m.get("free_bytes"), disk_budget=disk_budget,
                               hours={k: v["seconds"] for k, v in out["modes"].items()})
     return out
+
+
+def train_basis(t: dict, epochs: int) -> str:
+    """What a training's price rests on: the short run's steps (train_measurement), their spread, its start and end."""
+    ts, tk = t["step_s"] or {}, t["tokens_per_s"] or {}
+    return (f"{t['timed_steps']} steps: {ts.get('min', 0):.2f}/{ts.get('median', 0):.2f}/"
+            f"{ts.get('max', 0):.2f} s per step (min/median/max), {tk.get('min', 0):.0f}/"
+            f"{tk.get('median', 0):.0f}/{tk.get('max', 0):.0f} tokens/s; start {t['startup_s']:.0f} s, "
+            f"save + validation {t['epoch_end_s']:.0f} s; {epochs} epoch(s)")
+
+
+def bakeoff(out: dict, kinds: dict, *, mode: str, gpus: int, price_per_hour: Optional[float] = None,
+            per: str = "host") -> dict:
+    """A bake-off priced (`inv plan --drafts`): the data stage of `mode` once (rows()' own row: the kinds share the
+    prepared rows and their hidden states), then each kind's training in that mode, and the total. out: rows()'s
+    plan; kinds: kind -> {train (its train_measurement in `mode`), epochs, train_ratio, config}. Returns {mode,
+    rows: [{stage, kind, config, epochs, tokens, seconds, hours, disk_bytes, gpu_hours, cost, basis}], total}."""
+    data = dict(out["modes"][mode]["stages"][0], kind=None, config=None, epochs=None)
+    rows = [data]
+    for kind, k in kinds.items():
+        tr = train_hours(k["train"], tokens_full=out["tokens_full"], epochs=k["epochs"], train_ratio=k["train_ratio"])
+        rows.append({"stage": "train", "kind": kind, "config": k["config"], "epochs": k["epochs"],
+                     "tokens": tr["tokens"], "seconds": tr["seconds"], "disk_bytes": 0.0,
+                     "basis": train_basis(k["train"], k["epochs"]), "parts": tr})
+    for r in rows[1:]:
+        r["hours"] = r["seconds"] / 3600
+        r["gpu_hours"] = r["hours"] * gpus if gpus else None
+        r["cost"] = price(r["hours"], gpus=gpus, price_per_hour=price_per_hour, per=per)
+    secs = sum(r["seconds"] for r in rows)
+    total = {"seconds": secs, "hours": secs / 3600, "gpu_hours": secs / 3600 * gpus if gpus else None,
+             "cost": price(secs / 3600, gpus=gpus, price_per_hour=price_per_hour, per=per),
+             "disk_bytes": data["disk_bytes"]}
+    return {"mode": mode, "kinds": list(kinds), "rows": rows, "total": total}
 
 
 #: a training past this many hours gets one line saying so, with what would shorten it

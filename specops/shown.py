@@ -157,9 +157,29 @@ def _priced(w: Where, p) -> None:
     views.plan(p.plan)
     if p.plan.get("long"):  # (a training past estimate.LONG_HOURS, with what shortens it)
         views.line(f"plan: {p.plan['long']}", "yellow")
+    if p.plan.get("bakeoff"):
+        _plan_bakeoff(p.plan)
     if p.plan.get("ceiling"):
         _ceiling(p.plan["ceiling"], p.plan["created"])
     views.next_step(p.next, p.why)
+
+
+def _plan_bakeoff(p: dict) -> None:
+    """`inv plan --drafts`: the whole bake-off in one table (the shared data stage, each kind's training in the mode
+    the plan takes, the total), then what it does not price."""
+    b, priced = p["bakeoff"], p.get("price_per_hour") is not None
+
+    def cells(r: dict, unpriced: str = "(no price_per_hour)") -> list:
+        return [f"{r['seconds'] / 3600:.3f}", "" if r["gpu_hours"] is None else f"{r['gpu_hours']:.3f}",
+                f"{r['cost']:.2f}" if priced else unpriced]
+    rows = [[r["stage"], r["kind"] or "(shared)", r["config"] or "", r["epochs"] or "", f"{r['tokens']:.0f}",
+             *cells(r), r["basis"]] for r in b["rows"]]
+    rows.append(["total", ",".join(b["kinds"]), "", "", "", *cells(b["total"], ""), ""])
+    views.table(f"plan of the bake-off {','.join(b['kinds'])} on {p['host']} ({b['mode']})",
+                ["stage", "draft", "config", "epochs", "tokens", "hours", "GPU-hours", "cost", "measured on"], rows)
+    views.line(f"bake-off total ({b['mode']}): {b['total']['hours']:.3f} h ({b['total']['seconds']:.0f} s) for "
+               f"{len(b['kinds'])} kinds; not priced: each kind's serving and timing (the plan serves no trained "
+               "draft)")
 
 
 def _ceiling(c: dict, created: float) -> None:

@@ -151,6 +151,13 @@ def test_a_good_price_loads(tmp_path):
     (("--data", "x.jsonl", "--steps", "0"), 2, "--steps 0: give how many training steps, 1 or more"),
     (("--data", "x.jsonl", "--epochs", "x"), 2, "--epochs x: give how many epochs to train"),
     (("--data", "x.jsonl", "--host", "a,b"), 2, "plan measures one host"),
+    (("--data", "x.jsonl", "--drafts", "eagle3"), 2, "--drafts 'eagle3': a bake-off compares two or more kinds"),
+    (("--data", "x.jsonl", "--drafts", "eagle3,mtp"), 2, "--drafts mtp: not a draft kind specops trains"),
+    (("--data", "x.jsonl", "--drafts", "eagle3,peagle", "--configs", "/nowhere"), 2,
+     "--configs /nowhere: no /nowhere/eagle3.yaml, /nowhere/peagle.yaml"),
+    (("--data", "x.jsonl", "--drafts", "eagle3,peagle", "--config", "configs/demo.yaml"), 2,
+     "--config configs/demo.yaml with --drafts: a bake-off trains each kind from its own config"),
+    (("--data", "x.jsonl", "--configs", "configs"), 2, "--configs configs is a bake-off's (with --drafts"),
 ])
 def test_plan_refusals_before_anything_connects(args, code, want):
     from conftest import inv
@@ -206,6 +213,35 @@ def test_the_table_names_each_figure_and_its_basis(capsys):
     assert re.search(r"total wall time \(offline\): [\d.]+ h \(\d+ s\); plan kept in /w/data/d/plan.json", out)
     views.plan({**p, "price_per_hour": None, "modes": {k: {**v, "stages": [{**s, "cost": None} for s in v["stages"]],
                                                          "cost": None} for k, v in p["modes"].items()}})
+    assert "(no price_per_hour)" in capsys.readouterr().out
+
+
+def test_a_bakeoff_is_priced_as_the_data_once_and_each_kinds_training_with_the_total(capsys):
+    from specops import shown
+
+    m = measured()
+    p = E.rows(m, epochs=2, gpus=8, price_per_hour=4.0, per="gpu")
+    slow = {**m["train"]["offline"], "tokens_per_s": {"n": 5, "min": 100.0, "median": 200.0, "max": 300.0}}
+    b = E.bakeoff(p, {"eagle3": {"train": m["train"]["offline"], "epochs": 2, "train_ratio": 0.9, "config": "e.yaml"},
+                      "peagle": {"train": slow, "epochs": 5, "train_ratio": 0.9, "config": "p.yaml"}},
+                  mode="offline", gpus=8, price_per_hour=4.0, per="gpu")
+    d, e, pe = b["rows"]
+    assert (d["stage"], d["kind"], d["seconds"]) == ("prepare + extract", None, p["modes"]["offline"]["stages"][0]["seconds"])
+    assert e["seconds"] == pytest.approx(p["modes"]["offline"]["stages"][1]["seconds"])  # (the same kind, epochs)
+    assert pe["tokens"] == 80_000 * 5 and pe["seconds"] == pytest.approx(
+        E.train_hours(slow, tokens_full=80_000, epochs=5)["seconds"]) and pe["cost"] == pytest.approx(pe["hours"] * 32)
+    assert b["total"]["seconds"] == pytest.approx(d["seconds"] + e["seconds"] + pe["seconds"])
+    assert b["total"]["cost"] == pytest.approx(b["total"]["hours"] * 8 * 4.0) and b["total"]["disk_bytes"] == d["disk_bytes"]
+    shown._plan_bakeoff({"host": "gpu1", "price_per_hour": 4.0, "bakeoff": b})
+    out = capsys.readouterr().out
+    assert "# plan of the bake-off eagle3,peagle on gpu1 (offline)\nstage\tdraft\tconfig\tepochs\ttokens\thours\t" \
+           "GPU-hours\tcost\tmeasured on\n" in out
+    rows = [ln.split("\t") for ln in out.splitlines() if "\t" in ln][1:]
+    assert [r[:4] for r in rows] == [["prepare + extract", "(shared)", "", ""], ["train", "eagle3", "e.yaml", "2"],
+                                     ["train", "peagle", "p.yaml", "5"], ["total", "eagle3,peagle", "", ""]]
+    assert float(rows[-1][7]) == pytest.approx(sum(float(r[7]) for r in rows[:-1]), abs=0.02)
+    assert f"bake-off total (offline): {b['total']['hours']:.3f} h" in out and "not priced: each kind's serving" in out
+    shown._plan_bakeoff({"host": "gpu1", "price_per_hour": None, "bakeoff": b})
     assert "(no price_per_hour)" in capsys.readouterr().out
 
 

@@ -357,8 +357,8 @@ def test_train_asks_the_host_which_hidden_states_with_every_setting():
 
 
 def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkeypatch, tmp_path):
-    """The bake-off sends no command of its own: each kind's `inv train --draft` (run <id>-<kind>, followed, its
-    preflight on), then each kind's evaluation with the same levels, prompts and repeats (the free baselines beside
+    """The bake-off sends no command of its own: its dataset's plan read (its price said, or that none priced it), each
+    kind's `inv train --draft` (run <id>-<kind>, followed, its preflight on), then each kind's evaluation with the same levels, prompts and repeats (the free baselines beside
     the first only); the real commands are train's and evaluate's (tests above; the run: test_kinds.py)."""
     from specops.ops import bakeoff, evaluate, train
 
@@ -370,7 +370,9 @@ def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkey
     t = RecordingTransport(host())
     b = bakeoff.bakeoff(t, drafts="eagle3,dflash", dataset="d", run_id="b1", speedup="1", repeats=2,
                         dest=str(tmp_path))
-    assert t.commands == []
+    assert t.commands == [] and t.ops[0] == ("read", "/w/data/d/plan.json", 0)
+    assert t.notes[0].text == ("plan: none prices this bake-off of eagle3, dflash (/w/data/d/plan.json): `inv plan "
+                               "--drafts eagle3,dflash --data FILE` measures it first")
     assert [(c[0], c[1]["draft"], c[1]["run_id"], c[1]["follow"], c[1]["serve_check"]) for c in calls[:2]] == [
         ("train", "eagle3", "b1-eagle3", True, True), ("train", "dflash", "b1-dflash", True, True)]
     ev = [c for c in calls if c[0] == "evaluate"]
@@ -380,6 +382,75 @@ def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkey
                {"speedup": "1", "repeats": 2, "max_prompts": 32, "max_tokens": 64} for c in ev)
     assert b["winners"]["1"]["kind"] == "dflash" and b["winners"]["1"]["deploy"] == "b1-dflash"
     assert json.loads((tmp_path / "b1.json").read_text())["winners"] == b["winners"]
+    total = {"hours": 2.5, "gpu_hours": 20.0, "cost": 80.0}  # (the dataset's plan of this bake-off: its price said)
+    t = RecordingTransport(host(), files={"/w/data/d/plan.json": json.dumps(
+        {"bakeoff": {"kinds": ["dflash", "eagle3"], "mode": "offline", "total": total}}).encode()})
+    bakeoff.bakeoff(t, drafts="eagle3,dflash", dataset="d", run_id="b2", speedup="1", dest=str(tmp_path))
+    assert t.notes[0].text == ("plan: this bake-off priced at 2.50 h of training and data (offline, 20.00 GPU-hours, "
+                               "cost 80.00; /w/data/d/plan.json)")
+
+
+def _measured(tps: float, run_id: str) -> dict:
+    """A short training's figures (estimate.train_measurement's shape) at `tps` tokens/s."""
+    return {"steps": 3, "timed_steps": 2, "startup_s": 10.0, "step_s": {"n": 2, "min": 1.0, "median": 1.0, "max": 1.0},
+            "tokens_per_s": {"n": 2, "min": tps, "median": tps, "max": tps}, "epoch_end_s": 5.0, "tail_s": 1.0,
+            "wall_s": 20.0, "val_tokens": 80.0, "run_id": run_id, "ended": 100.0}
+
+
+@pytest.mark.parametrize("hidden_states,trained", [
+    ("auto", [("eagle3", "offline", "sample"), ("eagle3", "online", "sample-online"), ("peagle", "offline", "sample"),
+              ("dflash", "offline", "sample")]),
+    ("online", [("eagle3", "online", "sample-online"), ("peagle", "online", "sample-online"),
+                ("dflash", "online", "sample-online")])])
+def test_the_plan_of_a_bakeoff_measures_the_data_once_and_each_kind_in_the_mode_it_takes(
+        monkeypatch, tmp_path, hidden_states, trained):
+    """`inv plan --drafts eagle3,peagle,dflash --configs F`: the sample cut and its data job once (prepare + extract),
+    the first kind trained as a plan trains it (auto: offline and online), every other kind in the mode the plan takes
+    (auto: offline, the hidden states fit), each from F/KIND.yaml, then one table: the shared data stage, each kind's
+    training at its own config's epochs, the total; kept in plan.json's `bakeoff`. The real run: test_plan.py."""
+    from specops import estimate
+    from specops.ops import bootstrap, data, plan
+
+    folder = tmp_path / "kinds"
+    folder.mkdir()
+    for k in ("eagle3", "peagle", "dflash"):
+        (folder / f"{k}.yaml").write_text(open(f"configs/{k}.yaml").read())
+    calls = []
+    monkeypatch.setattr(bootstrap, "bootstrap", lambda t: None)
+    monkeypatch.setattr(data, "run_datagen", lambda t, args, kind: calls.append(("datagen", args.prepare, args.extract))
+                        or {"run_id": "dg1", "prepare_seconds": 2.0, "extract": {"tokens": 800, "seconds": 4.0}})
+    monkeypatch.setattr(plan, "run_shape", lambda *a: {"tokens": 800, "estimate_bytes": 1 << 20, "free_bytes": 1 << 40})
+    tps = {"eagle3": 100.0, "peagle": 50.0, "dflash": 25.0}
+    monkeypatch.setattr(plan, "measure_train", lambda t, mode, *, dataset, draft, config, **kw: calls.append(
+        ("train", draft, mode, dataset.rsplit("/", 1)[1], config)) or _measured(tps[draft], f"plan-{draft}-{mode}"))
+    t = RecordingTransport(host(), answers=[(r"^grep -c \. /d/convs\.jsonl$", 0, "24\n"), (r"^du -sb ", 0, "2048000\n")])
+    p = plan.price(t, "/d/convs.jsonl", dataset="d", verifier="/m/v", drafts="eagle3,peagle,dflash",
+                   configs=str(folder), sample=8, steps=3, hidden_states=hidden_states, ceiling="none").plan
+    base = "/w/plans/" + hashlib.sha256(b"/w/data/d\n/m/v").hexdigest()[:10]
+    cut = "/w/uploads/plan-" + hashlib.sha256(b"/d/convs.jsonl\n8").hexdigest()[:12] + "-convs.jsonl"
+    assert calls == [("datagen", cut, hidden_states != "online"),
+                     *[("train", k, m, d, str(folder / f"{k}.yaml")) for k, m, d in trained]]
+    extract = [f"du -sb {base}/sample/hidden_states | cut -f1"] if hidden_states != "online" else []
+    assert t.commands == [
+        "test -e /d/convs.jsonl", "grep -c . /d/convs.jsonl", "test -e /d/convs.jsonl",
+        f"mkdir -p /w/uploads && grep . /d/convs.jsonl | head -n 8 > {cut}.part && mv -f {cut}.part {cut}", *extract,
+        f"rm -rf {base}/sample-online && mkdir -p {base}/sample-online && cp -a {base}/sample/. {base}/sample-online/ "
+        f"&& rm -rf {base}/sample-online/hidden_states {base}/sample-online/.hs_stage",
+        "mkdir -p /w/data/d", f"mv -f /w/data/d/plan.json.{PID}.part /w/data/d/plan.json"]
+    b = p["bakeoff"]
+    mode = "online" if hidden_states == "online" else "offline"
+    assert b["mode"] == mode and b["kinds"] == ["eagle3", "peagle", "dflash"]
+    assert [(r["stage"], r["kind"], r["epochs"]) for r in b["rows"]] == [
+        (estimate.STAGES[mode][0], None, None), ("train", "eagle3", 3), ("train", "peagle", 5), ("train", "dflash", 5)]
+    assert b["rows"][0]["seconds"] == p["modes"][mode]["stages"][0]["seconds"]  # (the data stage: once, the plan's)
+    for r in b["rows"][1:]:  # (each kind at its own tokens/s, over the file's tokens, its own epochs)
+        assert r["seconds"] == pytest.approx(estimate.train_hours(_measured(tps[r["kind"]], ""), tokens_full=2400,
+                                                                  epochs=r["epochs"])["seconds"])
+        assert r["config"] == str(folder / f"{r['kind']}.yaml") and r["gpu_hours"] is None and r["cost"] is None
+    assert b["rows"][1]["seconds"] == p["modes"][mode]["stages"][1]["seconds"]  # (the first kind: the plan's own)
+    assert b["total"]["seconds"] == pytest.approx(sum(r["seconds"] for r in b["rows"]))
+    put = [op for op in t.ops if op[0] == "put"]
+    assert json.loads(put[-1][2])["bakeoff"] == json.loads(json.dumps(b, default=str))
 
 
 def test_wheelhouse_reads_an_existing_venv_through_the_install_script():

@@ -15,7 +15,8 @@ from typing import Any, Optional
 from specops.args import USAGE, Refused, refusing
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
-from specops.ops import controls as _controls, evaluate, jobs, train
+from specops.ops import controls as _controls, data, evaluate, jobs, train
+from specops.ops.ceiling import read_plan
 from specops.ops.evaluate import concurrency_levels
 from specops_host.serve import drafts as kinds_of
 
@@ -35,15 +36,26 @@ def parse_drafts(spec: Optional[str]) -> list[str]:
     return kinds
 
 
-def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3, tune: bool = False,
-           controls: Optional[str] = None, configs: Optional[str] = None, **_: Any) -> None:
+def check_kinds(drafts: Optional[str], configs: Optional[str]) -> list[str]:
+    """parse_drafts(), then each kind's KIND.yaml in --configs FOLDER there (else one line); the kinds."""
     kinds = parse_drafts(drafts)
-    if controls is not None:
-        _controls.parse_controls(controls)
     missing = [f"{configs}/{k}.yaml" for k in kinds if configs and not (Path(configs) / f"{k}.yaml").is_file()]
     if missing:
         raise Refused(f"--configs {configs}: no {', '.join(missing)}: a bake-off's folder holds each kind's "
                       f"config as KIND.yaml (as configs/ does)", code=USAGE)
+    return kinds
+
+
+def config_of(kind: str, configs: Optional[str]) -> Optional[str]:
+    """A kind's training config in a bake-off: --configs FOLDER's KIND.yaml, else None (train's configs/KIND.yaml)."""
+    return str(Path(configs) / f"{kind}.yaml") if configs else None
+
+
+def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3, tune: bool = False,
+           controls: Optional[str] = None, configs: Optional[str] = None, **_: Any) -> None:
+    check_kinds(drafts, configs)
+    if controls is not None:
+        _controls.parse_controls(controls)
     levels = concurrency_levels(speedup)
     if not levels:
         raise Refused("--speedup none: a bake-off picks its winner by the speedup at each level: give levels "
@@ -97,12 +109,12 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
     levels, rows, winners, file}, also written to dest/<bakeoff id>.json."""
     kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
     bid = jobs.validate_run_id(run_id or jobs.new_run_id("bakeoff"))
+    t.note(priced(t, kinds, dataset))
     rids, rows = {}, []
     for kind in kinds:
         with t.step(f"bake-off: train the {drafts_name(kind)} draft ({bid}-{kind})"):
-            config = str(Path(configs) / f"{kind}.yaml") if configs else None
-            res = train.train(t, draft=kind, config=config, run_id=f"{bid}-{kind}", dataset=dataset, verifier=verifier,
-                              follow=True, own=True, hidden_states=hidden_states, vllm_arg=vllm_arg,
+            res = train.train(t, draft=kind, config=config_of(kind, configs), run_id=f"{bid}-{kind}", dataset=dataset,
+                              verifier=verifier, follow=True, own=True, hidden_states=hidden_states, vllm_arg=vllm_arg,
                               serve_check=serve_check, overrides={"epochs": epochs, "max-steps": max_steps})
             rids[kind] = res["run_id"]
     for i, kind in enumerate(kinds):
@@ -120,6 +132,19 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
     out["plot"] = plot(out, Path(dest) / f"{bid}.png")
     Path(out["file"]).write_text(json.dumps(out, indent=1))
     return out
+
+
+def priced(t: Transport, kinds: list, dataset: Optional[str]) -> str:
+    """What the dataset's plan.json says this bake-off costs (`inv plan --drafts`' `bakeoff`), or that none did."""
+    ddir = data.data_dir(t, dataset)
+    b = (read_plan(t, ddir) or {}).get("bakeoff") or {}
+    if sorted(b.get("kinds") or []) != sorted(kinds):
+        return (f"plan: none prices this bake-off of {', '.join(kinds)} ({ddir}/plan.json): `inv plan --drafts "
+                f"{','.join(kinds)} --data FILE` measures it first")
+    tot = b["total"]
+    return (f"plan: this bake-off priced at {tot['hours']:.2f} h of training and data ({b['mode']}"
+            + ("" if tot.get("gpu_hours") is None else f", {tot['gpu_hours']:.2f} GPU-hours")
+            + ("" if tot.get("cost") is None else f", cost {tot['cost']:.2f}") + f"; {ddir}/plan.json)")
 
 
 def plot(out: dict, path: Path) -> Optional[str]:

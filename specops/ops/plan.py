@@ -22,7 +22,7 @@ from specops.args import USAGE, Refused, refusing
 from specops.config import load_config
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
-from specops.ops import bootstrap, ceiling as ceilings, data, evaluate, jobs, train
+from specops.ops import bakeoff, bootstrap, ceiling as ceilings, data, evaluate, jobs, train
 from specops.ops.ceiling import PLAN, read_plan
 from specops.contract import concurrency_levels
 
@@ -93,11 +93,11 @@ def train_records(t: Transport, run_id: str, tmp: Path) -> list[dict]:
 
 def measure_train(t: Transport, mode: str, *, dataset: str, verifier: str, config: Optional[str], steps: int,
                   layers: Optional[str], vllm_arg: list, tokens: int, train_ratio: float, tmp: Path,
-                  draft_vocab_size: Optional[str] = None) -> dict:
+                  draft_vocab_size: Optional[str] = None, draft: Optional[str] = None) -> dict:
     """A few real training steps (speculators train, one epoch capped at `steps`, its checkpoint
-    and validation included) on the sample: train.train itself, then its step times."""
-    rid = jobs.new_run_id(f"plan-{mode}")
-    res = train.train(t, config=config, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
+    and validation included) on the sample: train.train itself (draft: `inv train --draft`'s), then its step times."""
+    rid = jobs.new_run_id(f"plan-{draft}-{mode}" if draft else f"plan-{mode}")
+    res = train.train(t, config=config, draft=draft, run_id=rid, dataset=dataset, verifier=verifier, follow=True,
                       overrides={"max-steps": steps, "epochs": 1, "draft-vocab-size": draft_vocab_size},
                       hidden_states=mode, layers=layers,
                       vllm_arg=vllm_arg, serve_check=False, own=True)  # (the plan's: Ctrl-C stops it)
@@ -134,20 +134,31 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
             config: Optional[str] = None, layers: Optional[str] = None, seq_length: int = 2048, sample: int = 32,
             steps: int = 10, epochs: Optional[int] = None, hidden_states: str = "auto", backend: str = "vllm",
             vllm_arg: Optional[list] = None, disk_budget_gb: Optional[float] = None,
-            draft_vocab_size: Optional[str] = None, ceiling: Optional[str] = None, **timing) -> dict:
+            draft_vocab_size: Optional[str] = None, ceiling: Optional[str] = None, drafts: Optional[str] = None,
+            configs: Optional[str] = None, **timing) -> dict:
     """The plan of a run on the host: measured on `sample` rows, extrapolated to the file's rows.
     hidden_states: offline or online measures that mode only; auto both (and says which auto would
     take). ceiling: acceptance rates (ops/ceiling.py) the first mode's draft is timed at
     (measure_ceiling(); timing: its settings); none: the last plan's ceiling of this verifier and host is
-    kept. Returns the plan (also written to the dataset's plan.json on the host); a dry run says
-    what measuring would run, then stops at the sample's data job (what follows reads it)."""
+    kept. drafts (a bake-off's kinds, `inv bakeoff --drafts`; configs: its --configs FOLDER): the first kind's plan
+    as above (its config, configs/KIND.yaml or FOLDER/KIND.yaml), then `steps` training steps of each other kind on the
+    same sample in the mode the plan takes (hidden_states, or auto's pick), and the whole bake-off priced (the data
+    stage once, each kind's training: plan["bakeoff"]). Returns the plan (also written to the dataset's plan.json on
+    the host); a dry run says what measuring would run, then stops at the sample's data job (what follows reads it)."""
     if hidden_states not in train.HIDDEN_STATES:
         raise SpecopsError(f"--hidden-states {hidden_states!r}: choose offline, online or auto")
     rates = ceilings.rates(ceiling)
     h = t.host
-    cfg = load_config(config, h.profile, {"epochs": epochs, "draft-vocab-size": draft_vocab_size})  # (keys, numbers)
+    kinds = bakeoff.parse_drafts(drafts) if drafts else []
+    over = {"epochs": epochs, "draft-vocab-size": draft_vocab_size}
+    cfgs = {k: load_config(train.draft_config(k, bakeoff.config_of(k, configs)), h.profile, over) for k in kinds}
+    for k, c in cfgs.items():  # (each kind's config read and matched to its kind before anything runs)
+        train.refuse_other_kind(c, k)
+    draft = kinds[0] if kinds else None
+    config = bakeoff.config_of(draft, configs) if draft else config
+    cfg = cfgs[draft] if draft else load_config(config, h.profile, over)  # (keys, numbers)
     n_epochs = int(cfg["flags"].get("epochs") or 1)
-    ratio = float(cfg["flags"].get("train-data-ratio") or estimate.TRAIN_RATIO)
+    ratio = _ratio(cfg)
     ddir = data.data_dir(t, dataset)
     ver = data.verifier_path(t, verifier)
     modes = ("offline", "online") if hidden_states == "auto" else (hidden_states,)
@@ -171,7 +182,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                                overwrite=True)
         w0 = time.time()
         with t.step(f"plan: the data job on {n} row(s) (prepare" + (" + extract)" if "offline" in modes else ")")):
-            t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample, "
+            also = (f" ({draft}), then {steps} of each of {', '.join(kinds[1:])} in the mode "
+                    + ("auto picks" if hidden_states == "auto" else hidden_states)) if kinds else ""
+            t.would(f"then: {steps} training step(s) " + " and ".join(modes) + " on the sample" + also + ", "
                     + (f"the ceiling (the draft at acceptance {ceiling}), " if rates else "") + "the plan "
                     f"extrapolated to the file's rows and written to {ddir}/{PLAN} (not shown: they depend on it)")
             dg = data.run_datagen(t, args, kind="plan-data")
@@ -188,13 +201,21 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
         t.check(f"rm -rf {shlex.quote(odir)} && mkdir -p {shlex.quote(odir)} && cp -a {shlex.quote(sdir)}/. "
                 f"{shlex.quote(odir)}/ && rm -rf {shlex.quote(odir)}/hidden_states {shlex.quote(odir)}/.hs_stage",
                 "the sample's prepared rows for the online training")
-        kw: dict[str, Any] = dict(verifier=ver, config=config, steps=steps, layers=layers,
-                                  vllm_arg=list(vllm_arg or []), tokens=tokens, train_ratio=ratio, tmp=tmp,
-                                  draft_vocab_size=draft_vocab_size)
-        trained = {}
+        kw: dict[str, Any] = dict(verifier=ver, steps=steps, layers=layers, vllm_arg=list(vllm_arg or []),
+                                  tokens=tokens, tmp=tmp, draft_vocab_size=draft_vocab_size)
+        trained, others = {}, {}
         for mode in modes:
-            with t.step(f"plan: {steps} training step(s) {mode} on the sample"):
-                trained[mode] = measure_train(t, mode, dataset=sdir if mode == "offline" else odir, **kw)
+            with t.step(f"plan: {steps} training step(s) {mode} on the sample" + (f" ({draft})" if draft else "")):
+                trained[mode] = measure_train(t, mode, dataset=sdir if mode == "offline" else odir, config=config,
+                                              draft=draft, train_ratio=ratio, **kw)
+        budget = None if disk_budget_gb is None else disk_budget_gb * 2**30
+        pick = hidden_states if hidden_states != "auto" else estimate.auto_choice(
+            hs_bytes / max(tokens, 1) * tokens * total / n, free_bytes=shape.get("free_bytes"), disk_budget=budget,
+            hours={})["mode"]  # (rows()' own choice, said below: the mode the other kinds are measured in)
+        for k in kinds[1:]:
+            with t.step(f"plan: {steps} training step(s) {pick} on the sample ({k})"):
+                others[k] = measure_train(t, pick, dataset=sdir if pick == "offline" else odir, draft=k,
+                                          config=bakeoff.config_of(k, configs), train_ratio=_ratio(cfgs[k]), **kw)
         kind = str(cfg["flags"].get("speculator-type") or "eagle3")
         ceil = (measure_ceiling(t, trained[modes[0]]["run_id"], rates, kind=kind, verifier=ver, tmp=tmp,
                                 vllm_arg=vllm_arg, **timing) if rates else
@@ -208,9 +229,9 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
                 "hidden_state_bytes": hs_bytes, "train": trained, "free_bytes": shape.get("free_bytes")}
     gpus = h.gpus if h.gpus is not None else (0 if h.profile == "cpu" else 1)
     out = estimate.rows(measured, epochs=n_epochs, gpus=gpus, price_per_hour=h.price_per_hour, per=h.price_per,
-                        disk_budget=None if disk_budget_gb is None else disk_budget_gb * 2**30, train_ratio=ratio)
+                        disk_budget=budget, train_ratio=ratio)
     # (the host's clock when the plan's last job ended: `versus` counts the data jobs started after it)
-    host_end = max((float(x.get("ended") or 0) for x in trained.values()), default=0.0) or None
+    host_end = max((float(x.get("ended") or 0) for x in [*trained.values(), *others.values()]), default=0.0) or None
     chosen = out["modes"].get(out["auto"]["mode"]) or next(iter(out["modes"].values()))
     tr = chosen["stages"][-1]["parts"]
     long = estimate.too_long(tr["seconds"], tr["tokens_per_s"], epochs=n_epochs,
@@ -221,10 +242,20 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
             "seq_length": seq_length, "sample_rows": n, "steps": steps, "gpus": gpus,
             "price_per_hour": h.price_per_hour, "price_per": h.price_per, "measured": measured, **out,
             "ceiling": ceil, "plan_seconds": time.time() - t0}
+    if kinds:
+        per = {k: {"train": trained[pick] if k == draft else others[k], "epochs": int(c["flags"].get("epochs") or 1),
+                   "train_ratio": _ratio(c), "config": c["path"]} for k, c in cfgs.items()}
+        plan["bakeoff"] = estimate.bakeoff(out, per, mode=pick, gpus=gpus, price_per_hour=h.price_per_hour,
+                                           per=h.price_per)
     t.check(f"mkdir -p {shlex.quote(ddir)}", "the dataset dir (the plan is kept there)")
     t.put_text(json.dumps(plan, indent=1, default=str), f"{ddir}/{PLAN}", label="(plan.json)", whole=True)
     plan["path"] = f"{ddir}/{PLAN}"
     return plan
+
+
+def _ratio(cfg: dict) -> float:
+    """A config's train_data_ratio (speculators' default where unset)."""
+    return float(cfg["flags"].get("train-data-ratio") or estimate.TRAIN_RATIO)
 
 
 def run_shape(t: Transport, sdir: str, ver: str, layers: Optional[str], vllm_arg: Optional[list]) -> dict:
@@ -292,7 +323,16 @@ class Priced:
 
 
 def _plan_flags(data: Optional[str] = None, ceiling: Optional[str] = None, speedup: str = "1",
-                num_spec_tokens: int = 3, **kw) -> None:
+                num_spec_tokens: int = 3, drafts: Optional[str] = None, configs: Optional[str] = None,
+                config: Optional[str] = None, **kw) -> None:
+    if drafts is not None:
+        bakeoff.check_kinds(drafts, configs)
+        if config is not None:
+            raise Refused(f"--config {config} with --drafts: a bake-off trains each kind from its own config, "
+                          f"--configs FOLDER's KIND.yaml (default configs/): drop --config", code=USAGE)
+    elif configs is not None:
+        raise Refused(f"--configs {configs} is a bake-off's (with --drafts such as {bakeoff.DEFAULT}); one kind's "
+                      f"config: --config FILE", code=USAGE)
     if not data:
         raise Refused("plan needs --data FILE (.jsonl: the rows the run will train on)", code=USAGE)
     try:
@@ -309,8 +349,15 @@ def _plan_flags(data: Optional[str] = None, ceiling: Optional[str] = None, speed
 @refusing(_plan_flags)
 def price(t: Transport, data: str, *, dataset: Optional[str] = None, disk_budget: Optional[float] = None,
           **kw) -> Priced:
-    """`inv plan`: measure() on the host (kw: its settings; --disk-budget in GiB), with the pipeline it priced next."""
+    """`inv plan`: measure() on the host (kw: its settings; --disk-budget in GiB), with the pipeline it priced next
+    (a bake-off's, --drafts: `inv bakeoff` with the same kinds and configs)."""
     p = measure(t, data_file=data, dataset=dataset, disk_budget_gb=disk_budget, **kw)
+    if p.get("bakeoff"):
+        b, folder, ds = p["bakeoff"], kw.get("configs"), f" --dataset {dataset}" if dataset else ""
+        return Priced(p, t.hint(f"bakeoff --drafts {','.join(b['kinds'])} --hidden-states {b['mode']}{ds}"
+                                + (f" --configs {folder}" if folder else "")),
+                      f"the bake-off this plan priced, once `{t.hint(f'prepare-data --data {data}{ds}')}`"
+                      + (f" and `{t.hint('extract' + ds)}`" if b["mode"] == "offline" else "") + " prepared its data")
     return Priced(p, t.hint(f"pipeline --data {data} --hidden-states {p['auto']['mode']}"
                             + (f" --dataset {dataset}" if dataset else "")), "the run this plan priced")
 
