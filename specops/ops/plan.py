@@ -151,9 +151,7 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     h = t.host
     kinds = bakeoff.parse_drafts(drafts) if drafts else []
     over = {"epochs": epochs, "draft-vocab-size": draft_vocab_size}
-    cfgs = {k: load_config(train.draft_config(k, bakeoff.config_of(k, configs)), h.profile, over) for k in kinds}
-    for k, c in cfgs.items():  # (each kind's config read and matched to its kind before anything runs)
-        train.refuse_other_kind(c, k)
+    cfgs = bakeoff.configs_of(kinds, configs, h.profile, over)  # (each kind's, matched to it, before anything runs)
     draft = kinds[0] if kinds else None
     config = bakeoff.config_of(draft, configs) if draft else config
     cfg = cfgs[draft] if draft else load_config(config, h.profile, over)  # (keys, numbers)
@@ -164,7 +162,8 @@ def measure(t: Transport, *, data_file: str, dataset: Optional[str] = None, veri
     modes = ("offline", "online") if hidden_states == "auto" else (hidden_states,)
     secs, why = expected_seconds(t, ddir)
     t.note(f"plan: measuring {sample} row(s) on {h.name}, {steps} training step(s) per mode ({', '.join(modes)}): "
-           f"about {secs / 60:.0f} min ({why})")
+           f"about {secs / 60:.0f} min ({why})" + (f"; then {steps} step(s) of each of {', '.join(kinds[1:])} in "
+                                                    f"the mode it takes" if kinds else ""))
     t0 = time.time()
     total = count_rows(t, data_file)  # (a missing or empty file: refused before anything runs)
     if total < 1:
@@ -354,7 +353,8 @@ def price(t: Transport, data: str, *, dataset: Optional[str] = None, disk_budget
     p = measure(t, data_file=data, dataset=dataset, disk_budget_gb=disk_budget, **kw)
     if p.get("bakeoff"):
         b, folder, ds = p["bakeoff"], kw.get("configs"), f" --dataset {dataset}" if dataset else ""
-        return Priced(p, t.hint(f"bakeoff --drafts {','.join(b['kinds'])} --hidden-states {b['mode']}{ds}"
+        ver = f" --verifier {kw['verifier']}" if kw.get("verifier") else ""
+        return Priced(p, t.hint(f"bakeoff --drafts {','.join(b['kinds'])} --hidden-states {b['mode']}{ds}{ver}"
                                 + (f" --configs {folder}" if folder else "")),
                       f"the bake-off this plan priced, once `{t.hint(f'prepare-data --data {data}{ds}')}`"
                       + (f" and `{t.hint('extract' + ds)}`" if b["mode"] == "offline" else "") + " prepared its data")
