@@ -338,14 +338,17 @@ def regenerate(c, host=None, hosts=None, data=None, out=None, verifier=None, max
     "answer_temperature": "the answers' temperature (default 0: greedy) or `config`: the verifier's generation config",
     "question_tokens": "a question's token cap (default 128; one cut there is dropped)",
     "max_tokens": "an answer's token cap (default 1024; one cut there is dropped)",
-    "concurrency": "requests in flight (default 32)",
+    "concurrency": "requests in flight (default 32), over all the servers",
+    "servers": "vLLM servers of the verifier (default 1; several share one GPU: a small model's server is bound by "
+               "its CPU-side work, the GPU mostly idle)",
     "attempts": "candidate conversations at most (default 4 x rows + 16): the rows kept by then are written",
     "max_model_len": "the server's --max-model-len (default: the verifier's)",
     "overwrite": "replace --out, or start over where an earlier run of --out stopped (else it resumes there)",
     "detach": "start it and return", "vllm_arg": VLLM_ARG})
 def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, seed=0, topics=None, seed_prompts=None,
                question_temperature="1.0", answer_temperature="0", question_tokens=128, max_tokens=1024,
-               concurrency=32, attempts=None, max_model_len=None, overwrite=False, detach=False, vllm_arg=None):
+               concurrency=32, servers=1, attempts=None, max_model_len=None, overwrite=False, detach=False,
+               vllm_arg=None):
     """Conversations the verifier writes itself, question and answer (Magpie), for a dataset.
 
     One managed vLLM server of the verifier: its chat template up to the user turn lets it write a

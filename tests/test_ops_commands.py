@@ -308,7 +308,7 @@ def test_synthesize_plans_then_starts_its_job_with_one_writer_per_output():
         (r"specops_host\.jobs\.job start", 0, framed({"ok": True, "run_id": "sy1", "pid": 9}))])
     assert synthesize.synthesize(t, rows=8, seed=3, verifier="/m/v", run_id="sy1", detach=True) is None
     args = (f"--out {out} --verifier /m/v --kind cpu --rows 8 --seed 3 --question-temperature 1.0 "
-            "--answer-temperature 0 --question-tokens 128 --max-tokens 1024 --concurrency 32 "
+            "--answer-temperature 0 --question-tokens 128 --max-tokens 1024 --concurrency 32 --servers 1 "
             "--tensor-parallel 1 --trust-remote-code auto")
     assert t.commands == [
         script("data.synthesize", f"{args} --plan"),

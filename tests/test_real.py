@@ -217,16 +217,21 @@ def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2,
 
 def test_synthesize_seeded_by_the_users_prompts(smollm2, hosts_file, work, tmp_path):
     """--seed-prompts (a laptop file, uploaded): each question written after a system turn showing one of the user's
-    prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate."""
+    prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate. Run over two
+    vLLM servers (--servers 2: candidate i asks server i mod 2), both started and stopped by the job."""
     seeds = [{"category": x["category"], "prompt": x["turns"][0]}  # (four categories, as prompt rows)
              for x in map(json.loads, CATEGORIES.read_text().splitlines())][::10]
     (tmp_path / "mine.jsonl").write_text("".join(json.dumps(x) + "\n" for x in seeds))
     r = synth(hosts_file, smollm2["path"], "--rows", "4", "--seed-prompts", str(tmp_path / "mine.jsonl"),
-              "--out", "smol-seeded")
+              "--out", "smol-seeded", "--servers", "2")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    rid = re.search(r"rows/s \(run ([^)]+)\)", r.stdout).group(1)
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         rows = rows_of(t, f"{work}/synthesized/smol-seeded.jsonl")
+        for d in ("server", "server-1"):  # (each its own job and log, ended with the run)
+            assert t.exists(f"{work}/runs/{rid}/{d}/exit_code", "-f"), d
+            assert b"Starting vLLM server" in t.read_bytes(f"{work}/runs/{rid}/{d}/output.log"), d
     assert len(rows) == 4 and all(x["seed_line"] in (1, 2, 3, 4) for x in rows), rows
     assert all(x["category"] == seeds[x["seed_line"] - 1]["category"] for x in rows), rows
     mine = {host_synth.normal(x["prompt"]) for x in seeds}

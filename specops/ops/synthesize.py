@@ -62,7 +62,7 @@ def _temperature(flag: str, value: str) -> str:
 def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: Optional[str] = None, seed: int = 0,
                topics: Optional[str] = None, seed_prompts: Optional[str] = None, question_temperature: str = "1.0",
                answer_temperature: str = "0",
-               question_tokens: int = 128, max_tokens: int = 1024, concurrency: int = 32,
+               question_tokens: int = 128, max_tokens: int = 1024, concurrency: int = 32, servers: int = 1,
                attempts: Optional[int] = None, max_model_len: Optional[int] = None, vllm_arg: Optional[list] = None,
                overwrite: bool = False, run_id: Optional[str] = None, detach: bool = False) -> Optional[Synthesized]:
     """`rows` conversations the host's verifier writes itself, question and answer, into
@@ -72,7 +72,9 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
     the user's own prompts (JSONL as evaluate's --prompts, conversations, or text a line; laptop or host), each
     the model of new questions of its kind (the rows carry its line and category);
     question_temperature / answer_temperature: a temperature or `config` (the verifier's generation
-    config); question_tokens / max_tokens: the caps (a text cut at its cap is dropped); attempts:
+    config); question_tokens / max_tokens: the caps (a text cut at its cap is dropped); concurrency: requests in
+    flight, over `servers` vLLM servers of the verifier (several on one GPU, its memory shared: a small model's
+    server is bound by its own CPU-side work, not by the GPU); attempts:
     candidates at most (default 4 x rows + 16). Returns {run_id, out (host path), rows, dropped,
     rows_per_s, sampling, ...}; None when detached. Refuses (SpecopsError) before anything starts
     when the input is unusable (no verifier, no chat template, the output there without overwrite). Resumes
@@ -85,7 +87,8 @@ def synthesize(t: Transport, *, rows: int, out: Optional[str] = None, verifier: 
     dest = out_path(t, out or default_name(ver, int(rows), int(seed)))
     args = ["--out", dest, "--verifier", ver, "--kind", h.profile, "--rows", str(int(rows)), "--seed", str(int(seed)),
             "--question-temperature", qt, "--answer-temperature", at, "--question-tokens", str(int(question_tokens)),
-            "--max-tokens", str(int(max_tokens)), "--concurrency", str(int(concurrency))]
+            "--max-tokens", str(int(max_tokens)), "--concurrency", str(int(concurrency)),
+            "--servers", str(int(servers))]
     later = []
     for flag, path in (("--topics", topics), ("--seed-prompts", seed_prompts)):
         if path:

@@ -33,12 +33,10 @@ with the same --out (and the same settings: refused otherwise) it resumes there,
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
 import queue
-import re
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -48,50 +46,17 @@ from specops_host import contract
 from specops_host.contract import Refused, emit
 from specops_host.data import answers, synth_progress
 from specops_host.data.answers import clock
+from specops_host.data.synth_filters import (REFUSAL, judge_answer, judge_question, looping,  # noqa: F401  (tests)
+                                             refusal, seed_of)
 from specops_host.data.synth_progress import DROPS, normal
 from specops_host.datafmt import utf8_lines, verifier_config
 from specops_host.jobs.records import job_state
-from specops_host.serve import categories, vllm_server
+from specops_host.serve import categories, speedup, vllm_server
 
 PORT = "<port>"
 MARK = "SPECOPSUSERTURN7F3A"  # (no spaces: templates `| trim` a turn's content)
 TOPIC = "The user asks about {topic}."
 SEED = "The user asks a new question of the same kind as this one, on another subject: {prompt}"
-REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i cannot|i can'?t|i can not|i won'?t|"
-                     r"i am (?:not able|unable)|i'?m (?:not able|unable)|as an ai|as a language model)", re.I)
-
-
-# -- the filters (pure) ------------------------------------------------------------------------
-
-def looping(text, n=4, share=0.5, least=12):
-    """Repeated n-grams: of a text's word n-grams (character 3n-grams where it has few spaces: a
-    language written without them), under `share` distinct (a greedy loop repeats one phrase to the
-    cap); a text with fewer than `least` n-grams never loops."""
-    u = text.split()
-    if len(u) * 12 < len(text):
-        u, n = list("".join(u)), 3 * n
-    grams = [tuple(u[i:i + n]) for i in range(len(u) - n + 1)]
-    return len(grams) >= least and len(set(grams)) < share * len(grams)
-
-
-def refusal(text):
-    return bool(REFUSAL.match(text.strip()[:200]))
-
-
-def seed_of(seed, i):  # (candidate i's request seed: a 31-bit hash of (seed, i))
-    return int.from_bytes(hashlib.sha256(f"{seed}/{i}".encode()).digest()[:4], "big") >> 1
-
-
-def judge_question(text, finish):
-    return "empty" if not text.strip() else "looping" if looping(text) else ("question_cut" if finish == "length"
-                                                                             else None)
-
-
-def judge_answer(text, finish):
-    why = judge_question(text, finish)
-    return "answer_cut" if why == "question_cut" else why or ("refusal" if refusal(text) else None)
-
-
 # -- sampling ------------------------------------------------------------------------------------
 
 def sampling(flag, setting, model, what):
@@ -221,9 +186,13 @@ def plan(a):
     if verifier_config(a.verifier) is None:
         raise Refused(f"verifier {a.verifier}: no config.json there (a HF model directory is needed)")
     for flag, v in (("--rows", a.rows), ("--question-tokens", a.question_tokens), ("--max-tokens", a.max_tokens),
-                    ("--concurrency", a.concurrency), ("--tensor-parallel", a.tensor_parallel)):
+                    ("--concurrency", a.concurrency), ("--tensor-parallel", a.tensor_parallel),
+                    ("--servers", a.servers)):
         if v < 1:
             raise Refused(f"{flag} {v}: give 1 or more")
+    if a.servers > a.concurrency:
+        raise Refused(f"--servers {a.servers}: more servers than requests in flight (--concurrency "
+                      f"{a.concurrency}): give --concurrency {a.servers} or more")
     attempts = a.attempts or 4 * a.rows + 16
     if attempts < a.rows:
         raise Refused(f"--attempts {attempts}: give at least --rows ({a.rows}): each row takes one candidate or more")
@@ -261,14 +230,19 @@ def plan(a):
     text, ids = pre_query(tok, TOPIC.format(topic="x") if a.topics else SEED.format(prompt="x") if a.seed_prompts
                           else None)
     info.update(pre_query=text, pre_query_tokens=len(ids))
-    info["commands"] = [server_cmd(a, info, PORT)]
+    if a.servers > 1 and a.kind == "cuda":  # (one GPU's memory shared: each its share, as evaluate's side by side)
+        info["shared_args"] = speedup.shared_gpu_args(a.servers, a.vllm_arg, total=speedup.gpu_total_bytes(),
+                                                      weights=speedup.weights_bytes(a.verifier),
+                                                      tensor_parallel=a.tensor_parallel)
+    info["commands"] = [server_cmd(a, info, PORT)] * a.servers
     return info
 
 
 def server_cmd(a, info, port):
+    """The command of the (or each of --servers) vLLM server of the verifier; several on a GPU share its memory."""
     return vllm_server.server_argv(info["verifier"], port, kind=a.kind, max_model_len=a.max_model_len,
                                    tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"],
-                                   user_args=a.vllm_arg)
+                                   extra=info.get("shared_args", ()), user_args=a.vllm_arg)
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -282,10 +256,11 @@ def post(url, body, timeout):
 
 
 class Synth:
-    """One run's state: the server's address, the counts, the rows kept (in candidate order)."""
+    """One run's state: the servers' addresses (candidate i asks server i mod their number), the counts, the rows
+    kept (in candidate order)."""
 
-    def __init__(self, a, info, url, server_dir, tok, progress=None, done=None):
-        self.a, self.info, self.url, self.server_dir, self.progress = a, info, url, server_dir, progress
+    def __init__(self, a, info, urls, server_dirs, tok, progress=None, done=None):
+        self.a, self.info, self.urls, self.server_dirs, self.progress = a, info, urls, server_dirs, progress
         self.done = dict(done or {})  # (i: (question, why dropped, answer, why dropped); a progress file's, resumed)
         self.topics = read_topics(a.topics) if a.topics else None
         self.seeds = read_seed_prompts(a.seed_prompts) if a.seed_prompts else None
@@ -304,26 +279,27 @@ class Synth:
         body = {"model": self.info["verifier"], "prompt": self.prefix[i % len(self.prefix)],
                 "max_tokens": self.a.question_tokens, "seed": seed_of(self.a.seed, i), "skip_special_tokens": True,
                 **self.info["question_sampling"]}
-        return self.request("/v1/completions", body)
+        return self.request(i, "/v1/completions", body)
 
     def answer(self, i, question):
         body = {"model": self.info["verifier"], "messages": [{"role": "user", "content": question}],
                 "max_tokens": self.a.max_tokens, "seed": seed_of(self.a.seed, i), **self.info["answer_sampling"]}
-        return self.request("/v1/chat/completions", body)
+        return self.request(i, "/v1/chat/completions", body)
 
-    def request(self, path, body):
+    def request(self, i, path, body):
         try:
-            return post(self.url + path, body, self.a.request_timeout)
+            return post(self.urls[i % len(self.urls)] + path, body, self.a.request_timeout)
         except Exception as e:  # noqa: BLE001 - a dead server ends the run; any other failure is one dropped row
             self.check_server()
             self.first_error = self.first_error or f"{type(e).__name__}: {str(e)[:200]}"
             return None, "error"
 
     def check_server(self):
-        st = (job_state(self.server_dir) or {}).get("state")
-        if st != contract.JobState.RUNNING.value:
-            raise vllm_server.ServerDied(vllm_server.died_line(f"the vLLM server exited ({st}) during synthesis",
-                                                              self.server_dir))
+        for d in self.server_dirs:
+            st = (job_state(d) or {}).get("state")
+            if st != contract.JobState.RUNNING.value:
+                raise vllm_server.ServerDied(vllm_server.died_line(f"the vLLM server exited ({st}) during synthesis",
+                                                                  d))
 
     def candidate(self, i):
         """Candidate i in one worker: (i, its question, why dropped or None, its answer, why dropped or None);
@@ -419,7 +395,6 @@ def execute(a, info, run_dir):
     for ln in info["sampling"]:
         contract.progress(f"sampling: {ln}")
     tok = tokenizer(a.verifier, info["trust_remote_code"])
-    port = vllm_server.free_port()
     env = vllm_server.server_env(os.getcwd(), a.kind, a.tensor_parallel)
     part = synth_progress.path_of(info["out"])
     if a.overwrite:
@@ -429,14 +404,22 @@ def execute(a, info, run_dir):
         r = info["resume"]
         contract.progress(f"synthesize: resuming {Path(a.out).stem}: {r['rows']:,} rows kept of {r['judged']:,} "
                           f"candidates judged (from {r['file']})")
-    server, progress = None, synth_progress.Progress(part, synth_progress.settings(a, info), whole)
+    servers: list = []  # ((dir, port) of each: started together, each then waited for)
+    progress = synth_progress.Progress(part, synth_progress.settings(a, info), whole)
     try:
-        server = vllm_server.start(run_dir, server_cmd(a, info, port), env, port, a.server_timeout)
-        s = Synth(a, info, f"http://127.0.0.1:{port}", server, tok, progress, done)
+        for k in range(a.servers):
+            port = vllm_server.free_port(avoid={p for _, p in servers})
+            servers.append((vllm_server.launch(run_dir, server_cmd(a, info, port), env, port,
+                                               name="server" if k == 0 else f"server-{k}"), port))
+        for d, port in servers:
+            vllm_server.wait_started(d, port, a.server_timeout)
+        s = Synth(a, info, [f"http://127.0.0.1:{p}" for _, p in servers], [d for d, _ in servers], tok, progress,
+                  done)
         s.run()
     finally:
         progress.close()  # (kept: a stopped or failed run resumes from it)
-        vllm_server.stop(server)
+        for d, _ in servers:
+            vllm_server.stop(d)
     res = {"rows": len(s.rows), "candidates": s.tried, "dropped": s.drops, "first_error": s.first_error,
            "synthesize_seconds": round(time.time() - s.t0, 1), "rows_per_s": round(s.rate(), 3)}
     if not s.rows:
@@ -468,6 +451,7 @@ def main():
     ap.add_argument("--question-tokens", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--attempts", type=int, default=None)
     ap.add_argument("--request-timeout", type=float, default=1800)
     ap.add_argument("--max-model-len", type=int, default=None)
