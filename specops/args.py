@@ -128,7 +128,8 @@ TASK_FLAGS: dict[str, dict[str, Number]] = {
     "synthesize": {"rows": _i("how many conversations to write", 1000),
                    "seed": _i("the seed of the questions' sampling", 0, ge=0, le=2**31 - 1),
                    "question_tokens": _i("how many tokens a question has at most", 128),
-                   "attempts": _i("how many candidate conversations at most", 4000)},
+                   "attempts": _i("how many candidate conversations at most", 4000),
+                   "servers": _i("how many vLLM servers of the verifier", 4, le=64)},
 }
 
 
