@@ -27,7 +27,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from bench import agreement  # noqa: E402  (its inv, free_port, healthy, server_env, stop_servers)
-from specops_host.serve import evaluate  # noqa: E402  (held_out_prompts, parse_metrics, acceptance, get, post)
+from specops_host.serve import counters, evaluate  # noqa: E402  (counters: the acceptance pass's parts)
 
 
 def main():
@@ -48,20 +48,20 @@ def main():
     rows = []
     try:
         print(f"server healthy after {agreement.healthy(port, srv):.0f}s", flush=True)
-        differ = sum(evaluate.post(f"{base}/tokenize", {"model": "verifier", "prompt": t})["tokens"] != list(i)
+        differ = sum(counters.post(f"{base}/tokenize", {"model": "verifier", "prompt": t})["tokens"] != list(i)
                      for i, t in zip(ids, texts))
         ways = [("ids, stop at the answer's end (inv evaluate's acceptance)", ids, a.tokens, False),
                 ("text from the benchmark's prompts file, stop at the end", texts, a.tokens, False),
                 ("ids, ignore_eos", ids, a.tokens, True),
                 (f"ids, ignore_eos, {a.long} tokens (the speedup's runs on a GPU)", ids, a.long, True)]
         for name, prompts, tokens, ignore in ways:
-            before, made, t0 = evaluate.parse_metrics(evaluate.get(f"{base}/metrics")), 0, time.time()
+            before, made, t0 = counters.parse_metrics(counters.get(f"{base}/metrics")), 0, time.time()
             for p in prompts:
-                r = evaluate.post(f"{base}/v1/completions", {"model": "verifier", "prompt": p, "max_tokens": tokens,
+                r = counters.post(f"{base}/v1/completions", {"model": "verifier", "prompt": p, "max_tokens": tokens,
                                                              "temperature": 0.0, "ignore_eos": ignore})
                 made += r["usage"]["completion_tokens"]
             time.sleep(1)
-            acc = evaluate.acceptance(before, evaluate.parse_metrics(evaluate.get(f"{base}/metrics")))
+            acc = counters.acceptance(before, counters.parse_metrics(counters.get(f"{base}/metrics")))
             rows.append((name, tokens, made / len(prompts), acc.get("mean_acceptance_length", 0.0),
                          acc.get("acceptance_by_position", [])))
             print(f"{name}: acceptance length {rows[-1][3]:.3f}, {rows[-1][2]:.1f} tokens a prompt "

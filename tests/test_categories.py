@@ -9,7 +9,8 @@ import pytest
 
 from specops_host.contract import Refused
 from specops_host.serve import categories
-from specops_host.serve.evaluate import acceptance, file_prompts
+from specops_host.serve.counters import acceptance
+from specops_host.serve.evaluate import file_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 MT_BENCH = [  # (MT-Bench's question.jsonl rows, as published: question_id, category, turns)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import inv
 from specops_host.contract import Refused
-from specops_host.data import synthesize as host_synth
+from specops_host.data import synth_filters as filters, synthesize as host_synth
 
 FAST = ["--enforce-eager"]
 
@@ -22,21 +22,21 @@ FAST = ["--enforce-eager"]
 
 def test_filters_see_loops_refusals_and_duplicates():
     loop = "the cat sat on the mat. " * 10
-    assert host_synth.looping(loop) and host_synth.judge_answer(loop, "length") == "looping"
+    assert filters.looping(loop) and filters.judge_answer(loop, "length") == "looping"
     prose = ("Speculative decoding lets a small draft model propose several tokens that the large model then checks "
              "in one forward pass, so the output is unchanged while the wall time falls when the draft is right.")
-    assert not host_synth.looping(prose) and host_synth.judge_answer(prose, "stop") is None
-    assert host_synth.judge_answer(prose, "length") == "answer_cut"
-    assert host_synth.judge_question("What is a draft model?", "length") == "question_cut"
-    assert host_synth.looping("猫が好きです。" * 12)  # (no spaces: character n-grams)
-    assert not host_synth.looping("moss cloud rain wind leaf root")  # (too short to say)
+    assert not filters.looping(prose) and filters.judge_answer(prose, "stop") is None
+    assert filters.judge_answer(prose, "length") == "answer_cut"
+    assert filters.judge_question("What is a draft model?", "length") == "question_cut"
+    assert filters.looping("猫が好きです。" * 12)  # (no spaces: character n-grams)
+    assert not filters.looping("moss cloud rain wind leaf root")  # (too short to say)
     for r in ("I'm sorry, but I can't help with that.", "As an AI language model, I cannot", "  I cannot do that"):
-        assert host_synth.refusal(r) and host_synth.judge_answer(r, "stop") == "refusal", r
-    assert not host_synth.refusal("Sorrow is a feeling of deep distress.")
-    assert host_synth.judge_answer("  ", "stop") == host_synth.judge_question("", "stop") == "empty"
+        assert filters.refusal(r) and filters.judge_answer(r, "stop") == "refusal", r
+    assert not filters.refusal("Sorrow is a feeling of deep distress.")
+    assert filters.judge_answer("  ", "stop") == filters.judge_question("", "stop") == "empty"
     assert host_synth.normal("What is  a Draft?") == host_synth.normal("what is a draft") != host_synth.normal("why")
-    assert host_synth.seed_of(0, 1) == host_synth.seed_of(0, 1) != host_synth.seed_of(1, 1)
-    assert 0 <= host_synth.seed_of(7, 10**6) < 2**31
+    assert filters.seed_of(0, 1) == filters.seed_of(0, 1) != filters.seed_of(1, 1)
+    assert 0 <= filters.seed_of(7, 10**6) < 2**31
 
 
 def test_sampling_is_said_and_greedy_questions_are_refused(tmp_path):

@@ -46,8 +46,7 @@ from specops_host import contract
 from specops_host.contract import Refused, emit
 from specops_host.data import answers, synth_progress
 from specops_host.data.answers import clock
-from specops_host.data.synth_filters import (REFUSAL, judge_answer, judge_question, looping,  # noqa: F401  (tests)
-                                             refusal, seed_of)
+from specops_host.data.synth_filters import judge_answer, judge_question, seed_of
 from specops_host.data.synth_progress import DROPS, normal
 from specops_host.datafmt import utf8_lines, verifier_config
 from specops_host.jobs.records import job_state

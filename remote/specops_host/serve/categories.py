@@ -87,6 +87,6 @@ SUMMARY = ("counters", "acceptance_by_position", "conditional_acceptance_by_posi
 
 
 def entry(acc, prompts, tokens):
-    """One category's figures: its acceptance (evaluate.acceptance() of the counters before and after its
+    """One category's figures: its acceptance (counters.acceptance() of the counters before and after its
     prompts), how many prompts and generated tokens."""
     return {"prompts": prompts, "generated_tokens": tokens, **{k: acc[k] for k in SUMMARY if k in acc}}

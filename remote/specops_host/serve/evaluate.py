@@ -52,7 +52,7 @@ from specops_host import ckpt
 from specops_host import contract
 from specops_host import hostenv
 from specops_host.serve import categories, drafts, speedup, synthetic, vllm_server
-from specops_host.serve.counters import acceptance, answer, get, parse_metrics, post  # noqa: F401  (bench/, tests)
+from specops_host.serve.counters import acceptance, answer, get, parse_metrics
 from specops_host.serve import prompts as prompts_mod
 from specops_host.serve.prompts import file_prompts, held_out_prompts  # noqa: F401  (bench/, tests)
 from specops_host.contract import Refused, concurrency_levels, emit
