@@ -29,9 +29,10 @@ demo: setup
 
 # --durations: the 25 slowest tests and setups, printed at the end (CI allows 90 minutes)
 # (the test rig's system packages too: sshd, Slurm, munge; `make demo` needs none of them)
-# -n 2: two workers, whole files each (tests sharing a costly session fixture live in one file), the longest first (tests/conftest.py LONGEST_FIRST), each
-# worker its own rig user; `make test JOBS=0` runs them in this process, one after another
-JOBS ?= 2
+# -n 3: three workers, whole files each (tests sharing a costly session fixture live in one file), two heavy lanes and
+# a light one (tests/lanes.py: the cpu venv's and Slurm's files longest first, tests/conftest.py HEAVY, LONGEST_FIRST),
+# each worker its own rig user; `make test JOBS=0` runs them in this process, one after another
+JOBS ?= 3
 XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	bash .ci/system-deps test

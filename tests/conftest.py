@@ -72,6 +72,40 @@ LONGEST_FIRST = ("test_learnable", "test_slurm", "test_real", "test_plan", "test
                  "test_deep_check", "test_identity", "test_jobs", "test_serve_check", "test_trust")
 
 
+#: the files with a test that uses the cpu venv or Slurm (NEEDS: heavy, slurm, slow): under -n 3 and more the heavy
+#: lanes run them, the last worker the light files beside them (tests/lanes.py); checked at collection
+HEAVY = ("test_bootstrap", "test_categories", "test_deep_check", "test_evaluate", "test_inspect", "test_interrupt",
+         "test_inuse", "test_kimi", "test_learnable", "test_longruns", "test_metrics", "test_online", "test_pipeline",
+         "test_plan", "test_real", "test_scaleout", "test_serve_check", "test_slurm", "test_tagged", "test_train",
+         "test_wheelhouse")
+#: the files that read the session's pipeline_run (one `inv pipeline`): one unit of work, so one worker builds it
+PIPELINE_RUN = ("test_categories", "test_evaluate", "test_inuse", "test_kimi", "test_longruns", "test_online",
+                "test_pipeline", "test_scaleout", "test_slurm", "test_train")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` under xdist: tests/lanes.py's (a light lane beside the heavy ones, pipeline_run's files one
+    unit)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from lanes import Lanes
+
+    return Lanes(config, log, heavy=HEAVY, grouped=PIPELINE_RUN)
+
+
+def lanes_misfiled(items) -> list[str]:
+    """A heavy test in a file HEAVY does not name (the light lane would run it), or a reader of pipeline_run in a
+    file PIPELINE_RUN does not name (its worker would build it again)."""
+    out = []
+    for item in items:
+        stem = Path(str(item.fspath)).stem
+        if stem not in HEAVY and any(item.get_closest_marker(m) for m in LAYERS_OUT - {"integration"}):
+            out.append(f"{item.nodeid}: uses the cpu venv or Slurm, but {stem} is not in conftest.HEAVY: add it")
+        if stem not in PIPELINE_RUN and "pipeline_run" in getattr(item, "fixturenames", ()):
+            out.append(f"{item.nodeid}: reads pipeline_run, but {stem} is not in conftest.PIPELINE_RUN: add it")
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test by the fixtures it uses; the rest is the fast layer (`fast`). The longest
     files first (LONGEST_FIRST), the rest in their own order (`--dist loadfile`: a worker runs a
@@ -90,6 +124,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(m)
         if not (needs | hand):
             item.add_marker("fast")
+    wrong += lanes_misfiled(items)
     if wrong:
         raise pytest.UsageError("misfiled tests:\n" + "\n".join(wrong))
 

@@ -99,3 +99,35 @@ def test_make_test_fast_is_the_fast_marker():
                        env={**os.environ, "MAKEFLAGS": ""})
     assert r.returncode == 0, r.stderr
     assert re.search(r"pytest -q -ra -m fast", r.stdout), r.stdout
+
+
+def test_the_lanes_give_the_light_worker_light_files_and_pipeline_runs_readers_one_unit(request):
+    """tests/lanes.py under -n 3: the last worker takes light files only (then ends), the others heavy ones first,
+    then light ones left over; every reader of pipeline_run is in one unit. Its scheduling decisions on a queue
+    shaped as the suite's, xdist's own bookkeeping aside (`make test` runs it for real); and the lists it reads
+    (conftest.HEAVY, PIPELINE_RUN) hold what this collection holds."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from lanes import PIPELINE_UNIT, Lanes
+
+    lanes = Lanes.__new__(Lanes)
+    lanes.heavy, lanes.grouped, lanes.numnodes = {"test_learnable", "test_slurm"}, {"test_slurm", "test_train"}, 3
+    ids = ["tests/test_learnable.py::a", "tests/test_slurm.py::b", "tests/test_fetch.py::c", "tests/test_train.py::d",
+           "tests/test_trust.py::e"]
+    assert [lanes._split_scope(x) for x in ids] == ["tests/test_learnable.py", PIPELINE_UNIT, "tests/test_fetch.py",
+                                                     PIPELINE_UNIT, "tests/test_trust.py"]
+    lanes.workqueue = OrderedDict((s, {}) for s in dict.fromkeys(lanes._split_scope(x) for x in ids))
+    node = {w: SimpleNamespace(gateway=SimpleNamespace(id=w)) for w in ("gw0", "gw1", "gw2")}
+    assert lanes.pick(node["gw2"]) == "tests/test_fetch.py"  # (the light lane: light files alone)
+    assert lanes.pick(node["gw0"]) == "tests/test_learnable.py"  # (a heavy lane: heavy first)
+    lanes.workqueue.pop("tests/test_learnable.py")
+    lanes.workqueue.pop(PIPELINE_UNIT)
+    assert lanes.pick(node["gw1"]) == "tests/test_fetch.py"  # (then what is left)
+    lanes.workqueue.pop("tests/test_fetch.py")
+    lanes.workqueue.pop("tests/test_trust.py")
+    lanes.workqueue["tests/test_learnable.py"] = {}
+    assert lanes.pick(node["gw2"]) is None  # (only heavy work left: the light lane ends)
+    lanes.numnodes = 2  # (two workers: no light lane)
+    assert lanes.pick(node["gw1"]) == "tests/test_learnable.py"
+    assert not conftest.lanes_misfiled(request.session.items)

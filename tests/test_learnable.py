@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import REPO
 from kinds_bakeoff import (bakeoff, test_bakeoff_trains_preflights_serves_and_times_each_kind,  # noqa: F401
                            test_each_kind_is_served_as_its_kind_above_its_untrained_control)  # (issue 47: demo_run's)
 from specops_host.fixtures import synthlang
@@ -286,41 +286,3 @@ def test_demo_end_to_end(demo_run):
     last = r.stdout[r.stdout.index("# drafts served by vLLM with the verifier"):]
     assert "# time each stage took" in last and out[-1].startswith("demo: ")
     assert not re.search(r"^(\[specops\]|\[train\]|✓)", last, re.M), last  # (nothing but the two tables and their lines)
-
-
-def test_evaluate_controls_for_a_users_own_run(demo_run, tmp_path):
-    """issue 46 item 5: `inv evaluate --controls untrained,wrong-layers` on a run of the user's own (a copy of the
-    demo's run under another id: its train spec, checkpoints and logs), through the demo's code (ops/controls.py):
-    the table shows the trained draft beside both controls, each written beside the run, trained above both."""
-    import shlex
-
-    from specops import inventory
-    from specops.host.connection import connect
-    from specops.ops import jobs
-
-    assert demo_run["r"].returncode == 0 and demo_run["run_id"], demo_run["r"].stdout[-3000:]
-    rid = demo_run["run_id"]
-    own, q = f"{rid}-own", shlex.quote
-    with connect(inventory.load(str(demo_run["hosts"])).get("local")) as t:
-        src, dst = jobs.run_path(t, rid), jobs.run_path(t, own)
-        t.check(f"rm -rf {q(dst)} && mkdir -p {q(dst)} && cp -rL {q(src)}/checkpoints {q(src)}/logs "
-                f"{q(src)}/train-spec.json {q(dst)}/ && echo '{{\"run_id\": \"{own}\"}}' > {q(dst)}/run.json",
-                "a user's run: the demo's, copied")
-    r = inv("evaluate", "--host", "local", "--hosts", str(demo_run["hosts"]), "--run-id", own, "--controls",
-            "untrained,wrong-layers", "--max-prompts", "4", "--max-tokens", "32", "--speedup", "none",
-            "--vllm-arg=--enforce-eager", "--dest", str(tmp_path))
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    rows = {ln.split("\t")[0]: ln.split("\t") for ln in r.stdout.splitlines() if "\t" in ln}
-    shown = {k: float(rows[k][1]) for k in ("the trained draft", "untrained (speculators' step 0)",
-                                            "trained, fed other layers")}
-    ev = json.loads((tmp_path / own / "evaluation.json").read_text())
-    ctl = {p.name.rsplit(".", 1)[-1]: json.loads((p / "evaluation.json").read_text())
-           for p in (tmp_path / own / "controls").iterdir()}
-    trained = ev["mean_acceptance_length"]
-    untrained, wrong = ctl["untrained"]["mean_acceptance_length"], ctl["wrong-layers"]["mean_acceptance_length"]
-    assert shown["the trained draft"] == pytest.approx(trained, abs=1e-3)
-    assert shown["untrained (speculators' step 0)"] == pytest.approx(untrained, abs=1e-3)
-    assert shown["trained, fed other layers"] == pytest.approx(wrong, abs=1e-3)
-    assert trained > untrained and trained > wrong, (trained, untrained, wrong)
-    assert ev["prompts"] == ctl["untrained"]["prompts"] == ctl["wrong-layers"]["prompts"] == 4
-    assert "control: untrained draft" in r.stdout and "control: fed other layers" in r.stdout

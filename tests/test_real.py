@@ -283,7 +283,8 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
                                                                                        hosts_file, tmp_path):
     """Issue 46's must-show on the CPU, through the `inv` tasks as a user runs them: the conversations SmolLM2
     wrote itself (the module's `inv synthesize`), prepare-data, an online training, then `inv evaluate --controls
-    untrained,wrong-layers` on the shipped prompts by category: the trained draft above both controls."""
+    untrained,wrong-layers` on the shipped prompts by category: the trained draft above both controls (issue 46
+    item 5, controls for a user's own run: the demo's code, ops/controls.py, each control said as it starts)."""
     assert synthesized["r"].returncode == 0, synthesized["r"].stdout[-3000:]
     path, seconds = smollm2["path"], {"synthesize (the module's)": synthesized["seconds"]}
     common = ("--host", "box", "--hosts", str(hosts_file))
@@ -333,6 +334,7 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
     names = {"the trained draft": "trained", "untrained (speculators' step 0)": "untrained",
              "trained, fed other layers": "wrong_layers"}
     assert {names[k]: v for k, v in shown.items()} == {k: round(v, 3) for k, v in mean.items()}, (shown, mean)
+    assert "control: untrained draft" in r.stdout and "control: fed other layers" in r.stdout, r.stdout[-3000:]
 
 
 def test_demo_on_smollm2_plans_the_build_from_its_wheel_then_stops(tmp_path):
