@@ -148,3 +148,21 @@ def test_a_reply_outside_the_contract_is_one_line_naming_the_field():
     p = run_script(good, "train.online", [], changes=False, model=HiddenStatesPlan)
     assert (p.mode, p.notes, p.need_bytes, p["need_bytes"], "need_bytes" in p, "rows" in p) == (
         "online", [], 5, 5, True, False)
+
+
+def test_an_online_dry_run_asks_no_server_its_command_an_offline_ones(tmp_path):
+    """The untrained control of an online run (`dry-run`: speculators saves the draft before it reads a row) runs as
+    an offline run would: no --online, no endpoint, the verifier's server never started (train/run.py no_rows);
+    test_real.py's must-show runs it for real; an online run that trains keeps its server."""
+    from specops_host.train import run as host_run
+
+    (tmp_path / "config.json").write_text("{}")
+    online = {"layer_ids": [1, 2], "tensor_parallel": 1}
+    spec = host.check({**MINIMAL, "verifier": str(tmp_path), "hidden_states": "online", "online": online,
+                       "flags": {"dry-run": True, "on-missing": "generate", "epochs": 1}})
+    dry = host_run.no_rows(spec)
+    assert dry["hidden_states"] == "offline" and dry["flags"] == {"dry-run": True, "epochs": 1}
+    argv = host_run.command(dry)
+    assert "--online" not in argv and "--vllm-endpoint" not in argv and "--dry-run" in argv, argv
+    trains = {**spec, "flags": {"epochs": 1}}
+    assert host_run.no_rows(trains) is trains and "--online" in host_run.command(trains, "http://h:1/v1")
