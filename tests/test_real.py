@@ -126,7 +126,18 @@ def synthesized(smollm2, hosts_file, work):
     return {"r": r, "seconds": round(time.time() - t0), "dest": f"{work}/synthesized/smol-synth.jsonl"}
 
 
-def test_synthesize_writes_conversations_prepare_data_takes(synthesized, smollm2, hosts_file):
+@pytest.fixture(scope="module")
+def prepared(synthesized, smollm2, hosts_file) -> dict:
+    """`inv prepare-data` of the module's synthesized rows as they are (dataset smol-must, cut at MUST_SEQ tokens),
+    once a module: test_synthesize_writes_... asserts it takes them, the must-show trains on them."""
+    assert synthesized["r"].returncode == 0, synthesized["r"].stdout[-3000:]
+    t0 = time.time()
+    r = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", synthesized["dest"], "--dataset",
+            "smol-must", "--verifier", smollm2["path"], "--seq-length", str(MUST_SEQ))
+    return {"r": r, "seconds": round(time.time() - t0)}
+
+
+def test_synthesize_writes_conversations_prepare_data_takes(synthesized, prepared, smollm2, hosts_file):
     """(test_synthesize.py's pure parts beside: the filters, the sampling, the plan's refusals.) The rows written,
     deduplicated, each a user's question and the verifier's answer with no template marker, the filters counted, the
     sampling and the progress said; prepare-data takes them as they are."""
@@ -162,8 +173,7 @@ def test_synthesize_writes_conversations_prepare_data_takes(synthesized, smollm2
         assert "<|" not in u["content"] + a["content"]  # (no template marker leaks into the text)
     print(f"\nsynthesize: {kept} rows in {synthesized['seconds']} s, {res['rows_per_s']} rows/s, "
           f"{res['candidates']} candidates, dropped {res['dropped']}")
-    p = inv("prepare-data", "--host", "box", "--hosts", str(hosts_file), "--data", dest, "--dataset", "t-synth",
-            "--verifier", smollm2["path"], "--seq-length", "512")
+    p = prepared["r"]  # (the must-show's dataset, prepared once)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert "prepare-data:" in p.stdout and "ready" in p.stdout
 
@@ -279,8 +289,8 @@ def tsv_table(out: str, title: str) -> list[list[str]]:
     return rows
 
 
-def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_category(synthesized, smollm2,
-                                                                                       hosts_file, tmp_path):
+def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_category(synthesized, prepared,
+                                                                                       smollm2, hosts_file, tmp_path):
     """Issue 46's must-show on the CPU, through the `inv` tasks as a user runs them: the conversations SmolLM2
     wrote itself (the module's `inv synthesize`), prepare-data, an online training, then `inv evaluate --controls
     untrained,wrong-layers` on the shipped prompts by category: the trained draft above both controls (issue 46
@@ -296,9 +306,10 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
         assert r.returncode == 0, f"{name}: " + r.stdout[-4000:] + r.stderr[-3000:]
         return r
 
-    r = step("prepare-data", "prepare-data", *common, "--data", synthesized["dest"], "--dataset", "smol-must",
-             "--verifier", path, "--seq-length", str(MUST_SEQ))
-    assert "prepare-data:" in r.stdout and "ready" in r.stdout
+    p = prepared  # (the module's: test_synthesize_writes_... asserts it too)
+    seconds["prepare-data"] = p["seconds"]
+    assert p["r"].returncode == 0, p["r"].stdout[-4000:] + p["r"].stderr[-3000:]
+    assert "prepare-data:" in p["r"].stdout and "ready" in p["r"].stdout
     rid = "smol-must"
     r = step("train", "train", *common, "--dataset", "smol-must", "--verifier", path, "--config", "configs/demo.yaml",
              "--draft-vocab-size", "auto", "--epochs", str(MUST_EPOCHS), "--hidden-states", "online", "--run-id", rid,

@@ -143,7 +143,8 @@ s_verifier() {
 s_synth() {  # 20,000 rows where they fit: a first run whose rate says it would end past SYNTH_END is stopped, and
   # the rows that fit (its rate x the time left, in thousands) are synthesized instead (said in the summary)
   rm -f "$WD/synthesized/smol-synth.jsonl"
-  if [ "${ROWS_FROM:-}" != "${ROWS_FROM%.partial.gz}" ]; then  # (an earlier run's progress: synthesize resumes it)
+  local from=${ROWS_FROM:-}
+  if [ "$from" != "${from%.partial.gz}" ]; then  # (an earlier run's progress: synthesize resumes it)
     mkdir -p "$WD/synthesized"
     gzip -dc "$REPO/$ROWS_FROM" > "$WD/synthesized/.smol-synth.jsonl.partial" || return 1
     say "synth: resuming $ROWS_FROM ($(($(wc -l < "$WD/synthesized/.smol-synth.jsonl.partial") - 1)) candidates judged)"
