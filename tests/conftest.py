@@ -83,6 +83,7 @@ PIPELINE_RUN = ("test_categories", "test_evaluate", "test_inuse", "test_kimi", "
                 "test_pipeline", "test_scaleout", "test_slurm", "test_train")
 
 
+@pytest.hookimpl(optionalhook=True)  # (pytest -p no:xdist: no such hook, nothing to schedule)
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` under xdist: tests/lanes.py's (a light lane beside the heavy ones, pipeline_run's files one
     unit)."""
