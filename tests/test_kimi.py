@@ -105,6 +105,29 @@ def test_datagen_args_carry_host_then_run_vllm_args(tmp_path):
     assert "--max-model-len" not in args  # (the host defaults it to the longest row + 1)
 
 
+
+def test_a_prefill_only_server_runs_eager_on_a_cpu_host_unless_the_user_chose_the_compilation():
+    """prepare-data's and extraction's server (datagen.server_cmd) and online training's (online.server_argv): on a
+    cpu host --enforce-eager before the user's arguments (no compile warm-up for a one-pass prefill); a user's own
+    compilation choice kept alone; a GPU host's servers unchanged."""
+    from specops_host.data import datagen
+    from specops_host.train import online
+
+    vs = vllm_server
+    assert vs.prefill_only("cpu") == ["--enforce-eager"] and vs.prefill_only("cuda") == []
+    for mine in (["-O3"], ["--compilation-config", "{}"], ["-cc.mode=none"], ["--enforce-eager"]):
+        assert vs.prefill_only("cpu", mine) == [], mine
+    info = {"layer_ids": [1, 2], "max_model_len": 64, "trust_remote_code": False}
+    a = SimpleNamespace(verifier="/m", kind="cpu", extract=True, backend="vllm", data_dir="/d", shard=None,
+                        tensor_parallel=1, vllm_arg=["--max-num-seqs", "4"])
+    argv = datagen.server_cmd(a, info, 8000)
+    assert argv[-3:] == ["--enforce-eager", "--max-num-seqs", "4"] and argv.count("--enforce-eager") == 1, argv
+    assert "--enforce-eager" not in datagen.server_cmd(SimpleNamespace(**{**vars(a), "kind": "cuda"}), info, 8000)
+    server = {"layer_ids": [1, 2], "max_model_len": 64, "tensor_parallel": 1, "trust_remote_code": False,
+              "vllm_args": ["-O3"]}
+    assert "--enforce-eager" not in online.server_argv(server, "/m", "cpu", "/s", 8000)
+    assert online.server_argv({**server, "vllm_args": []}, "/m", "cpu", "/s", 8000)[-1] == "--enforce-eager"
+
 # -- remote/specops_host/serve/vllm_server.py: what every server gets ---------------------------------------------
 
 def test_server_argv_order_trust_and_reserved(tmp_path):

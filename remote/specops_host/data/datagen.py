@@ -139,7 +139,8 @@ def server_cmd(a, info, port):
     return vllm_server.server_argv(
         a.verifier, port, kind=a.kind, layer_ids=info["layer_ids"] if a.extract and a.backend == "vllm" else None,
         stage=hs_stage(a), max_model_len=info.get("max_model_len"),
-        tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
+        tensor_parallel=a.tensor_parallel, trust_remote_code=info["trust_remote_code"],
+        extra=vllm_server.prefill_only(a.kind, a.vllm_arg), user_args=a.vllm_arg)
 
 
 def beside(data):

@@ -180,6 +180,20 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
     return argv + list(extra) + check_user_args(user_args)
 
 
+#: a user's vLLM arguments that choose the compilation themselves (prefill_only() then adds nothing)
+COMPILATION = ("--enforce-eager", "--enforce_eager", "-O", "--compilation-config", "--compilation_config", "-cc")
+
+
+def prefill_only(kind, user_args=()):
+    """The arguments of a server that only prefills (prepare-data's rendering, extraction, online hidden states): on
+    a cpu host --enforce-eager (torch.compile's warm-up, up to a minute a server, buys a one-pass prefill nothing:
+    the demo's setting and the draft-serves preflight's), unless the user's own arguments choose the compilation;
+    none on a GPU (its compiled graphs are kept)."""
+    if kind != "cpu" or any(str(a).startswith(COMPILATION) for a in user_args or ()):
+        return []
+    return ["--enforce-eager"]
+
+
 class ServerDied(RuntimeError):
     pass
 

@@ -244,7 +244,8 @@ def server_argv(server, verifier, kind, stage, port):
     return vllm_server.server_argv(
         verifier, port, kind=kind, layer_ids=server["layer_ids"], stage=stage,
         max_model_len=server["max_model_len"], tensor_parallel=server["tensor_parallel"],
-        trust_remote_code=server["trust_remote_code"], extra=server.get("extra") or (),
+        trust_remote_code=server["trust_remote_code"],
+        extra=[*(server.get("extra") or ()), *vllm_server.prefill_only(kind, server.get("vllm_args"))],
         user_args=server.get("vllm_args") or ())
 
 
