@@ -106,6 +106,7 @@ def command(spec, endpoint=None):
     # one GPU (or a cpu host): no torchrun (it makes speculators wrap the model in DDP for one process)
     return ([sys.executable] if single else launch.torchrun(spec)) + prog + flags(f)
 
+
 def no_rows(spec):
     """A dry run (`dry-run`: speculators builds the draft, saves it and exits before it reads a row: the untrained
     control's checkpoint, ops/controls.py) asks no online server for hidden states: it runs as an offline one (the
@@ -124,9 +125,10 @@ def main():
     spec = trainspec.read(a.spec)  # (names and types checked: one line naming a field that breaks them)
     if spec.get("scheduler") == "slurm":  # (one spec for every node of the job: this node's rank from Slurm)
         spec = launch.slurm_node(spec)
-    if no_rows(spec) is not spec:
+    dry = no_rows(spec)
+    if dry is not spec:
         print("[specops] a dry run reads no rows: no vLLM server for its online hidden states", flush=True)
-        spec = no_rows(spec)
+        spec = dry
     argv = command(spec)
     if a.print:
         print(json.dumps(argv))
