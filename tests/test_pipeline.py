@@ -20,6 +20,12 @@ def test_pipeline_fetched_a_trained_run(pipeline_run):
     assert "verdict: OK" in out
     ckpts = [p for p in (d / "checkpoints").iterdir() if p.name.isdigit()]
     assert ckpts and (ckpts[0] / "model.safetensors").stat().st_size > 0
+    # --max-steps 4 of the demo config's 4 epochs (4 steps each here): 4 steps, then no later epoch (speculators 0.9.0
+    # alone ran each later epoch's first step, save and validation: 7 steps, checkpoints 0-3; failures row 235)
+    log = (d / "output.log").read_text()
+    assert log.count("train/loss_0=") == 4 and "[specops] --max-steps 4: reached at step 4; no later epoch" in log, \
+        log[-3000:]
+    assert [p.name for p in ckpts] == ["0"], ckpts
     rec = json.loads((d / "run.json").read_text())
     assert rec["versions"]["speculators"] == "0.9.0" and rec["specops_revision"]
     assert rec["data_summary"]["record"]["layer_ids"] == [1, 3, 4, 6]

@@ -8,6 +8,9 @@ here: interrupt_passes()). Then:
 - each save (Trainer.maybe_save_checkpoint, and maybe_update_best under save-best) removes the
   folder's marker before it writes and, on rank 0, writes checkpoints/N/specops-complete.json once
   the save has returned (ckpt.py): a trainer killed mid-save leaves no marker;
+- --max-steps ends the training in the epoch that reaches it (stop_at_max_steps(): speculators 0.9.0 breaks that
+  epoch's loop, then still runs each later epoch's first step, save and validation: a resumed 200-epoch run with
+  --max-steps 1 trained 200 more steps and saved 200 checkpoints, 112 CPU-s on the rig; failures row 235);
 - SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
@@ -65,6 +68,37 @@ def install():
         return out
 
     T.maybe_save_checkpoint, T.maybe_update_best = maybe_save_checkpoint, maybe_update_best
+    stop_at_max_steps(T)
+
+
+class StepsDone(BaseException):
+    """--max-steps reached before an epoch starts (a BaseException: speculators' graceful-shutdown wrapper, which
+    saves checkpoints/interrupted on TrainingInterruptedError, lets it pass)."""
+
+
+def stop_at_max_steps(T):
+    """No epoch after the one in which the trainer's global step reached config.max_steps: speculators 0.9.0 stops
+    only that epoch's step loop (Trainer.train_epoch), and its run_training goes on through every epoch asked, each
+    one step, a checkpoint and a validation pass. The first epoch this process runs always starts (a resumed run past
+    its --max-steps: speculators' own one step and save, as before); every rank stops at the same epoch (the same
+    global step)."""
+    epoch_fn, run_fn = T.train_epoch, T.run_training
+
+    def train_epoch(self, epoch, *args, **kwargs):
+        cap = getattr(self.config, "max_steps", None)
+        if cap is not None and getattr(self, "_specops_epochs", 0) and self.global_step >= cap:
+            print(f"[specops] --max-steps {cap}: reached at step {self.global_step}; no later epoch", flush=True)
+            raise StepsDone
+        self._specops_epochs = getattr(self, "_specops_epochs", 0) + 1
+        return epoch_fn(self, epoch, *args, **kwargs)
+
+    def run_training(self, *args, **kwargs):
+        try:
+            return run_fn(self, *args, **kwargs)
+        except StepsDone:
+            return None
+
+    T.train_epoch, T.run_training = train_epoch, run_training
 
 
 def stacks_on_signal():
