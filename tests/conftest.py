@@ -359,6 +359,18 @@ def light_host(rig):
 LAYERS = "1,3,4,6"
 
 
+def end_leases(t, run_id: str) -> list[str]:
+    """The fetch leases (specops/ops/fetch.py lease(): a `sleep` job `RUN.fetch-...`) that a fetch killed on the
+    laptop left on run_id's host, each ending itself only after fetch.LEASE_S (6 h): stopped as `inv stop` ends one,
+    so the suite leaves no process behind. Returns their ids (the tests that kill a fetch assert one was left)."""
+    from specops.ops import jobs
+
+    left = t.run(f"cd {t.workdir}/runs 2>/dev/null && ls -d {run_id}.fetch-* 2>/dev/null", changes=False).stdout
+    for lid in left.split():
+        jobs.stop(t, lid, grace=1)
+    return left.split()
+
+
 def wait_for(pred, timeout, what):
     """pred()'s first truthy value within timeout seconds, else an AssertionError naming what."""
     t0 = time.time()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, inv
+from conftest import REPO, end_leases, inv
 from specops.ops import fetch, jobs
 from specops.errors import SpecopsError
 from specops.host.connection import connect
@@ -89,6 +89,8 @@ def test_fetch_killed_midway_resumes(light_host, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "verified (sha256)" in r.stdout
     assert (part / "big.bin").stat().st_size == 48 << 20
+    with connect(light_host) as t:  # (the killed fetch's lease is left, by design: ended here, as `inv stop` would)
+        assert len(end_leases(t, rid)) == 1
 
 
 def test_fetch_unknown_run_and_unwritable_dest(light_host, tmp_path):
@@ -352,6 +354,8 @@ def test_a_connection_lost_during_a_fetch_is_one_line(light_host, tmp_path):
             lines[-1].endswith("run it again, it resumes"), err
     finally:
         other.stop()
+        with connect(light_host) as t:  # (the lease the lost connection could not stop: ended here)
+            end_leases(t, rid)
 
 
 def test_clean_keeps_a_run_while_it_is_fetched(rig, light_host, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, end_leases
 from rig import Rig
 from specops.ops import fetch, jobs
 from specops import inventory
@@ -129,6 +129,7 @@ def test_ranged_multistream_fetch_killed_midway_resumes(light_host, tmp_path, ho
         check_all(t, d, local, [*big, "output.log", "job.json"])
         assert json.loads((local / "fetch-manifest.json").read_text())["checkpoints/1/model-1.safetensors"] == \
             host_sha(t, f"{d}/checkpoints/1/model-1.safetensors")
+        assert len(end_leases(t, rid)) == 1  # (the killed fetch's lease, left by design: ended as `inv stop` would)
 
 
 # -- a file that changes on the host during the fetch ---------------------------------------------------
