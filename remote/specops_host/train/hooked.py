@@ -10,7 +10,7 @@ here: interrupt_passes()). Then:
   the save has returned (ckpt.py): a trainer killed mid-save leaves no marker;
 - --max-steps ends the training in the epoch that reaches it (stop_at_max_steps(): speculators 0.9.0 breaks that
   epoch's loop, then still runs each later epoch's first step, save and validation: a resumed 200-epoch run with
-  --max-steps 1 trained 200 more steps and saved 200 checkpoints, 112 CPU-s on the rig; failures row 235);
+  --max-steps 1 went on through its remaining epochs so, 112 CPU-s on the rig; failures row 235);
 - SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
@@ -87,7 +87,8 @@ def stop_at_max_steps(T):
     def train_epoch(self, epoch, *args, **kwargs):
         cap = getattr(self.config, "max_steps", None)
         if cap is not None and getattr(self, "_specops_epochs", 0) and self.global_step >= cap:
-            print(f"[specops] --max-steps {cap}: reached at step {self.global_step}; no later epoch", flush=True)
+            if rank0():
+                print(f"[specops] --max-steps {cap}: reached at step {self.global_step}; no later epoch", flush=True)
             raise StepsDone
         self._specops_epochs = getattr(self, "_specops_epochs", 0) + 1
         return epoch_fn(self, epoch, *args, **kwargs)
