@@ -756,3 +756,43 @@ def test_manifest_arguments_refused_with_one_line(tmp_path):
     assert payload and payload.get("refused") and code == 2 and "Traceback" not in err, payload
     code, payload, err = run_script(manifest.main, [str(tmp_path / "nope")], "manifest.py")
     assert payload and not payload["ok"] and "no directory" in payload["error"], payload
+
+
+# -- the sample pass: whole files read with numpy alone ---------------------------------------------
+
+def test_the_sample_pass_reads_whole_files_with_numpy_alone(world, tmp_path):
+    """--sample loads its files with numpy (hsfile.load_tensors: no torch; the pass before each `inv train` took
+    1.4 s, 1.3 of them torch's import): BF16 widened to float32 exactly, F16 read as it is, a short read refused;
+    and what the pass checks is found in what it reads: NaN, an all-zero stored layer, token ids not the row's."""
+    import numpy as np
+
+    from specops_host.data import hsfile
+
+    x = tmp_path / "x.safetensors"
+    for dtype, fill in (("BF16", -2.5), ("F16", 0.5), ("F32", 1e-3)):
+        synth.write_hs(x, [7, 8, 9], 2, 4, dtype=dtype, fill=fill)
+        got = hsfile.load_tensors(x, hsfile.check_safetensors(x)[0], ("hidden_states", "token_ids", "absent"))
+        assert set(got) == {"hidden_states", "token_ids"} and got["token_ids"].tolist() == [7, 8, 9]
+        hs = got["hidden_states"]
+        assert hs.shape == (3, 2, 4) and (hs == np.asarray(fill, hs.dtype)).all(), (dtype, hs)
+    tensors = hsfile.check_safetensors(x)[0]
+    put(x, x.read_bytes()[:-8])
+    with pytest.raises(ValueError, match='tensor "token_ids": 16 of its 24 bytes on disk'):
+        hsfile.load_tensors(x, tensors, ("token_ids",))
+
+    p = world["paths"]["hs_1"]
+    orig = p.read_bytes()
+    ids = hsfile.load_tensors(p, hsfile.check_safetensors(p)[0], ("token_ids",))["token_ids"].tolist()
+    code, payload, err = inspect("--path", world["data"], "--sample", str(ROWS))
+    assert payload["ok"] and payload["full_checked"] == ROWS, (payload.get("violations"), err[-800:])
+    try:
+        for write, want in ((dict(fill=float("nan")), f"{len(ids) * STORED * HIDDEN} NaN and 0 Inf values"),
+                            (dict(fill=0.0), "hidden_states all zero in stored layer(s) [0, 1, 2, 3]"),
+                            (dict(token_ids=ids[::-1]), "token_ids differ from dataset row 1 input_ids")):
+            synth.write_hs(p, write.pop("token_ids", ids), STORED, HIDDEN, **write)
+            code, payload, err = inspect("--path", world["data"], "--sample", str(ROWS))
+            assert_framed(code, payload, err, want)
+            assert any(v["what"].startswith(want) and v["file"].endswith("hs_1.safetensors")
+                       for v in payload["violations"]), (want, payload["violations"])
+    finally:
+        put(p, orig)

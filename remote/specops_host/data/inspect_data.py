@@ -25,7 +25,7 @@ from pathlib import Path
 
 from specops_host.contract import Refused, emit
 from specops_host.datafmt import RECORD, check_record, check_verifier, detect, hs_files, read_json, short
-from specops_host.data.hsfile import check_safetensors
+from specops_host.data.hsfile import check_safetensors, load_tensors
 from specops_host.data.inspect_arrow import first_line, read_dataset
 
 MAX_LISTED = 20
@@ -239,27 +239,26 @@ def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
     sampled = []
     ids = [i for i in sorted(files) if i not in broken and (n_rows is None or i < n_rows)]
     if sample and ids:
-        import torch
-        from safetensors.torch import load_file
+        import numpy as np
 
         rng = random.Random(seed)  # (another sample each run unless --seed repeats one: shown in the result)
         picks = sorted(rng.sample(ids, min(sample, len(ids))))
         for i in picks:
             p = files[i]
-            try:
-                t = load_file(str(p))
+            try:  # (numpy alone: hsfile.load_tensors, the header checked again first)
+                t = load_tensors(p, check_safetensors(p)[0], ("hidden_states", "token_ids"))
             except Exception as e:  # noqa: BLE001
                 rep.bad(p, f"cannot load: {type(e).__name__}: {first_line(e)}")
                 continue
             hs, tid = t.get("hidden_states"), t.get("token_ids")
             if hs is None or tid is None:
                 continue
-            if not bool(torch.isfinite(hs).all()):  # counts only when something is wrong
-                n_nan, n_inf = int(torch.isnan(hs).sum()), int(torch.isinf(hs).sum())
+            if not bool(np.isfinite(hs).all()):  # counts only when something is wrong
+                n_nan, n_inf = int(np.isnan(hs).sum()), int(np.isinf(hs).sum())
                 rep.bad(p, f"{n_nan} NaN and {n_inf} Inf values in hidden_states")
-            absval = hs.abs()
-            if hs.ndim == 3 and hs.numel():
-                peak = absval.amax(dim=(0, 2))  # one pass: per stored layer
+            absval = np.abs(hs)
+            if hs.ndim == 3 and hs.size:
+                peak = absval.max(axis=(0, 2))  # one pass: per stored layer
                 zero_layers = [k for k in range(hs.shape[1]) if float(peak[k]) == 0.0]
                 if zero_layers:
                     rep.bad(p, f"hidden_states all zero in stored layer(s) {zero_layers}")
@@ -280,8 +279,8 @@ def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
             lm_sum = int(sum(x for x in lm if x)) if lm is not None else None
             if lm is not None and lm_sum == 0:
                 rep.warn(p, f"row {i} has an all-zero loss_mask: it trains nothing")
-            sampled.append({"row": i, "file": p.name, "seq": int(tid.numel()), "loss_mask_sum": lm_sum,
-                            "abs_mean": round(float(absval.float().mean()), 5) if hs.numel() else 0.0})
+            sampled.append({"row": i, "file": p.name, "seq": int(tid.size), "loss_mask_sum": lm_sum,
+                            "abs_mean": round(float(absval.mean(dtype=np.float32)), 5) if hs.size else 0.0})
     table = [{"key": k, "dtype": dt, "ndim": nd, "files": c} for k, cnt in sorted(keys.items())
              for (dt, nd), c in sorted(cnt.items())]
     cols = {} if ds.table is None else {c: str(ds.table.schema.field(c).type) for c in ds.table.column_names}
