@@ -17,6 +17,7 @@ import os
 import re
 import select
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -365,10 +366,12 @@ def end_leases(t, run_id: str) -> list[str]:
     so the suite leaves no process behind. Returns their ids (the tests that kill a fetch assert one was left)."""
     from specops.ops import jobs
 
-    left = t.run(f"cd {t.workdir}/runs 2>/dev/null && ls -d {run_id}.fetch-* 2>/dev/null", changes=False).stdout
-    for lid in left.split():
+    left = [j.run_id for j in jobs.status(t) if j.kind == "fetch" and j.run_id.startswith(f"{run_id}.fetch-")]
+    for lid in left:  # (as fetch.lease() ends its own: stopped, its folder removed)
         jobs.stop(t, lid, grace=1)
-    return left.split()
+        t.check(f"rm -rf -- {shlex.quote(jobs.run_path(t, lid))} {shlex.quote(jobs.run_path(t, lid) + '.env')}",
+                f"removing the lease {lid}")
+    return left
 
 
 def wait_for(pred, timeout, what):

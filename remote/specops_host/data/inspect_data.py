@@ -174,6 +174,7 @@ def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
     total_bytes = 0
     tokens = 0
     broken = set()  # files whose header is not valid: never loaded
+    headers = {}  # row -> its file's checked header (check_safetensors)
     for i, p in sorted(files.items()):
         hdr, _meta, _expect, problems = check_safetensors(p)
         try:
@@ -185,6 +186,7 @@ def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
                 rep.bad(p, what)
             broken.add(i)
             continue
+        headers[i] = hdr  # (the sample pass reads its tensors by it)
         for k, t in hdr.items():
             keys.setdefault(k, Counter())[(t["dtype"], len(t["shape"]))] += 1
         hs, tid = hdr.get("hidden_states"), hdr.get("token_ids")
@@ -245,8 +247,8 @@ def inspect_speculators(root, rep, sample, verifier, layers, record, seed=0):
         picks = sorted(rng.sample(ids, min(sample, len(ids))))
         for i in picks:
             p = files[i]
-            try:  # (numpy alone: hsfile.load_tensors, the header checked again first)
-                t = load_tensors(p, check_safetensors(p)[0], ("hidden_states", "token_ids"))
+            try:  # (numpy alone: hsfile.load_tensors, by the header the header pass checked)
+                t = load_tensors(p, headers[i], ("hidden_states", "token_ids"))
             except Exception as e:  # noqa: BLE001
                 rep.bad(p, f"cannot load: {type(e).__name__}: {first_line(e)}")
                 continue
