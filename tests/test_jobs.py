@@ -315,3 +315,15 @@ def test_a_stop_at_once_after_the_start_ends_the_command_and_notifies(tmp_path, 
         time.sleep(0.1)
     log = (tmp_path / "runs" / "r1" / "output.log").read_text()
     assert events.is_file() and events.read_text().split() == ["end", "r1"], log
+
+
+def test_a_followed_slurm_job_is_read_once_slurm_has_ended_it(monkeypatch):
+    """The batch shell writes the exit code before Slurm ends the job (COMPLETING: specops' RUNNING): the follower
+    waits, bounded, until Slurm lists it as ended, so the caller's status line says failed, not running."""
+    answers = iter([None, None, None, 1])
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    assert jobs.settled(lambda: next(answers)) is True
+    assert next(answers, "spent") == "spent"  # (asked until it answered, not once more)
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: next(clock))
+    assert jobs.settled(lambda: None, wait=30) is False  # (Slurm never ends it: the follower goes on, bounded)

@@ -250,6 +250,7 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
                 where = log_files(t, run_id, task)
             log, code_file = where
             code = t.read_bytes(code_file)
+            from_file = code is not None
             if code is None and slurm_end is not None:  # (a cancelled job's batch shell writes none)
                 end_code = slurm_end()
                 code = None if end_code is None else str(end_code).encode()
@@ -289,6 +290,8 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
             if rest:
                 write(rest)
                 offset += len(rest)
+            if slurm_end is not None and from_file:  # (the batch shell wrote its code: Slurm's own end follows)
+                settled(slurm_end)
             return offset, int(code.decode().strip() or 0)
         if not chunk:
             time.sleep(poll)
@@ -296,6 +299,19 @@ def follow(t: Transport, run_id: str, *, write: Optional[Callable[[bytes], None]
 
 #: a follower with nothing new for this long asks whether the job is still there
 LOST_CHECK_S = 10.0
+#: after a Slurm job's batch shell wrote its exit code, how long the follower waits for Slurm to end the job
+#: (COMPLETING: its epilog, the step's accounting) so that what the caller reads next is the job's end state
+SETTLE_S = 30.0
+
+
+def settled(ended: Callable[[], Optional[int]], wait: float = SETTLE_S) -> bool:
+    """Wait (at most `wait` s) until `ended()` answers: Slurm lists the job as ended, not COMPLETING."""
+    give_up = time.monotonic() + wait
+    while ended() is None:
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def still_running(t: Transport, run_id: str) -> tuple[Optional[bytes], Optional[str]]:
