@@ -502,10 +502,20 @@ def evaluate(c, host=None, hosts=None, run_id=None, checkpoint="best", checkpoin
     "max_prompts": "held-out prompts (default 32)", "max_tokens": "tokens per prompt (default 64)", "dest": DEST,
     "vllm_arg": VLLM_ARG, "serve_check": "each kind's draft-serves preflight before its training (default on)",
     "configs": "a folder of each kind's training config as KIND.yaml (default configs/)",
-    "controls": "untrained and/or wrong-layers: each kind also served beside its controls (as inv evaluate's)"})
+    "controls": "untrained and/or wrong-layers: each kind also served beside its controls (as inv evaluate's)",
+    "num_spec_tokens": "the draft tokens each kind is served at: K for every kind or KIND:K each, such as "
+                       "eagle3:5,peagle:7,dflash:7 (default 3)",
+    "tune_k": "the k each kind is also timed at (async scheduling left as is): K,K for every kind or KIND:K each, "
+              "such as eagle3:3,peagle:5,dflash:5; its best per level",
+    "side_by_side": "servers up at once for each kind (as inv evaluate's)",
+    "speedup_requests": "requests per level and side (as inv evaluate's)",
+    "speedup_tokens": "output tokens per timed request (as inv evaluate's)",
+    "ceiling": CEILING + ": each kind's draft also timed at these synthetic acceptances, at its k"})
 def bakeoff(c, host=None, hosts=None, drafts=None, dataset=None, verifier=None, run_id=None, epochs=None,
             max_steps=None, hidden_states="auto", speedup="1,16", repeats=3, tune=False, baselines=None,
-            max_prompts=32, max_tokens=64, dest="runs", vllm_arg=None, serve_check=True, configs=None, controls=None):
+            max_prompts=32, max_tokens=64, dest="runs", vllm_arg=None, serve_check=True, configs=None, controls=None,
+            num_spec_tokens=None, tune_k=None, side_by_side=None, speedup_requests=None, speedup_tokens=None,
+            ceiling=None):
     """Train each draft kind on one dataset, serve each on the same verifier and prompts, pick the fastest.
 
     Each kind is a normal run (status, fetch, evaluate); one table, the winner per level and its `vllm serve` line.

@@ -118,8 +118,9 @@ FLAGS: dict[str, Number] = {
     "backoff": _f("seconds before the first restart (doubling, at most 600)", 30, ge=0),
 }
 
-#: flags numeric in one task only (elsewhere `layers` is a list of layer ids)
-TASK_FLAGS: dict[str, dict[str, Number]] = {
+#: flags numeric in one task only (elsewhere `layers` is a list of layer ids); None: not a number in that task
+TASK_FLAGS: dict[str, dict[str, Optional[Number]]] = {
+    "bakeoff": {"num_spec_tokens": None},  # (K or KIND:K each: ops/bakeoff.py per_kind() checks it)
     "inspect_data": {"layers": _i("the stored layers per position", 4),
                      "seed": _i("the seed of the files loaded fully", 12345, ge=0, le=2**63)},
     "make_verifier": {"layers": _i("how many decoder layers", 6, le=1024)},
@@ -201,9 +202,10 @@ def flags(task: str, kwargs: dict) -> dict:
                 SHAPED[name](value)
             except BadNumber as e:
                 raise Exit(f"specops: {flag_name(name)} {shown(value)}: {e}", code=USAGE) from None
-        if name in spec and value is not None:
+        number = spec.get(name)
+        if number is not None and value is not None:
             try:
-                out[name] = spec[name].parse(value)
+                out[name] = number.parse(value)
             except BadNumber as e:
                 raise Exit(f"specops: {flag_name(name)} {shown(value)}: {e}", code=USAGE) from None
     return out

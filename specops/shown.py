@@ -19,7 +19,7 @@ from specops.group.extract import ExtractedArray, ExtractedGroup
 from specops.group.fanout import Outcomes, verdict
 from specops.host.transport import Transport
 from specops.ops import check, fetch, inspect_data, jobs, plan, wheelhouse
-from specops.ops.bakeoff import Bakeoff
+from specops.ops.bakeoff import Bakeoff, verdict as bakeoff_verdict
 from specops.ops.bootstrap import Outcome as Bootstrapped, Pushed
 from specops.ops.data import Extracted, Prepared, Verifier
 from specops.ops.evaluate import CAUSES, Evaluation
@@ -286,21 +286,31 @@ def _outcomes(w: Where, outs) -> None:
 
 
 def _bakeoff(w: Where, b: dict) -> None:
-    """The bake-off's table (a kind a row: acceptance, the speedup at each level with its min-max), then the
-    winner per level and its `vllm serve` line."""
+    """The bake-off's table (a kind a row: acceptance, the speedup at each level with its min-max, a failed kind's
+    why), with --ceiling the draft's share of its kind's best synthetic acceptance; then the winner per level and
+    its `vllm serve` line."""
     def at(r: dict, c: str) -> str:
         v = r["by_concurrency"][c]
         return "" if v.get("ratio") is None else f"{v['ratio']:.2f}x" + (
             f" ({v['ratio_min']:.2f}-{v['ratio_max']:.2f})" if v.get("ratio_min") is not None else "") + (
             f" {v['side']}" if v.get("side") not in (None, "draft") else "")
+
+    def ceil(r: dict, c: str) -> str:
+        v = (r.get("ceiling") or {}).get(c) or {}
+        return "" if not v.get("ceiling_ratio") else (f"{v['ceiling_ratio']:.2f}x at {v['rate']:g}"
+                                                      + (f" ({v['share']:.0%})" if v.get("share") else ""))
     levels = [str(c) for c in b["levels"]]
+    ceilings = [c for c in levels if any((r.get("ceiling") or {}).get(c) for r in b["rows"])]
     views.table(f"bake-off {b['bakeoff']} on {w.name}: each kind against the verifier alone",
-                ["draft", "run", "mean acceptance length", "untrained control", "acceptance by position",
-                 *[f"speedup @{c} concurrent" for c in levels]],
-                [[r["kind"], r["run_id"], f"{r['mean_acceptance_length']:.2f}",
+                ["draft", "run", "k", "mean acceptance length", "untrained control", "acceptance by position",
+                 *[f"speedup @{c} concurrent" for c in levels],
+                 *[f"ceiling @{c} (draft's share)" for c in ceilings]],
+                [[r["kind"], r["run_id"], "" if r.get("num_spec_tokens") is None else str(r["num_spec_tokens"]),
+                  "" if r.get("mean_acceptance_length") is None else f"{r['mean_acceptance_length']:.2f}",
                   "" if r.get("untrained_mean_acceptance_length") is None else
                   f"{r['untrained_mean_acceptance_length']:.2f}",
-                  " ".join(f"{x:.2f}" for x in r["acceptance_by_position"] or []), *[at(r, c) for c in levels]]
+                  r["error"] if r.get("error") else " ".join(f"{x:.2f}" for x in r["acceptance_by_position"] or []),
+                  *[at(r, c) for c in levels], *[ceil(r, c) for c in ceilings]]
                  for r in b["rows"]])
     for c in levels:
         win = b["winners"].get(c)
@@ -335,7 +345,7 @@ VIEWS: dict[type, View] = {
     Synthesized: View(_synthesized),
     plan.Priced: View(_priced, json=lambda p: p.plan),
     Demo: View(_demo),
-    Bakeoff: View(_bakeoff),
+    Bakeoff: View(_bakeoff, judge=bakeoff_verdict),
     Evaluation: View(_evaluation, json=lambda e: e.ev),
     DistCheck: View(_dist),
     wheelhouse.Wheelhouse: View(_wheelhouse),

@@ -121,6 +121,62 @@ def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line():
                                               "deploy": "vllm serve V p"}
 
 
+def test_a_bakeoff_serves_each_kind_at_its_own_k_and_refuses_bad_ones_in_one_line():
+    from specops.ops import bakeoff
+
+    kinds = ["eagle3", "peagle", "dflash"]
+    assert bakeoff.per_kind("eagle3:5,peagle:7,dflash:7", kinds, "--num-spec-tokens", many=False) == {
+        "eagle3": [5], "peagle": [7], "dflash": [7]}
+    assert bakeoff.per_kind("4,peagle:7", kinds, "--num-spec-tokens", many=False) == {
+        "eagle3": [4], "peagle": [7], "dflash": [4]}  # (a bare K: every kind not named)
+    assert bakeoff.per_kind("peagle:7", kinds, "--num-spec-tokens", many=False) == {"peagle": [7]}
+    assert bakeoff.per_kind("3,5", kinds, "--tune-k", many=True) == {k: [3, 5] for k in kinds}
+    assert bakeoff.per_kind("eagle3:3,peagle:5,peagle:6", kinds, "--tune-k", many=True) == {
+        "eagle3": [3], "peagle": [5, 6]}
+    assert bakeoff.per_kind(None, kinds, "--tune-k", many=True) == {}
+    base = ("bakeoff", "--host", "nowhere")
+    assert one_line(inv(*base, "--num-spec-tokens", "5,7"), 2) == (
+        "specops: --num-spec-tokens 5,7: one k a kind (K for every kind, or KIND:K each)")
+    assert one_line(inv(*base, "--num-spec-tokens", "xpress:5"), 2) == (
+        "specops: --num-spec-tokens xpress:5: xpress is not a kind of this bake-off (eagle3, peagle, dflash)")
+    assert one_line(inv(*base, "--tune-k", "peagle:0"), 2) == (
+        "specops: --tune-k peagle:0: 'peagle:0': give draft tokens from 1 to 16, as K (every kind) or KIND:K (such "
+        "as eagle3:5,peagle:7)")
+    assert one_line(inv(*base, "--side-by-side", "0"), 2) == (
+        "specops: --side-by-side 0: give how many vLLM servers up at once, 1 to 64 (e.g. 2)")
+    assert one_line(inv(*base, "--ceiling", "2"), 2).startswith("specops: --ceiling 2: give acceptance rates")
+
+
+def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_failed_kind_says_why():
+    from specops.errors import SpecopsError
+    from specops.ops import bakeoff
+
+    def side(role, k, r1, lo, hi):
+        return {"role": role, "speculative_config": {"num_speculative_tokens": k},
+                "by_concurrency": {"1": {"ratio": {"median": r1, "min": lo, "max": hi}, "acceptance_length": k - 0.5}}}
+    ev = {"mean_acceptance_length": 5.1, "acceptance_by_position": [0.9] * 7, "num_spec_tokens": 7,
+          "speedup": {"by_concurrency": {"1": {"ratio": 2.5, "ratio_min": 2.4, "ratio_max": 2.6}},
+                      "best": {"1": {"side": "peagle k=5", "ratio": 2.8, "deploy": "vllm serve V k5"}},
+                      "sides": {"draft": side("draft", 7, 2.5, 2.4, 2.6), "peagle k=5": side("tune", 5, 2.8, 2.7, 2.9),
+                                "synthetic 1": side("ceiling", 7, 4.0, 3.9, 4.1)}, "draft_deploy": "vllm serve V k7"},
+          "versus_ceiling": {"by_concurrency": {"1": {"ratio": 2.5, "best_ratio": 4.0, "best_rate": 1.0}}}}
+    r = bakeoff.row("peagle", "b-peagle", ev, [1])
+    assert r["by_concurrency"]["1"] == {"ratio": 2.8, "ratio_min": 2.7, "ratio_max": 2.9, "side": "peagle k=5",
+                                        "deploy": "vllm serve V k5"}  # (the min-max of the setting that won)
+    assert r["settings"] == {"draft": {"k": 7, "1": {"ratio": 2.5, "ratio_min": 2.4, "ratio_max": 2.6,
+                                                     "acceptance_length": 6.5}},
+                             "peagle k=5": {"k": 5, "1": {"ratio": 2.8, "ratio_min": 2.7, "ratio_max": 2.9,
+                                                          "acceptance_length": 4.5}}}
+    assert r["ceiling"] == {"1": {"draft_ratio": 2.5, "ceiling_ratio": 4.0, "rate": 1.0, "share": 0.625}}
+    bad = bakeoff.failed_row("dflash", "b-dflash", "evaluation", SpecopsError("evaluate b-dflash refused: x"), [1])
+    b = {"bakeoff": "b", "rows": [r, bad], "winners": bakeoff.winners([r, bad], [1])}
+    assert b["winners"]["1"]["kind"] == "peagle"
+    with pytest.raises(SpecopsError, match=r"^bake-off b on gpu1: 1 of 2 kind\(s\) failed: dflash \(evaluation: "
+                                           r"evaluate b-dflash refused: x\)$"):
+        bakeoff.verdict("gpu1", b)
+    bakeoff.verdict("gpu1", {"bakeoff": "b", "rows": [r]})  # (none failed: nothing raised)
+
+
 def test_the_bakeoff_plot_draws_acceptance_by_position_and_speedup_with_its_spread(tmp_path):
     from specops.ops import bakeoff
 

