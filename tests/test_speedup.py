@@ -262,6 +262,42 @@ def test_the_benchmarks_error_line_is_found(tmp_path):
     assert sp.last_error(tmp_path / "none") == ""
 
 
+def test_a_side_whose_benchmark_failed_is_dropped_and_said_but_the_drafts_failure_ends_the_timing(tmp_path):
+    """vllm_bench.py keeps a failed run's why in its result file ({"specops_error"}: a synthetic-acceptance server
+    that died at its first request, say) and runs the rest; measure() drops that side, saying why, and stops where
+    the draft's or the baseline's benchmark failed. The benchmark's process here: a stand-in interpreter that writes
+    each run's result as vllm_bench.py does."""
+    import sys
+    from types import SimpleNamespace
+
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+from pathlib import Path
+for r in json.load(open(sys.argv[-1])):
+    a = r["args"]
+    out = Path(a[a.index("--result-dir") + 1]) / a[a.index("--result-filename") + 1]
+    bad = r["side"] == open(Path(sys.argv[0]).with_name("fail")).read()
+    out.write_text(json.dumps({{"specops_error": "ValueError: Initial test run failed"}} if bad else
+                              {{"output_throughput": 100.0, "completed": 4, "total_output_tokens": 64}}))
+""")
+    fake.chmod(0o755)
+    sides = [sp.Side("baseline", "baseline"), sp.Side("draft", "draft", {"num_speculative_tokens": 3}),
+             sp.Side("synthetic 1", "ceiling", {"num_speculative_tokens": 3})]
+    kw = dict(all_sides=sides, levels=[1], repeats=2, together=3, launch=None, wait=None, stop=lambda srv: None,
+              dataset=tmp_path / "prompts.jsonl", tokenizer="t", trust_remote_code=False, requests_for=lambda c: 4,
+              tokens=16, python=str(fake), ready={"draft", "baseline", "synthetic 1"})
+    servers = {s.name: SimpleNamespace(url=f"http://x/{i}") for i, s in enumerate(sides)}
+    (tmp_path / "fail").write_text("synthetic 1")
+    runs, results, failed = sp.measure(up=dict(servers), out_dir=tmp_path / "a", **kw)
+    assert failed == [{"side": "synthetic 1", "why": "vllm bench serve failed: ValueError: Initial test run failed"}]
+    assert sorted({r["side"] for r in runs}) == ["baseline", "draft"] and len(runs) == len(results) == 4
+    (tmp_path / "fail").write_text("draft")
+    with pytest.raises(SystemExit, match=r"^speedup: draft: vllm bench serve failed: ValueError: Initial test run "
+                                         r"failed \(its log: "):
+        sp.measure(up=dict(servers), out_dir=tmp_path / "b", **kw)
+
+
 def test_the_table_says_when_the_machine_drifted_and_when_a_figure_is_not_a_result_yet(capsys):
     from specops import views
 

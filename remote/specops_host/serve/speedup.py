@@ -425,9 +425,20 @@ def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out
                 why = last_error(out_dir / "bench.log")
                 raise SystemExit(f"speedup: vllm bench serve failed (exit {p.returncode})"
                                  f"{': ' + why if why else ''} (its log: {out_dir / 'bench.log'})")
+            bad = {}
             for r in runs:
-                results[r["file"]] = figures(json.loads((out_dir / r["file"]).read_text()))
-            all_runs += runs
+                res = json.loads((out_dir / r["file"]).read_text())
+                if res.get("specops_error"):
+                    bad.setdefault(r["side"], res["specops_error"])
+                else:
+                    results[r["file"]] = figures(res)
+            for s in batch:  # (a side whose benchmark failed: dropped, said; the baseline's or the draft's: the end)
+                if s.name in bad and s.role in ("baseline", "draft"):
+                    raise SystemExit(f"speedup: {s.name}: vllm bench serve failed: {bad[s.name]} "
+                                     f"(its log: {out_dir / 'bench.log'})")
+                if s.name in bad:
+                    failed.append({"side": s.name, "why": f"vllm bench serve failed: {bad[s.name]}"})
+            all_runs += [r for r in runs if r["side"] not in bad]
         later = {s.name for b in todo[bi + 1:] for s in b}
         for s in batch:
             if s.name not in later and s.name in up:

@@ -11,7 +11,10 @@ the same defaults, the same result JSON. Nothing of the benchmark is re-implemen
 --runs RUNS.json: a list of {"name": ..., "args": [...], "log": FILE} run in the order given in
 this one process (importing vLLM costs seconds to tens of seconds on a CPU: paid once); each run's
 own output goes to its `log`; one `[specops] speedup:` line per run says its output tokens/s
-(from the result JSON its args save). A run that fails ends the whole with its error line.
+(from the result JSON its args save). A run that raises (its server died, vLLM refused a request: the
+benchmark's initial test request fails first) is said in one line and its result JSON holds
+{"specops_error": why} alone; the later runs still run (speedup.measure drops that side, or stops where
+it is the baseline or the draft).
 """
 
 import contextlib
@@ -54,9 +57,17 @@ def run_many(runs):
     for i, r in enumerate(runs, 1):
         args = p.parse_args(r["args"])
         t0 = time.time()
-        with open(r["log"], "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            bench_main(args)
         out = result_path(args)
+        try:
+            with open(r["log"], "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                bench_main(args)
+        except Exception as e:  # noqa: BLE001 (one side's failure: said, kept in its result file, the rest run)
+            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            if out:
+                with open(out, "w") as f:
+                    json.dump({"specops_error": why}, f)
+            print(f"[specops] speedup: {r['name']} ({i} of {len(runs)}): failed: {why}", flush=True)
+            continue
         res = json.loads(open(out).read()) if out else {}
         print(f"[specops] speedup: {r['name']} ({i} of {len(runs)}): {res.get('output_throughput', 0):.1f} output "
               f"tokens/s, {res.get('completed', '?')} requests in {time.time() - t0:.0f}s", flush=True)
