@@ -58,7 +58,7 @@ if [ "$MODE" = verifier ]; then  # (the first call: the torch venv alone; its lo
   mkdir -p "$WD/models"; cd "$WD" || exit 1
   setsid nohup env PYTHONPATH="$REPO/remote" "$VPY" -m specops_host.fixtures.learnable_verifier \
     "$WD/models/learnable-llama-$size" --size "$size" --overwrite > /tmp/verifier.log 2>&1 < /dev/null &
-  sleep 15; echo "verifier $size started: $WD/models/learnable-llama-$size"; cat /tmp/verifier.log; exit 0
+  sleep 25; echo "verifier $size started: $WD/models/learnable-llama-$size"; cat /tmp/verifier.log; exit 0
 fi
 if [ "$MODE" = start ]; then
   mkdir -p "$B"
@@ -143,9 +143,10 @@ s_verifier() {  # the verifier `verifier` trains (15 minutes at most), else trai
   local t0=$SECONDS
   while pgrep -f "learnable_verifier $V" > /dev/null && [ $((SECONDS - t0)) -lt 900 ]; do sleep 3; done
   tail -4 /tmp/verifier.log 2>/dev/null
-  if [ ! -f "$V/specops-verifier.json" ]; then
-    say "verifier: none at $V (the first call's training missing or failed): inv make-verifier --learnable --size $SIZE"
-    $INV make-verifier --learnable --size "$SIZE" --path "$V" --overwrite || return 1
+  if [ ! -f "$V/specops-verifier.json" ]; then  # (the first call's training missing or failed: out of memory, say)
+    local size=$SIZE; [ -f /tmp/verifier.log ] && [ "$SIZE" = 3b ] && size=1b  # (an H100 where the 3b failed: 1b)
+    say "verifier: none at $V ($(tail -1 /tmp/verifier.log 2>/dev/null | cut -c1-200)): inv make-verifier --learnable --size $size, into $V"
+    $INV make-verifier --learnable --size "$size" --path "$V" --overwrite || return 1
   fi
   say "verifier $SIZE ready after $((SECONDS - t0)) s of waiting: $(head -c 400 "$V/specops-verifier.json" | tr -s ' \n' ' ')"
 }
