@@ -17,7 +17,7 @@
 # each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 16: a
 # whole wave at 16), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
-# 8b, else 4 GiB), EPOCHS (override the configs' 5), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4),
+# 8b, else 4 GiB), EXTRACT (vllm, or hf: transformers, no server to start), EPOCHS (override the configs' 5), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4),
 # BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager).
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the CPU
@@ -102,9 +102,9 @@ SIZE=$(cat "$SIZE_FILE" 2>/dev/null || gpu_size)
 V=$WD/models/learnable-llama-$SIZE
 DRAFTS=${DRAFTS:-peagle,dflash,eagle3}
 KS=${KS:-eagle3:5,peagle:7,dflash:7}
-TUNE=${TUNE:-eagle3:3,peagle:5,dflash:5}
+TUNE=${TUNE-eagle3:3,peagle:5,dflash:5}  # (TUNE= : no sweep)
 REQS=${REQS:-16}
-CEILING=${CEILING:-1}
+CEILING=${CEILING-1}
 KV=${KV:-$([ "$SIZE" = 8b ] && echo 8589934592 || echo 4294967296)}
 LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-4}
 mkdir -p "$B"; rm -f "$B/DONE"
@@ -160,14 +160,19 @@ s_prep() {
 
 s_extract() {  # (LAYERS: the layer ids, default speculators'; the CPU check's tiny verifier has 4 layers: 1,2,3,4)
   local ly=(); [ -n "${LAYERS:-}" ] && ly=(--layers "$LAYERS")
+  if [ "${EXTRACT:-vllm}" = hf ]; then  # (EXTRACT=hf: no vLLM server to start, the rows through transformers)
+    $INV extract --dataset bo --verifier "$V" "${ly[@]}" --backend hf; return
+  fi
   $INV extract --dataset bo --verifier "$V" "${ly[@]}" --vllm-arg=--enforce-eager
 }
 
 s_bake() {
   local ep=(); [ -n "${EPOCHS:-}" ] && ep=(--epochs "$EPOCHS")
+  local tk=(); [ -n "$TUNE" ] && tk=(--tune-k "$TUNE")
+  local cl=(); [ -n "$CEILING" ] && cl=(--ceiling "$CEILING")
   $INV bakeoff --drafts "$DRAFTS" --configs "$REPO/bench/gpu/bakeoff" --dataset bo --verifier "$V" --run-id "${RUN:-bo}" \
     --hidden-states offline --no-serve-check --speedup "$LEVELS" --repeats "$REPEATS" --baselines none \
-    --num-spec-tokens "$KS" --tune-k "$TUNE" --side-by-side "$SIDE" --speedup-requests "$REQS" --ceiling "$CEILING" \
+    --num-spec-tokens "$KS" "${tk[@]}" --side-by-side "$SIDE" --speedup-requests "$REQS" "${cl[@]}" \
     "${ep[@]}" --vllm-arg=--kv-cache-memory-bytes="$KV" --vllm-arg=--gpu-memory-utilization=0.15 ${BAKE_ARGS:-} \
     --dest "$B/lap-runs"
 }
