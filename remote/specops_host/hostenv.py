@@ -45,11 +45,10 @@ def cache_env(workdir, kind="cpu"):
         "TMPDIR": short_dir(cache / "tmp", "tmp"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
-    if kind == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
-    else:  # FlashInfer's JIT-built kernels kept with the other caches (a later server start reuses them);
-        # its sampler, compiled at the first start (about two minutes on an H200), is left out: greedy
-        # decoding (every stage specops serves) never samples, so the figures do not change
+    if kind != "cpu":  # (a cpu host's KV cache: sized per model, vllm_server.cpu_kv_args)
+        # FlashInfer's JIT-built kernels kept with the other caches (a later server start reuses them); its
+        # sampler, compiled at the first start (about two minutes on an H200), is left out: greedy decoding
+        # (every stage specops serves) never samples, so the figures do not change
         env["FLASHINFER_WORKSPACE_BASE"] = str(cache / "flashinfer")
         env["VLLM_USE_FLASHINFER_SAMPLER"] = os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "0")
     for k in ("HF_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TMPDIR", "VLLM_RPC_BASE_PATH"):

