@@ -176,8 +176,14 @@ def test_inv_train_refuses_a_bad_notify_target_in_one_line():
 
 
 # -- the real supervisor, on this machine -----------------------------------------------------
+def without_py_spy(path: str) -> str:
+    """PATH less the folders holding a py-spy: these tests show the stacks a supervisor writes where none is
+    installed (faulthandler, /proc), as on CI; a machine with py-spy on PATH made them read py-spy's dump instead."""
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and not os.path.exists(os.path.join(d, "py-spy")))
+
+
 def job(tmp_path, *args):
-    env = {**os.environ, "PYTHONPATH": REPO}
+    env = {**os.environ, "PYTHONPATH": REPO, "PATH": without_py_spy(os.environ.get("PATH", ""))}
     p = subprocess.run([sys.executable, "-m", "specops_host.jobs.job", *args], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     return p
