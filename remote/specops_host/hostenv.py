@@ -1,8 +1,10 @@
 """Environment for the heavy programs specops starts on a host: every cache inside the workdir
-(HF, datasets, vLLM, inductor, triton, tmp), no model hub unless the user enables it; OpenMP's
-waiting threads asleep (THREADS)."""
+(HF, datasets, vLLM, inductor, triton, tmp; vLLM's model registry cache, keyed by vLLM's own module
+hashes, the venv's: share_modelinfos), no model hub unless the user enables it; OpenMP's waiting
+threads asleep (THREADS)."""
 
 import os
+import sys
 from pathlib import Path
 
 #: set in every specops_host process before torch loads OpenMP (specops_host/__init__.py), so in everything it
@@ -53,7 +55,24 @@ def cache_env(workdir, kind="cpu"):
         env["VLLM_USE_FLASHINFER_SAMPLER"] = os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "0")
     for k in ("HF_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TMPDIR", "VLLM_RPC_BASE_PATH"):
         Path(env[k]).mkdir(parents=True, exist_ok=True)
+    share_modelinfos(Path(env["VLLM_CACHE_ROOT"]))
     return env
+
+
+def share_modelinfos(vllm_cache, venv=None):
+    """VLLM_CACHE_ROOT/modelinfos a link to the venv's own (VENV/specops-cache/vllm-modelinfos): what vLLM's model
+    registry learns of a model class in a subprocess (about 6 CPU-s and as many seconds a class, at each server's
+    start in a new workdir: 19 times a test suite), saved under the hash of the vLLM module it read, so any workdir
+    of this venv reads it. A workdir's own folder is kept; a venv that cannot be written to shares nothing."""
+    link = Path(vllm_cache) / "modelinfos"
+    if link.is_symlink() or link.exists():
+        return
+    shared = Path(venv or sys.prefix) / "specops-cache" / "vllm-modelinfos"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(shared, target_is_directory=True)
+    except OSError:  # (a read-only venv, or another process linked it first)
+        pass
 
 
 def apply(workdir, kind="cpu"):
