@@ -190,3 +190,49 @@ def test_dry_run_on_a_host_never_pushed_says_how_to_preview(rig, light_host, tmp
     assert re.search(r"specops_host/[\w/]+\.py is not on fresh", err) and "then the dry run again" in err, err
     with connect(inventory.load(str(hf)).get("fresh")) as t:
         assert not t.exists(wd)
+
+
+# -- the catalogue itself (issue 44 item 7): short rows, each long story and each test it names there ---------------
+
+DOCS = Path(__file__).parent.parent / "docs"
+ROW_LIMIT = 400  # (characters: what the header of docs/failures.md asks of a row)
+
+
+def catalogue_rows() -> list[tuple[str, str]]:
+    """Each row of docs/failures.md's table: (its number, the whole line)."""
+    rows = []
+    for line in (DOCS / "failures.md").read_text().splitlines():
+        if m := re.match(r"\| \[?(\d+)\]?", line):
+            rows.append((m.group(1), line))
+    return rows
+
+
+def test_each_row_fits_a_screen_and_its_linked_story_is_in_the_notes():
+    rows = catalogue_rows()
+    assert len(rows) > 200, len(rows)
+    long = [f"row {n}: {len(line)}" for n, line in rows if len(line) > ROW_LIMIT]
+    assert not long, f"rows over {ROW_LIMIT} characters (the rest goes to failures-notes.md as `## Row N`): {long}"
+    sections = set(re.findall(r"(?m)^## Row (\d+)$", (DOCS / "failures-notes.md").read_text()))
+    for n, line in rows:
+        for target in re.findall(r"failures-notes\.md#row-(\d+)", line):
+            assert target in sections, f"row {n} links failures-notes.md#row-{target}: no `## Row {target}` there"
+        if line.startswith("| ["):  # (a linked number is the row's own story)
+            assert line.startswith(f"| [{n}](failures-notes.md#row-{n}) |"), line[:80]
+
+
+def test_each_test_a_row_names_exists():
+    """`test_x.py::name` (a trailing `*`: a prefix), `::name` (the file named before it in the cell) or a file
+    alone: each one is in tests/ (defined or imported there, where pytest collects it)."""
+    wrong = []
+    for n, line in catalogue_rows():
+        cell, file = re.split(r"(?<!\\)\|", line)[-2], None
+        for m in re.finditer(r"`(test_\w+\.py)?(?:::(\w+)(\*)?)?`", cell):
+            file = m.group(1) or file
+            if not m.group(1) and not m.group(2):
+                continue
+            path = Path(__file__).parent / (file or "")
+            if file is None or not path.is_file():
+                wrong.append(f"row {n}: {m.group(0)}: no such file")
+            elif m.group(2) and not re.search(r"\b" + m.group(2) + ("" if m.group(3) else r"\b"), path.read_text()):
+                wrong.append(f"row {n}: {m.group(0)}: not in {file}")
+    assert not wrong, wrong
