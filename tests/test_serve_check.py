@@ -70,6 +70,9 @@ def test_bad_specs_are_refused_in_one_line(tmp_path):
     ver = tmp_path / "v"
     ver.mkdir()
     (ver / "config.json").write_text("{}")
+    six = tmp_path / "six"  # (the tiny verifier's 6 layers: speculators' default ids [2, 3, 3] do not fit)
+    six.mkdir()
+    (six / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 6}))
     cases = [
         (NS(spec=None, spec_json=None), "give --spec FILE (a train spec) or --spec-json TEXT"),
         (NS(spec=None, spec_json="{not json"), "the spec is not JSON"),
@@ -81,11 +84,15 @@ def test_bad_specs_are_refused_in_one_line(tmp_path):
          "target_layer_ids '1,2': a list of layer numbers"),
         (NS(spec=None, spec_json=json.dumps({"verifier": str(ver), "kind": "cpu", "data": str(tmp_path / "x")})),
          "no such folder on this host"),
+        (NS(spec=None, spec_json=json.dumps({"verifier": str(six), "kind": "cuda", "flags": {}})),
+         "the verifier has 6 layers: speculators' default layer ids [2, 3, 3, 6] are not valid there; pass --layers"),
     ]
     for a, want in cases:
         with pytest.raises(Refused) as e:
             sc.load_spec(a)
         assert want in str(e.value) and "\n" not in str(e.value), (want, str(e.value))
+    ok = {"verifier": str(six), "kind": "cuda", "flags": {}, "target_layer_ids": [1, 3, 4]}
+    assert sc.load_spec(NS(spec=None, spec_json=json.dumps(ok)))["target_layer_ids"] == [1, 3, 4]
 
 
 def test_the_laptop_lines():

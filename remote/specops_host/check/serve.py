@@ -62,6 +62,7 @@ from specops_host.jobs import errlines
 from specops_host.install import pins
 from specops_host.serve import drafts, vllm_server
 from specops_host.contract import Refused, write_json
+from specops_host.data.inputs import parse_layers
 
 #: flags that change how a draft trains, never what it is (left out of the cache key)
 TRAINING_ONLY = frozenset({
@@ -101,7 +102,21 @@ def load_spec(a):
         raise Refused(f"serve_check: target_layer_ids {ids!r}: a list of layer numbers (or leave it out)")
     if spec.get("data") and not Path(spec["data"]).is_dir():
         raise Refused(f"serve_check: data {spec['data']}: no such folder on this host")
+    if ids is None:
+        default_ids_fit(spec["verifier"])
     return spec
+
+
+def default_ids_fit(verifier):
+    """No layer ids given: speculators' default ([2, n//2, n-3], the last layer n) must fit the verifier, else
+    Refused in specops' words (speculators refuses a 6-layer verifier's [2, 3, 3] after its dry run's start,
+    asking for its own --target-layer-ids)."""
+    try:
+        n = text_config(verifier).get("num_hidden_layers")
+    except (OSError, ValueError, AttributeError):
+        return
+    if type(n) is int and n > 0:
+        parse_layers(None, n)
 
 
 def text_config(verifier):
