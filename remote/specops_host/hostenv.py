@@ -70,6 +70,8 @@ def share_modelinfos(vllm_cache, venv=None):
     shared = Path(venv or sys.prefix) / "specops-cache" / "vllm-modelinfos"
     try:
         shared.mkdir(parents=True, exist_ok=True)
+        if not os.access(shared, os.W_OK | os.X_OK):  # (another user's venv: vLLM's failed save would be logged
+            return  # as an exception, which a failed server's log then names as its root error)
         link.symlink_to(shared, target_is_directory=True)
     except OSError:  # (a read-only venv, or another process linked it first)
         pass
