@@ -108,27 +108,14 @@ CEILING=${CEILING-1}
 KV=${KV:-$([ "$SIZE" = 8b ] && echo 8589934592 || echo 4294967296)}
 LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-4}
 mkdir -p "$B"; rm -f "$B/DONE"
-export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
-stage() {
-  local name=$1; shift
-  say "== $name: start"
-  local t0=$SECONDS
-  ( set -x; "$@" ) > "$B/$name.log" 2>&1
-  local rc=$?
-  say "== $name: rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
+gpu_run_env
 
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   df -h /tmp | tail -1
   if [ "${SETUP_HOSTS:-cuda}" = cpu ]; then  # (the CPU dry run: nothing joined or installed)
     ln -sfn "$REPO/.venv" /tmp/lap
-    printf 'hosts:\n  local:\n    transport: local\n    profile: cpu\n    venv: %s\n    venv_existing: true\n    workdir: %s\n' \
-      "$VENV" "$WD" > "$B/hosts.yaml"
-    $INV hosts; return
+    cpu_hosts; return
   fi
   join_wheelhouse "$P" || return 1
   ls "$W" | wc -l; du -sh "$W"; ls "$W" | grep -E '^(vllm|speculators)-'

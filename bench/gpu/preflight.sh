@@ -49,9 +49,7 @@ stage() {  # NAME LIMIT: s_NAME under `timeout LIMIT`, its output in $B/NAME.log
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   if [ "${SETUP_HOSTS:-cuda}" = cpu ]; then  # (the CPU dry run: nothing joined or installed; INV a laptop venv's)
-    printf 'hosts:\n  local:\n    transport: local\n    profile: cpu\n    venv: %s\n    venv_existing: true\n    workdir: %s\n' \
-      "$VENV" "$WD" > "$B/hosts.yaml"
-    $INV hosts; return
+    cpu_hosts; return
   fi
   join_wheelhouse "$P" || return 1
   ls "$W" | grep -E '^(vllm|speculators)-'

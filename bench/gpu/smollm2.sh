@@ -102,28 +102,16 @@ END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S 
 V=$WD/models/smollm2-135m-instruct
 RUN=${RUN:-smol-draft}
 mkdir -p "$B"; rm -f "$B/DONE"
-export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
+gpu_run_env
 left() { echo $((END - SECONDS)); }
-stage() {
-  local name=$1; shift
-  say "== $name: start ($(left) s before the end)"
-  local t0=$SECONDS
-  ( set -x; "$@" ) > "$B/$name.log" 2>&1
-  local rc=$?
-  say "== $name: rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
+stage_note() { echo " ($(left) s before the end)"; }
 
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   df -h /tmp | tail -1
   if [ "${SETUP_HOSTS:-cuda}" = cpu ]; then  # (the CPU dry run: nothing joined or installed)
     ln -sfn "$REPO/.venv" /tmp/lap
-    printf 'hosts:\n  local:\n    transport: local\n    profile: cpu\n    venv: %s\n    venv_existing: true\n    workdir: %s\n' \
-      "$VENV" "$WD" > "$B/hosts.yaml"
-    $INV hosts; return
+    cpu_hosts; return
   fi
   join_wheelhouse "$P" || return 1
   ls "$W" | wc -l; du -sh "$W" "$SMOL"

@@ -91,19 +91,8 @@ fi
 STAGES=${*:2}
 STAGES=${STAGES:-setup bootstrap check demo hf online kimi}
 mkdir -p "$B"; rm -f "$B/DONE"
-export SPECOPS_HOSTS=$B/hosts.yaml SPECOPS_HOST=local PYTHONUNBUFFERED=1 COLUMNS=200 CI=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
+gpu_run_env  # (bench/laptop_side.sh: the exports, say, stage)
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd/; }
-stage() {
-  local name=$1; shift
-  say "== $name: start"
-  local t0=$SECONDS
-  ( set -x; "$@" ) > "$B/$name.log" 2>&1
-  local rc=$?
-  say "== $name: rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
 
 s_setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
