@@ -390,6 +390,41 @@ def test_bakeoff_trains_every_kind_then_times_each_with_the_same_settings(monkey
                                "cost 80.00; /w/data/d/plan.json)")
 
 
+def test_a_bakeoff_with_the_untrained_control_serves_it_first_as_each_kinds_preflight(monkeypatch, tmp_path):
+    """--controls untrained: each kind's untrained control served before its training (controls.untrained_first, on
+    the held-out prompts its evaluation takes) is its draft-serves preflight: the training runs none of its own
+    (served_by), and the evaluation keeps that control instead of building and serving it again; --no-serve-check
+    (or a Slurm host) keeps the control after the training, built by evaluate --controls."""
+    from specops.ops import bakeoff, controls, train
+
+    calls = []
+    monkeypatch.setattr(controls, "untrained_first", lambda t, rid, **kw: calls.append(("first", rid, kw)) or {
+        "run_id": f"{rid}.untrained", "mean_acceptance_length": 1.0})
+    monkeypatch.setattr(train, "train", lambda t, **kw: calls.append(("train", kw["run_id"], kw)) or {
+        "run_id": kw["run_id"]})
+    monkeypatch.setattr(controls, "evaluate_run", lambda t, rid, **kw: calls.append(("evaluate", rid, kw)) or
+                        controls.Evaluation(rid, str(tmp_path), {"mean_acceptance_length": 2.0, "speedup": {
+                            "by_concurrency": {"1": {"ratio": 1.1}}, "draft_deploy": rid}}))
+    t = RecordingTransport(host())
+    bakeoff.bakeoff(t, drafts="peagle,dflash", dataset="d", verifier="/m/v", run_id="b1", speedup="1",
+                    controls="untrained", max_prompts=8, max_tokens=32, dest=str(tmp_path))
+    assert [(c[0], c[1]) for c in calls] == [("first", "b1-peagle"), ("train", "b1-peagle", ), ("first", "b1-dflash"),
+                                             ("train", "b1-dflash"), ("evaluate", "b1-peagle"),
+                                             ("evaluate", "b1-dflash")]
+    first = calls[0][2]
+    assert (first["kind"], first["dataset"], first["verifier"], first["max_prompts"], first["max_tokens"]) == (
+        "peagle", "d", "/m/v", 8, 32) and first["config"].endswith("configs/peagle.yaml")
+    assert all(c[2]["served_by"] == "its untrained control" and c[2]["serve_check"] for c in calls if c[0] == "train")
+    assert [c[2]["measured"] for c in calls if c[0] == "evaluate"] == [
+        {"untrained": {"run_id": f"b1-{k}.untrained", "mean_acceptance_length": 1.0}} for k in ("peagle", "dflash")]
+    calls.clear()
+    bakeoff.bakeoff(t, drafts="peagle,dflash", dataset="d", run_id="b2", speedup="1", controls="untrained",
+                    serve_check=False, dest=str(tmp_path))
+    assert [c[0] for c in calls] == ["train", "train", "evaluate", "evaluate"]
+    assert all(c[2]["served_by"] is None for c in calls if c[0] == "train")
+    assert all(c[2]["measured"] is None for c in calls if c[0] == "evaluate")
+
+
 def test_a_bakeoff_or_its_plan_whose_kind_config_trains_another_kind_is_refused_before_anything_runs(
         monkeypatch, tmp_path):
     """--configs F where F/dflash.yaml is an EAGLE-3 config: one line naming the file and both kinds, before the first

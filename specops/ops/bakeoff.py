@@ -180,23 +180,35 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
     baselines timed beside the first kind only; controls: each also beside its untrained draft, `inv evaluate
     --controls`' own); configs: a folder of KIND.yaml, one per kind (default configs/); num_spec_tokens and tune_k:
     K for every kind or KIND:K each (per_kind()): the k each kind is served at (default 3) and the k its timing
-    also sweeps; side_by_side, speedup_requests, speedup_tokens, ceiling: evaluate's, for every kind. A kind that
-    fails to train or to be served gets a row saying why and the others are still compared (verdict() fails the
-    bake-off after its table). Returns {bakeoff, kinds, levels, rows, winners, file}, written to dest/<id>.json."""
+    also sweeps; with the untrained control (and the preflight on, not a Slurm host), each kind's untrained control
+    is served before its training and is its draft-serves preflight (controls.untrained_first(): one untrained draft
+    built and served a kind, not two); side_by_side, speedup_requests, speedup_tokens, ceiling: evaluate's, for every
+    kind. A kind that fails to train or to be served gets a row saying why and the others are still compared
+    (verdict() fails the bake-off after its table). Returns {bakeoff, kinds, levels, rows, winners, file}, written to
+    dest/<id>.json."""
     kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
     ks, sweep = (per_kind(num_spec_tokens, kinds, "--num-spec-tokens", many=False),
                  per_kind(tune_k, kinds, "--tune-k", many=True))
     bid = jobs.validate_run_id(run_id or jobs.new_run_id("bakeoff"))
     configs_of(kinds, configs, t.host.profile)
     t.note(priced(t, kinds, dataset))
-    rids, failed = {}, {}
+    rids, failed, early = {}, {}, {}
+    first = bool(controls) and "untrained" in _controls.parse_controls(controls) and serve_check and \
+        not t.host.is_slurm  # (each kind's untrained control is its preflight: controls.untrained_first())
     for kind in kinds:
         with t.step(f"bake-off: train the {drafts_name(kind)} draft ({bid}-{kind})"):
             try:
+                if first:
+                    early[kind] = _controls.untrained_first(
+                        t, f"{bid}-{kind}", kind=kind, dataset=dataset, verifier=verifier,
+                        config=train.draft_config(kind, config_of(kind, configs)), hidden_states=hidden_states,
+                        dest=dest, num_spec_tokens=(ks.get(kind) or [3])[0], max_prompts=max_prompts,
+                        max_tokens=max_tokens, vllm_arg=vllm_arg)
                 res = train.train(t, draft=kind, config=config_of(kind, configs), run_id=f"{bid}-{kind}",
                                   dataset=dataset, verifier=verifier, follow=True, own=True,
                                   hidden_states=hidden_states, vllm_arg=vllm_arg, serve_check=serve_check,
-                                  overrides={"epochs": epochs, "max-steps": max_steps})
+                                  overrides={"epochs": epochs, "max-steps": max_steps},
+                                  served_by="its untrained control" if kind in early else None)
                 rids[kind] = res["run_id"]
             except SpecopsError as e:
                 t.note(f"bake-off: the {drafts_name(kind)} draft did not train: {e}", "warn")
@@ -219,7 +231,8 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
                                              side_by_side=side_by_side, speedup_requests=speedup_requests,
                                              speedup_tokens=speedup_tokens, ceiling=ceiling).items() if v is not None})
             try:
-                ev = (_controls.evaluate_run(t, rids[kind], controls=controls, **kw).ev if controls
+                ev = (_controls.evaluate_run(t, rids[kind], controls=controls, measured=(
+                    {"untrained": early[kind]} if kind in early else None), **kw).ev if controls
                       else evaluate.evaluate(t, rids[kind], **kw))
                 rows.append(row(kind, rids[kind], ev, levels))
             except SpecopsError as e:

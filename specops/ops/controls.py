@@ -9,6 +9,7 @@ import json
 import math
 import shlex
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,6 +21,7 @@ from specops.host.transport import Transport
 from specops.ops import jobs, train
 from specops.ops.evaluate import Evaluation, Pending, _evaluate_flags, _spec, evaluate, evaluate_run as _evaluate_run
 from specops.ops.evaluate import DEFAULT_BASELINES, concurrency_levels, finish
+from specops_host.serve import drafts
 
 DEMO_CONFIG = "configs/demo.yaml"
 #: acceptance figures kept from an evaluation, per draft, in demo()'s result["acceptance"]
@@ -98,7 +100,8 @@ def moved_layers(trained: list, depth: int) -> list:
     return [i + 1 for i in trained] if max(trained) < depth else [i - 1 for i in trained]
 
 
-def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, config: str = DEMO_CONFIG,
+def untrained_draft(t: Transport, run_id: str, *, dataset: Optional[str], verifier: Optional[str],
+                    config: Optional[str] = DEMO_CONFIG,
                     hidden_states: str = "auto", layers: Optional[str] = None) -> str:
     """A control run `<run_id>.untrained`: `speculators train --dry-run` on the same data, verifier
     and config (speculators 0.9.0's own "build the speculator, initialise its weights, save the
@@ -117,6 +120,37 @@ def untrained_draft(t: Transport, run_id: str, *, dataset: str, verifier: str, c
     t.check(f"cd {q} && test -f config.json && mkdir 0 && find . -mindepth 1 -maxdepth 1 ! -name 0 "
             f"-exec mv -t 0 {{}} +", f"{cid}: the dry run's checkpoint as checkpoints/0")
     return cid
+
+
+def untrained_first(t: Transport, run_id: str, *, kind: str, dataset: Optional[str], verifier: Optional[str],
+                    config: Optional[str], hidden_states: str = "auto", dest: str = "runs", num_spec_tokens: int = 3,
+                    max_prompts: int = 32, max_tokens: int = 64, vllm_arg: Optional[list] = None,
+                    control_prompts: int = 16) -> dict:
+    """The untrained control of a run that has not trained yet (`inv bakeoff --controls untrained`): untrained_draft()
+    of the config the run will train with (the training's step 0), served by evaluate() on the first control_prompts
+    of the held-out prompts the run's evaluation takes, as the draft-serves preflight serves one (eager on a cpu host;
+    on a GPU as the trained draft will be, CUDA graphs and all). That one server is both the run's preflight (vLLM
+    served an untrained draft of its config; the training then skips its own) and its control: the same untrained
+    draft is not built and served twice, once before the training and once after it (a server start and a draft build
+    a kind; on a GPU minutes each). Returns acceptance_summary() (kind untrained, `how`); a draft vLLM cannot serve:
+    SpecopsError, before anything trains."""
+    name = drafts.KINDS[kind]["name"]
+    t0 = time.time()
+    try:
+        cid = untrained_draft(t, run_id, dataset=dataset, verifier=verifier, config=config,
+                              hidden_states=hidden_states)
+        more = ["--enforce-eager"] if t.host.profile == "cpu" and "--enforce-eager" not in (vllm_arg or []) else []
+        ev = evaluate(t, cid, checkpoint="0", dest=str(Path(dest) / run_id / "controls"), speedup="none",
+                      num_spec_tokens=num_spec_tokens, max_prompts=min(max_prompts, control_prompts),
+                      max_tokens=max_tokens, vllm_arg=[*(vllm_arg or []), *more])
+    except SpecopsError as e:
+        raise SpecopsError(f"the draft-serves preflight (its untrained {name} control, served before the training): "
+                           f"{e}; nothing was trained", detail=e.detail) from None
+    t.note(f"draft-serves preflight: vLLM served the verifier with an untrained {name} draft in "
+           f"{time.time() - t0:.0f} s: its untrained control, served before its training (mean acceptance length "
+           f"{ev['mean_acceptance_length']:.2f}), so its training runs no preflight of its own")
+    return acceptance_summary(ev, cid, kind="untrained", how="speculators train --dry-run: its initialised draft, "
+                                                              "served before the training (its preflight)")
 
 
 def acceptance_summary(ev: dict, run_id: str, **extra) -> dict:
@@ -246,13 +280,14 @@ def _flags(controls: Optional[str] = None, checkpoint: str = "best", checkpoints
 
 @refusing(_flags)
 def evaluate_run(t: Transport, run_id: str, *, controls: Optional[str] = None, speedup: Optional[str] = None,
-                 **kw) -> Evaluation:
+                 measured: Optional[dict] = None, **kw) -> Evaluation:
     """`inv evaluate`: ops/evaluate.py evaluate_run(); with controls (untrained,wrong-layers: either or both),
     acceptance() (the demo's code) on the same prompts, the controls built from the run's own data, verifier
-    (train-spec.json) and training flags (the untrained draft is that training's step 0)."""
+    (train-spec.json) and training flags (the untrained draft is that training's step 0). measured: controls served
+    already ({"untrained": untrained_first()'s}: the bake-off's), kept, not served again."""
     if controls is None:
         return _evaluate_run(t, run_id, speedup=speedup, **kw)
-    which = parse_controls(controls)
+    which = tuple(c for c in parse_controls(controls) if c not in (measured or {}))
     kw = {k: v for k, v in kw.items() if v is not None and k not in ("checkpoint", "checkpoints", "pick")}
     speedup = speedup or "1,16"
     if kw.get("baselines") is None:  # (as evaluate_run: beside the trained draft's timing)
@@ -270,6 +305,7 @@ def evaluate_run(t: Transport, run_id: str, *, controls: Optional[str] = None, s
                          layers=",".join(map(str, ids)) if spec.get("hidden_states") == "online" and ids else None,
                          **kw)
     ev = acc.pop("evaluation")
+    acc.update(measured or {})
     ev["controls"] = {"acceptance": acc, "num_spec_tokens": kw.get("num_spec_tokens", 3),
                       "controls_verdict": controls_verdict(acc)}
     return Evaluation(run_id, kw.get("dest", "runs"), ev)

@@ -353,10 +353,13 @@ def refuse_new_data(t: Transport, rid: str, spec: TrainSpec, allowed: bool) -> N
     spec.record["changed_since_last_start"] = changed
 
 
-def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_arg: Optional[list], enabled: bool
-                    ) -> Optional[ServeCheck]:
+def preflight_serve(t: Transport, spec: TrainSpec, host_jobs: list, *, vllm_arg: Optional[list], enabled: bool,
+                    served_by: Optional[str] = None) -> Optional[ServeCheck]:
     """The draft-serves preflight before a training starts (check.serve_gate), unless another
-    training holds the host (its GPUs are busy; the start below is refused anyway)."""
+    training holds the host (its GPUs are busy; the start below is refused anyway), or served_by says what served an
+    untrained draft of this config already (the bake-off's untrained control: not served twice)."""
+    if served_by:
+        return None
     busy = [j for j in host_jobs if not j.ended and getattr(j, "lock", None) == "train"]
     if enabled and busy:
         t.note(f"draft-serves preflight: not run while {busy[0].run_id} trains on {t.host.name}")
@@ -373,7 +376,7 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
           restarts: Optional[int] = None, stall_after: Optional[float] = None, restart_on_stall: bool = False,
           first_step_after: Optional[float] = None,
           backoff: Optional[float] = None, notify: Optional[str] = None, own: bool = False,
-          draft: Optional[str] = None) -> "Trained":
+          draft: Optional[str] = None, served_by: Optional[str] = None) -> "Trained":
     """Start (or resume) a run; with follow, wait for its end. Returns run id, exit code (None
     while it runs), run dir, hidden_states (offline|online), serve_check (the draft-serves
     preflight's payload, None when skipped). own: the run is the caller's (a plan's sample run, a
@@ -393,7 +396,9 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
     restarts, stall_after, first_step_after, restart_on_stall, backoff, notify: the job's Supervision
     (ops/watch.py supervision(), built here once): restart after an abnormal end, find a stall, tell.
     draft: eagle3 | peagle | dflash (specops_host/serve/drafts.py): its configs/KIND.yaml unless config is given
-    (a config of another speculator-type is refused); the run records its kind (run.json `draft`)."""
+    (a config of another speculator-type is refused); the run records its kind (run.json `draft`).
+    served_by: what served an untrained draft of this config already (the bake-off's untrained control, served before
+    its training: ops/controls.py untrained_first): the preflight is not run again."""
     rid = jobs.validate_run_id(run_id or jobs.new_run_id("train"))
     h = t.host
     sup = watch.supervision(t, restarts=restarts, stall_after=stall_after, restart_on_stall=restart_on_stall,
@@ -412,7 +417,8 @@ def train(t: Transport, *, config: Optional[str] = None, run_id: Optional[str] =
                      server_gpus=server_gpus, train_gpus=train_gpus, vllm_arg=vllm_arg, extra=extra, draft=draft)
     host_jobs = refuse_running(t, rid)
     refuse_new_data(t, rid, spec, continue_on_new_data)
-    served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_arg=vllm_arg, enabled=serve_check)
+    served = None if h.is_slurm else preflight_serve(t, spec, host_jobs, vllm_arg=vllm_arg, enabled=serve_check,
+                                                      served_by=served_by)
     if h.is_slurm and not serve_check:
         t.note("draft-serves preflight: skipped (--no-serve-check)")
     fresh = not t.exists(spec.run_dir, "-d")
