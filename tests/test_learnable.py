@@ -115,6 +115,20 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     got = decode_payload(p.stdout)
     assert p.returncode == 1 and "did not learn the language" in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
     assert not Path("/tmp/specops-never").exists()
+    # a size whose training runs out of memory (the 3b on an 80 GB H100) is refused in one line, not a traceback
+    # (the out-of-memory raised here by a stand-in train(): a CPU rig cannot fill an H100's memory)
+    oom = ("import sys, torch; from specops_host import contract; from specops_host.fixtures import "
+           "learnable_verifier as m\n"
+           "def train(*a):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 100.00 MiB')\n"
+           "m.train = train; sys.argv = ['learnable_verifier', '/tmp/specops-never', '--size', '3b', '--device', "
+           "'cpu', '--layers', '3', '--hidden', '64', '--heads', '2', '--kv-heads', '1', '--intermediate', '64']\n"
+           "contract.main(m.main)\n")
+    p = subprocess.run([py, "-c", oom], cwd=REPO / "remote", capture_output=True, text=True, timeout=300)
+    got = decode_payload(p.stdout)
+    assert p.returncode == 2 and got["error"].startswith(
+        "--size 3b (batch 32): its training does not fit this host's memory (CUDA out of memory. Tried to allocate "
+        "100.00 MiB); give a smaller --size (1b) or --batch"), p.stdout[-2000:] + p.stderr[-2000:]
+    assert "Traceback" not in p.stdout + p.stderr and not Path("/tmp/specops-never").exists()
 
 
 def test_a_verifier_that_did_not_learn_says_its_whole_reason_through_inv(cpu_box, hosts_file, work):

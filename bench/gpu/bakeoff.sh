@@ -11,7 +11,8 @@
 # The parts (56 MiB each, one a device call, copied to /tmp/parts) hold wheelhouse/ (`inv wheelhouse --profile cuda
 # --have bench/h200/h200-freeze.txt --laptop`: the cuda-torch2.11 profile, vLLM 0.26.0, speculators 0.9.0, and
 # laptop/). `verifier` needs only the torch venv: the first call starts it while the parts arrive. Its size: SIZE,
-# else 8b where GPU 0 has 120 GiB or more (an H200: Llama-3.1-8B's shape, ~130 s), else 3b (an H100).
+# else 8b where GPU 0 has 120 GiB or more (an H200: Llama-3.1-8B's shape, ~130 s), else 1b (an H100: the 3b's
+# training ran out of its 80 GB on 2026-12-07).
 # Settings (environment): DRAFTS (default peagle,dflash,eagle3: the kinds least known first, so a run cut short by
 # the device time keeps them), KS (the k each kind is served at, default eagle3:5,peagle:7,dflash:7), TUNE (the k
 # each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 16: a
@@ -46,10 +47,10 @@ REPO=$PWD
 SIZE_FILE=${SIZE_FILE:-/tmp/bakeoff-size.txt}
 source "$REPO/bench/laptop_side.sh"  # join_wheelhouse PARTS, laptop_side
 
-gpu_size() {  # SIZE, else 8b where GPU 0 has 120 GiB or more, else 3b
+gpu_size() {  # SIZE, else 8b where GPU 0 has 120 GiB or more, else 1b
   [ -n "${SIZE:-}" ] && { echo "$SIZE"; return; }
   local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-  [ "${mib:-0}" -ge 122880 ] && echo 8b || echo 3b
+  [ "${mib:-0}" -ge 122880 ] && echo 8b || echo 1b
 }
 
 if [ "$MODE" = verifier ]; then  # (the first call: the torch venv alone; its log /tmp/verifier.log)
@@ -131,7 +132,7 @@ s_verifier() {  # the verifier `verifier` trains (15 minutes at most), else trai
   while pgrep -f "learnable_verifier $V" > /dev/null && [ $((SECONDS - t0)) -lt 900 ]; do sleep 3; done
   tail -4 /tmp/verifier.log 2>/dev/null
   if [ ! -f "$V/specops-verifier.json" ]; then  # (the first call's training missing or failed: out of memory, say)
-    local size=$SIZE; [ -f /tmp/verifier.log ] && [ "$SIZE" = 3b ] && size=1b  # (an H100 where the 3b failed: 1b)
+    local size=$SIZE; [ -f /tmp/verifier.log ] && [ "$SIZE" = 3b ] && size=1b  # (a card where the 3b failed: 1b)
     say "verifier: none at $V ($(tail -1 /tmp/verifier.log 2>/dev/null | cut -c1-200)): inv make-verifier --learnable --size $size, into $V"
     $INV make-verifier --learnable --size "$size" --path "$V" --overwrite || return 1
   fi
