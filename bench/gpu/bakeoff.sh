@@ -13,8 +13,9 @@
 # laptop/). `verifier` needs only the torch venv: the first call starts it while the parts arrive. Its size: SIZE,
 # else 8b where GPU 0 has 120 GiB or more (an H200: Llama-3.1-8B's shape, ~130 s), else 1b (an H100: the 3b's
 # training ran out of its 80 GB on 2026-12-07).
-# Settings (environment): DRAFTS (default peagle,dflash,eagle3: the kinds least known first, so a run cut short by
-# the device time keeps them), KS (the k each kind is served at, default eagle3:5,peagle:7,dflash:7), TUNE (the k
+# Settings (environment): DRAFTS (default eagle3,dflash,peagle: the reference first, P-EAGLE last, the slowest on
+# the H100's 1B, bench/results/bakeoff-gpu.md: a run cut short by the device time keeps the first ones), KS (the
+# k each kind is served at, default eagle3:5,peagle:7,dflash:7), TUNE (the k
 # each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 16: a
 # whole wave at 16), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
@@ -101,7 +102,7 @@ STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier prep extract bake show}
 SIZE=$(cat "$SIZE_FILE" 2>/dev/null || gpu_size)
 V=$WD/models/learnable-llama-$SIZE
-DRAFTS=${DRAFTS:-peagle,dflash,eagle3}
+DRAFTS=${DRAFTS:-eagle3,dflash,peagle}
 KS=${KS:-eagle3:5,peagle:7,dflash:7}
 TUNE=${TUNE-eagle3:3,peagle:5,dflash:5}  # (TUNE= : no sweep)
 REQS=${REQS:-16}
