@@ -372,10 +372,12 @@ def synthesize(c, host=None, hosts=None, rows=None, out=None, verifier=None, see
     "disk_budget": DISK_BUDGET,
     "vllm_arg": VLLM_ARG, "plan_first": "first `inv plan` (measured on a sample, priced), then stop unless --yes",
     "yes": "with --plan-first: go on with the run once the plan is shown", "sample": PLAN_HELP["sample"],
-    "restarts": SUPERVISION["restarts"], "notify": SUPERVISION["notify"]})
+    "restarts": SUPERVISION["restarts"], "notify": SUPERVISION["notify"],
+    "serve_check": "the training's draft-serves preflight, as inv train's (default on; --no-serve-check skips it)"})
 def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, backend="vllm", layers=None,
              seq_length=2048, config=None, dest="runs", max_steps=None, regenerate=False, hidden_states="offline",
-             disk_budget=None, vllm_arg=None, plan_first=False, yes=False, sample=32, restarts=None, notify=None):
+             disk_budget=None, vllm_arg=None, plan_first=False, yes=False, sample=32, restarts=None, notify=None,
+             serve_check=True):
     """bootstrap, check, [regenerate,] prepare-data, extract, inspect-data, train, fetch: the whole job on one host.
 
     Example: inv pipeline --host gpu1 --data convs.jsonl"""
@@ -383,7 +385,7 @@ def pipeline(c, host=None, hosts=None, data=None, dataset=None, verifier=None, b
              data=data, dataset=dataset, verifier=verifier, backend=backend, layers=layers, seq_length=seq_length,
              config=config, dest=dest, max_steps=max_steps, regenerate=regenerate, hidden_states=hidden_states,
              disk_budget=disk_budget, vllm_arg=vllm_arg, plan_first=plan_first, yes=yes, sample=sample,
-             restarts=restarts, notify=notify)
+             restarts=restarts, notify=notify, serve_check=serve_check)
 
 
 @task(name="plan", iterable=["vllm_arg"], changes=True, streams=True, help={
