@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import inv
+from conftest import inv, wait_for
 from specops import inventory
 from specops.host.connection import connect
 from specops.ops import data
@@ -184,18 +184,19 @@ def test_synthesize_writes_conversations_prepare_data_takes(synthesized, prepare
 def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2, hosts_file, work):
     """candidate i's requests carry the seed of (0, i), so a run of the first 6 candidates only (--attempts 6, another
     batch) keeps exactly the first run's rows among them, though `inv stop` stopped it once a candidate was judged
-    and it resumed from its progress file (failures row 231; its --dry-run: test_ops_commands.py); an existing output is
-    never replaced without --overwrite, refused before any server starts."""
+    and it resumed from its progress file (failures row 231; its --dry-run: test_ops_commands.py); the stopped start ran
+    over two vLLM servers (--servers 2: candidate i asks server i mod 2), both started by the job and ended by the stop;
+    an existing output is never replaced without --overwrite, refused before any server starts."""
     assert synthesized["r"].returncode == 0
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         rows = rows_of(t, synthesized["dest"])
     six = ("--rows", "6", "--attempts", "6", "--out", "smol-synth-again")
     part, t0 = f"{work}/synthesized/.smol-synth-again.jsonl.partial", time.time()
-    started = synth(hosts_file, smollm2["path"], *six, "--concurrency", "1", "--detach")
+    started = synth(hosts_file, smollm2["path"], *six, "--concurrency", "2", "--servers", "2", "--detach")
     assert started.returncode == 0, (started.stdout + started.stderr)[-3000:]
     rid = re.search(r"synthesize started on box: run (\S+) ", started.stdout + started.stderr).group(1)
-    with connect(h) as t:  # (stopped once its progress file holds a candidate judged: one in flight at a time)
+    with connect(h) as t:  # (stopped once its progress file holds a candidate judged: one in flight a server)
         while int(t.run(f"cat {part} 2>/dev/null | wc -l").stdout or 0) < 2 and time.time() - t0 < 600:
             time.sleep(0.3)
     stop = inv("stop", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid)
@@ -203,6 +204,9 @@ def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2,
     with connect(h) as t:
         judged = len(t.read_bytes(part).decode().splitlines()) - 1  # (inv stop keeps it)
         assert judged >= 1 and not t.exists(f"{work}/synthesized/smol-synth-again.jsonl")
+        for d in ("server", "server-1"):  # (each its own job and log, ended with the run)
+            wait_for(lambda d=d: t.exists(f"{work}/runs/{rid}/{d}/exit_code", "-f"), 60, f"{d}'s end")
+            assert b"Starting vLLM server" in t.read_bytes(f"{work}/runs/{rid}/{d}/output.log"), d
     t1 = time.time()
     again = synth(hosts_file, smollm2["path"], *six)
     first = [x for x in rows if int(x["id"].rsplit("-", 1)[1]) < 6]
@@ -230,21 +234,17 @@ def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2,
 
 def test_synthesize_seeded_by_the_users_prompts(smollm2, hosts_file, work, tmp_path):
     """--seed-prompts (a laptop file, uploaded): each question written after a system turn showing one of the user's
-    prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate. Run over two
-    vLLM servers (--servers 2: candidate i asks server i mod 2), both started and stopped by the job."""
+    prompts; the rows carry its line and category; a seed copied as it is counts as a duplicate. (--servers 2: the
+    stopped start of test_synthesize_same_seed_...)"""
     seeds = [{"category": x["category"], "prompt": x["turns"][0]}  # (four categories, as prompt rows)
              for x in map(json.loads, CATEGORIES.read_text().splitlines())][::10]
     (tmp_path / "mine.jsonl").write_text("".join(json.dumps(x) + "\n" for x in seeds))
     r = synth(hosts_file, smollm2["path"], "--rows", "4", "--seed-prompts", str(tmp_path / "mine.jsonl"),
-              "--out", "smol-seeded", "--servers", "2")
+              "--out", "smol-seeded")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    rid = re.search(r"rows/s \(run ([^)]+)\)", r.stdout).group(1)
     h = inventory.load(str(hosts_file)).get("box")
     with connect(h) as t:
         rows = rows_of(t, f"{work}/synthesized/smol-seeded.jsonl")
-        for d in ("server", "server-1"):  # (each its own job and log, ended with the run)
-            assert t.exists(f"{work}/runs/{rid}/{d}/exit_code", "-f"), d
-            assert b"Starting vLLM server" in t.read_bytes(f"{work}/runs/{rid}/{d}/output.log"), d
     assert len(rows) == 4 and all(x["seed_line"] in (1, 2, 3, 4) for x in rows), rows
     assert all(x["category"] == seeds[x["seed_line"] - 1]["category"] for x in rows), rows
     mine = {host_synth.normal(x["prompt"]) for x in seeds}
