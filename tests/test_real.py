@@ -276,8 +276,12 @@ def test_synthesize_refuses_a_verifier_without_a_chat_template(smollm2, hosts_fi
 #: control's 0.072 failed; below() holds for both controls on these counts): trained 1.155 (238 accepted, 1,533 drafts), untrained 1.002 (4 of
 #: 1,767), wrong layers (each a quarter of the 30 layers away) 1.083 (135 of 1,636); the steps 124 s (the module's
 #: synthesize), 27, 74 and 296 s. With an off-by-one the wrong-layers control served as well as the right layers
-#: (1.225 vs 1.219 by hand): failures row 226.
-MUST_SEQ, MUST_EPOCHS, MUST_PROMPTS, MUST_TOKENS = 384, 4, 16, 128
+#: (1.225 vs 1.219 by hand): failures row 226. 96 tokens, not 128 (2026-12-07): every served draft decodes category by
+#: category, so the evaluation's CPU is its tokens; 262 -> 175 s, its three engines 67-73 -> 55-59 CPU-s each; trained
+#: 1.052 (69 accepted of 1,316 drafts) stood 7.0 and 6.7 standard errors over untrained 1.007 and wrong layers 1.008
+#: (at 128 tokens the run before: 7.6 over wrong layers). A weak synthesis fails it at any of these lengths: 8 rows kept of
+#: 112 candidates (14 the run before) trained a draft 2.1 standard errors over the controls at 64 tokens.
+MUST_SEQ, MUST_EPOCHS, MUST_PROMPTS, MUST_TOKENS = 384, 4, 16, 96
 
 
 def tsv_table(out: str, title: str) -> list[list[str]]:
@@ -330,8 +334,14 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
     counts = {k: (acc[k]["counters"]["drafts"], acc[k]["counters"]["accepted"]) for k in mean}
     rows = tsv_table(r.stdout, "mean acceptance length by category (prompts)")
     got = {x[0]: x[1:] for x in rows[1:]}
+    def z(b):  # (controls.below()'s test: the trained draft's accepted share over b's, in pooled standard errors)
+        (na, aa), (nb, ab) = ((acc[k]["counters"]["draft_tokens"], acc[k]["counters"]["accepted"]) for k in ("trained", b))
+        p = (aa + ab) / (na + nb)
+        return round((aa / na - ab / nb) / (p * (1 - p) * (1 / na + 1 / nb)) ** 0.5, 1)
+
     print(f"\nmust-show: {seconds} s; draft vocabulary {vocab[0]}; mean acceptance length {mean}; (drafts, accepted) "
-          f"{counts}; by category (trained, untrained, wrong layers): {got}")
+          f"{counts}; standard errors over the controls (3 asked): untrained {z('untrained')}, wrong layers "
+          f"{z('wrong_layers')}; by category (trained, untrained, wrong layers): {got}")
     cats = {x["category"] for x in map(json.loads, CATEGORIES.read_text().splitlines())}
     assert rows[0] == ["category", "trained", "untrained", "wrong layers"], rows
     assert len(cats) == 8 and set(got) == cats, rows
