@@ -249,8 +249,9 @@ def test_synthesize_seeded_by_the_users_prompts(smollm2, hosts_file, work, tmp_p
     assert all(x["category"] == seeds[x["seed_line"] - 1]["category"] for x in rows), rows
     mine = {host_synth.normal(x["prompt"]) for x in seeds}
     assert not mine & {host_synth.normal(x["conversations"][0]["content"]) for x in rows}, rows
-    print("\nseeded: " + " | ".join(f"{seeds[x['seed_line'] - 1]['prompt'][:40]} -> "
-                                    f"{x['conversations'][0]['content'][:80]}" for x in rows))
+    said = re.search(r"\d+ candidate\(s\); dropped: .*", r.stdout)
+    print(f"\nseeded ({said and said.group(0)}): " + " | ".join(
+        f"{x['id']}: {seeds[x['seed_line'] - 1]['prompt'][:40]} -> {x['conversations'][0]['content'][:80]}" for x in rows))
 
 
 def test_synthesize_refuses_a_verifier_without_a_chat_template(smollm2, hosts_file, work):
