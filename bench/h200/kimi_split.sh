@@ -52,16 +52,7 @@ if [ "$MODE" = collect ]; then
 fi
 
 mkdir -p "$B/wd"
-say() { echo "[$(date +%T)] $*" | tee -a "$B/summary.txt"; }
-stage() {
-  local name=$1; shift
-  say "== $name: start"
-  local t0=$SECONDS
-  ( set -x; "$@" ) > "$B/$name.log" 2>&1
-  local rc=$?
-  say "== $name: rc=$rc in $((SECONDS - t0))s"
-  return $rc
-}
+source "$REPO/bench/laptop_side.sh"  # say, stage (the GPU drivers' shared scaffolding)
 
 cat > "$B/wrap.py" <<'EOF'
 """specops_host/data/datagen.py's main, unchanged, with the placement, the device map actually used
