@@ -1,7 +1,8 @@
 # Sourced by bench/h200/vllm.sh, bench/h200/kimi_split.sh (say, stage) and bench/gpu/*.sh (run from the repo
-# root on the GPU machine): the wheelhouse joined from its parts and specops' laptop side beside the machine's torch venv; a run's
-# environment, its summary line (say) and stages (stage), the CPU dry run's hosts.yaml (cpu_hosts). Uses W (the
-# wheelhouse), VPY (the torch venv's python3), VENV, WD (the workdir), B (the run's folder), INV (/tmp/lap/bin/inv).
+# root on the GPU machine): the wheelhouse joined from its parts and specops' laptop side beside the machine's
+# torch venv; a run's environment, its summary line (say) and stages (stage), the CPU dry run's hosts.yaml
+# (cpu_hosts). Uses W (the wheelhouse), VPY (the torch venv's python3), VENV, WD (the workdir), B (the run's
+# folder), INV (/tmp/lap/bin/inv).
 
 join_wheelhouse() {  # PARTS: the wheelhouse's 56 MiB parts, joined into $W once
   [ -f "$W/specops-wheelhouse.json" ] || cat "$1"/part-* | tar xf - -C /tmp
