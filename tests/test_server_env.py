@@ -92,10 +92,10 @@ def test_a_cpu_servers_kv_cache_is_sized_to_its_model_unless_the_user_sizes_it(t
     assert not any(a.startswith("--kv") for a in vllm_server.server_argv(smol, 8000, kind="cpu"))
 
 
-def test_vllms_model_registry_cache_is_the_venvs_for_every_workdir(tmp_path):
+def test_vllms_model_registry_cache_is_the_venvs_for_every_workdir(tmp_path, monkeypatch):
     """vLLM's model registry inspects a model class in a subprocess at a server's start unless VLLM_CACHE_ROOT/
     modelinfos holds it (keyed by the hash of vLLM's module): each workdir's cache links to the venv's one folder,
-    so a new workdir reads what an earlier one learnt; a workdir's own folder is kept."""
+    so a new workdir reads what an earlier one learnt; a workdir's own folder is kept; each user its own folder."""
     from specops_host import hostenv
 
     venv = tmp_path / "venv"
@@ -104,11 +104,19 @@ def test_vllms_model_registry_cache_is_the_venvs_for_every_workdir(tmp_path):
     for d in (a, b, own):
         d.mkdir(parents=True, exist_ok=True)
         hostenv.share_modelinfos(d, venv)
-    shared = venv / "specops-cache" / "vllm-modelinfos"
+    shared = venv / f"specops-cache-{os.geteuid()}" / "vllm-modelinfos"
     assert (a / "modelinfos").resolve() == (b / "modelinfos").resolve() == shared.resolve() and shared.is_dir()
     (a / "modelinfos" / "x.json").write_text("{}")
     assert (b / "modelinfos" / "x.json").exists() and not (own / "modelinfos").is_symlink()
     hostenv.share_modelinfos(a, tmp_path / "other")  # (linked already: left as it is)
     assert (a / "modelinfos").resolve() == shared.resolve()
+    c = tmp_path / "c" / "vllm"  # (another user on this venv, root running it say: a folder of its own there)
+    c.mkdir(parents=True)
+    monkeypatch.setattr("os.geteuid", lambda: os.getuid() + 1)
+    hostenv.share_modelinfos(c, venv)
+    assert (c / "modelinfos").resolve() == (venv / f"specops-cache-{os.getuid() + 1}" / "vllm-modelinfos").resolve()
+    assert not (c / "modelinfos" / "x.json").exists()
+    monkeypatch.undo()
+    monkeypatch.setattr("sys.prefix", str(venv))
     env = hostenv.cache_env(tmp_path / "work", "cpu")
     assert (Path(env["VLLM_CACHE_ROOT"]) / "modelinfos").is_symlink()

@@ -60,20 +60,22 @@ def cache_env(workdir, kind="cpu"):
 
 
 def share_modelinfos(vllm_cache, venv=None):
-    """VLLM_CACHE_ROOT/modelinfos a link to the venv's own (VENV/specops-cache/vllm-modelinfos): what vLLM's model
-    registry learns of a model class in a subprocess (about 6 CPU-s and as many seconds a class, at each server's
-    start in a new workdir: 19 times a test suite), saved under the hash of the vLLM module it read, so any workdir
-    of this venv reads it. A workdir's own folder is kept; a venv that cannot be written to shares nothing."""
+    """VLLM_CACHE_ROOT/modelinfos a link to the venv's own for this user (VENV/specops-cache-UID/vllm-modelinfos):
+    what vLLM's model registry learns of a model class in a subprocess (about 6 CPU-s and as many seconds a class, at
+    each server's start in a new workdir: 19 times a test suite), saved under the hash of the vLLM module it read, so
+    any workdir of this venv and user reads it. A folder a user (root running another's venv, say) shared with the
+    venv's owner held files vLLM writes 0600, which the owner cannot read, and the owner's failed save was logged as
+    an exception that a failed server's log then named as its root error: each user a folder of its own, made in
+    the venv's top folder (one user's folder never blocks another's). A workdir's own folder is kept; a venv this
+    user cannot write to shares nothing."""
     link = Path(vllm_cache) / "modelinfos"
     if link.is_symlink() or link.exists():
         return
-    shared = Path(venv or sys.prefix) / "specops-cache" / "vllm-modelinfos"
+    shared = Path(venv or sys.prefix) / f"specops-cache-{os.geteuid()}" / "vllm-modelinfos"
     try:
         shared.mkdir(parents=True, exist_ok=True)
-        if not os.access(shared, os.W_OK | os.X_OK):  # (another user's venv: vLLM's failed save would be logged
-            return  # as an exception, which a failed server's log then names as its root error)
         link.symlink_to(shared, target_is_directory=True)
-    except OSError:  # (a read-only venv, or another process linked it first)
+    except OSError:  # (a venv this user cannot write to, or another process linked it first)
         pass
 
 
