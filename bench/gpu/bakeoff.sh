@@ -19,7 +19,7 @@
 # each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 16: a
 # whole wave at 16), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
-# 8b, else 4 GiB), EXTRACT (vllm, or hf: transformers, no server to start), EPOCHS (override the configs' 5), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4),
+# 8b, else 4 GiB), EXTRACT (hf, the default: transformers, no server to start; or vllm), EPOCHS (override the configs' epochs), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4),
 # BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager).
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the CPU
@@ -28,8 +28,8 @@
 #   verifier   wait for the verifier `verifier` trains (else train it here: inv make-verifier --learnable)
 #   prep       the demo's 267 conversations: inv prepare-data --seq-length 512 (a vLLM render server, eager)
 #   extract    inv extract (the verifier's default layers, eager): the three kinds read the same hidden states
-#   bake       inv bakeoff --drafts DRAFTS --configs bench/gpu/bakeoff (each kind's config: the same rows,
-#              batches and epochs) --hidden-states offline --no-serve-check --speedup 1,16 --repeats 3 --baselines
+#   bake       inv bakeoff --drafts DRAFTS --configs bench/gpu/bakeoff (each kind's config: the same rows
+#              and batches) --hidden-states offline --no-serve-check --speedup 1,16 --repeats 3 --baselines
 #              none --num-spec-tokens KS --tune-k TUNE --side-by-side 4 --speedup-requests REQS --ceiling CEILING:
 #              each kind's four servers (its draft at its k, at the tune k, at each ceiling rate, the verifier alone)
 #              up at once, every ratio paired with the verifier alone timed beside it
@@ -149,7 +149,7 @@ s_prep() {
 
 s_extract() {  # (LAYERS: the layer ids, default speculators'; the CPU check's tiny verifier has 4 layers: 1,2,3,4)
   local ly=(); [ -n "${LAYERS:-}" ] && ly=(--layers "$LAYERS")
-  if [ "${EXTRACT:-vllm}" = hf ]; then  # (EXTRACT=hf: no vLLM server to start, the rows through transformers)
+  if [ "${EXTRACT:-hf}" = hf ]; then  # (EXTRACT=hf, the default: no vLLM server to start, the rows through transformers)
     $INV extract --dataset bo --verifier "$V" "${ly[@]}" --backend hf; return
   fi
   $INV extract --dataset bo --verifier "$V" "${ly[@]}" --vllm-arg=--enforce-eager
