@@ -63,7 +63,8 @@ def test_bakeoff_trains_preflights_serves_and_times_each_kind(bakeoff):
         assert f"draft-serves preflight: vLLM served the verifier with an untrained {drafts.KINDS[kind]['name']} " \
                f"draft in" in out, r.stdout[-5000:]
     b = json.loads((bakeoff["dest"] / "kinds.json").read_text())
-    assert b["kinds"] == list(TRAINED) and b["levels"] == [1] and [x["kind"] for x in b["rows"]] == list(TRAINED)
+    assert b["kinds"] == list(TRAINED) and b["levels"] == [1] and [x["kind"] for x in b["rows"]] == list(TRAINED) \
+        and b["pending"] == []
     assert "# bake-off kinds on local: each kind against the verifier alone" in r.stdout
     win = b["winners"]["1"]
     assert win["kind"] in TRAINED and win["deploy"].startswith("vllm serve ") and \

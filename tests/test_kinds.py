@@ -105,7 +105,7 @@ def test_a_bakeoff_of_one_kind_or_without_timing_is_refused_in_one_line(tmp_path
         f"KIND.yaml (as configs/ does)")
 
 
-def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line():
+def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line(tmp_path):
     from specops.ops import bakeoff
 
     def ev(acc, r1, r16, deploy):
@@ -119,6 +119,15 @@ def test_the_bakeoff_table_names_the_winner_per_level_and_its_serve_line():
     assert (w["16"]["kind"], w["16"]["deploy"]) == ("eagle3", "vllm serve V e")
     assert rows[1]["by_concurrency"]["1"] == {"ratio": 2.4, "ratio_min": 2.3, "ratio_max": 2.5, "side": "draft",
                                               "deploy": "vllm serve V p"}
+    # a bake-off cut short after its first kind keeps that table: the winners so far, the kinds still pending
+    partial = bakeoff.record("b", "gpu1", ["eagle3", "peagle", "dflash"], [1, 16], rows[:1], str(tmp_path), final=False)
+    on_disk = json.loads((tmp_path / "b.json").read_text())
+    assert on_disk["pending"] == partial["pending"] == ["peagle", "dflash"] and on_disk["plot"] is None
+    assert on_disk["winners"]["1"]["kind"] == "eagle3" and [r["kind"] for r in on_disk["rows"]] == ["eagle3"]
+    whole = bakeoff.record("b", "gpu1", ["eagle3", "peagle"], [1, 16], rows, str(tmp_path), final=True)
+    on_disk = json.loads((tmp_path / "b.json").read_text())
+    assert on_disk["pending"] == [] and on_disk["winners"]["1"]["kind"] == "peagle" and whole["file"].endswith("b.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"] + (["b.png"] if whole["plot"] else [])
 
 
 def test_a_bakeoff_serves_each_kind_at_its_own_k_and_refuses_bad_ones_in_one_line():

@@ -185,7 +185,7 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
     built and served a kind, not two); side_by_side, speedup_requests, speedup_tokens, ceiling: evaluate's, for every
     kind. A kind that fails to train or to be served gets a row saying why and the others are still compared
     (verdict() fails the bake-off after its table). Returns {bakeoff, kinds, levels, rows, winners, file}, written to
-    dest/<id>.json."""
+    dest/<id>.json, also after each kind but the last (record(): the table so far, its `pending` kinds)."""
     kinds, levels = parse_drafts(drafts), concurrency_levels(speedup)
     ks, sweep = (per_kind(num_spec_tokens, kinds, "--num-spec-tokens", many=False),
                  per_kind(tune_k, kinds, "--tune-k", many=True))
@@ -238,12 +238,24 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
             except SpecopsError as e:
                 t.note(f"bake-off: the {drafts_name(kind)} draft was not served and timed: {e}", "warn")
                 rows.append(failed_row(kind, rids[kind], "evaluation", e, levels))
-    out = Bakeoff({"bakeoff": bid, "host": t.host.name, "kinds": kinds, "levels": levels, "rows": rows,
-                   "winners": winners(rows, levels), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+        if len(rows) < len(kinds):  # (a bake-off cut short, by a lost machine say, keeps its table so far)
+            record(bid, t.host.name, kinds, levels, rows, dest, final=False)
+    return record(bid, t.host.name, kinds, levels, rows, dest, final=True)
+
+
+def record(bid: str, host: str, kinds: list, levels: list, rows: list, dest: str, *, final: bool) -> "Bakeoff":
+    """dest/<bid>.json (and its plot where final): the rows so far, the winners among them, and `pending`, the kinds
+    not yet served and timed (none where final). Written whole (a temporary file renamed), never half."""
+    done = {r["kind"] for r in rows}
+    out = Bakeoff({"bakeoff": bid, "host": host, "kinds": kinds, "levels": levels, "rows": rows,
+                   "winners": winners(rows, levels), "pending": [k for k in kinds if k not in done],
+                   "when": time.strftime("%Y-%m-%d %H:%M:%S")})
     Path(dest).mkdir(parents=True, exist_ok=True)
     out["file"] = str(Path(dest) / f"{bid}.json")
-    out["plot"] = plot(out, Path(dest) / f"{bid}.png")
-    Path(out["file"]).write_text(json.dumps(out, indent=1))
+    out["plot"] = plot(out, Path(dest) / f"{bid}.png") if final else None
+    tmp = Path(f"{out['file']}.part")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(out["file"])
     return out
 
 
@@ -320,4 +332,5 @@ def drafts_name(kind: str) -> str:
 
 
 class Bakeoff(dict):
-    """bakeoff(): {bakeoff, host, kinds, levels, rows (a kind each), winners (per level), file}."""
+    """bakeoff(): {bakeoff, host, kinds, levels, rows (a kind each), winners (per level), pending (kinds not yet
+    timed: none once it ends), file}."""
