@@ -176,7 +176,7 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/{sys.argv[2]}.json")):
               r.get("acceptance_by_position"), "error", r.get("error"))
         print("  best", json.dumps(r["by_concurrency"]), "\n  settings", json.dumps(r.get("settings")),
               "\n  ceiling", json.dumps(r.get("ceiling")))
-    print("winners", json.dumps(b["winners"]))
+    print("winners", json.dumps(b["winners"]), "pending", b.get("pending"))
 for f in sorted(glob.glob(f"{sys.argv[1]}/{sys.argv[2]}-*/evaluation.json")):
     e = json.load(open(f))
     sp = e.get("speedup") or {}
