@@ -27,6 +27,8 @@ one busy core (a vLLM server's worker, another job) slows every step several tim
 --loss-implementation eager. torchrun is not used on CPU: LOCAL_RANK switches on distributed mode.)
 """
 
+import functools
+import inspect
 import os
 import sys
 
@@ -34,8 +36,33 @@ import torch
 
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
 
-import speculators.train.checkpointer as _ckpt  # noqa: E402  (after torch's thread count is set)
-import speculators.train.trainer as _trainer  # noqa: E402
+
+
+def compiled_when_called(fn=None, /, **kwargs):
+    """torch.compile(fn) at fn's first call instead of at once: what speculators compiles as it is imported
+    (speculators.models.dflash.core's create_block_mask, used only under simple_flex_attention, which a CPU run does
+    not use) then costs nothing here, where compiling it made torch import inductor and dynamo's debugging backends
+    (0.9 CPU-s of every CPU trainer start, failures row 266). Other forms (a module, the decorator with options)
+    compile as before."""
+    if not (inspect.isfunction(fn) and not kwargs):
+        return _compile(fn, **kwargs) if fn is not None else _compile(**kwargs)
+    compiled = []
+
+    @functools.wraps(fn)
+    def first_call_compiles(*a, **k):
+        if not compiled:
+            compiled.append(_compile(fn))
+        return compiled[0](*a, **k)
+
+    return first_call_compiles
+
+
+_compile, torch.compile = torch.compile, compiled_when_called
+try:
+    import speculators.train.checkpointer as _ckpt  # noqa: E402  (after torch's thread count is set)
+    import speculators.train.trainer as _trainer  # noqa: E402
+finally:
+    torch.compile = _compile
 
 _trainer.get_local_rank = lambda: "cpu"  # used only for .to(...) placement
 _ckpt.get_current_device = lambda: "cpu"
