@@ -11,15 +11,20 @@ here: interrupt_passes()). Then:
 - --max-steps ends the training in the epoch that reaches it (stop_at_max_steps(): speculators 0.9.0 breaks that
   epoch's loop, then still runs each later epoch's first step, save and validation: a resumed 200-epoch run with
   --max-steps 1 went on through its remaining epochs so, 112 CPU-s on the rig; failures row 235);
+- its modules load without cyclic garbage collection, then frozen out of it (imports_untraced(): failures row 265);
+  a CPU trainer ends without the interpreter's teardown of them (exit_without_teardown(): failures row 267);
 - SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
 
+import atexit
 import faulthandler
+import gc
 import importlib
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from specops_host import ckpt
@@ -124,8 +129,45 @@ def interrupt_passes():
     shutdown.TrainingInterruptedError.__bases__ = (BaseException,)
 
 
+def imports_untraced():
+    """No cyclic garbage collection while the trainer's modules load (torch, transformers, speculators: some 4,300
+    modules), then those objects frozen out of every later collection (speculators' own gc.collect() before training
+    walked them all again): a 1-step CPU training took 6.5 CPU-s, 1.1 of it in collections that found next to
+    nothing (failures row 265). Unfrozen at exit: the interpreter's last collection frees them as before (a frozen
+    nanobind object left to exit makes triton print a leak report)."""
+    gc.disable()
+
+    def settled():
+        gc.freeze()
+        gc.enable()
+        atexit.register(gc.unfreeze)
+
+    return settled
+
+
+def exit_without_teardown(code):
+    """What the interpreter's exit does that anyone sees (its non-daemon threads joined, the atexit handlers run:
+    logging's closes the TensorBoard writer, multiprocessing's ends DataLoader workers; stdout and stderr flushed),
+    then the process ends without tearing down its 4,300 modules one object at a time: 1.2 CPU-s at the end of
+    every CPU trainer, most of them a few seconds long in the tests (failures row 267). Where this Python has no
+    threading._shutdown to join its threads as the interpreter does, the usual exit."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None or not isinstance(code, int):
+        raise SystemExit(code)
+    shutdown()
+    atexit._run_exitfuncs()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):  # (a closed pipe: nothing more to say there)
+            pass
+    os._exit(code)
+
+
 def main(args):
-    if args[:1] == ["--cpu"]:
+    settled = imports_untraced()
+    cpu = args[:1] == ["--cpu"]
+    if cpu:
         args = args[1:]
         importlib.import_module("specops_host.train.cpu")  # (its CPU placement patches)
     if args[:1] == ["--online"]:
@@ -136,8 +178,14 @@ def main(args):
     install()
     from speculators.cli import app
 
+    settled()
     sys.argv = ["speculators", "train", *args]
-    app()
+    try:
+        app()
+    except SystemExit as e:  # (typer's app ends so, its code the run's; an error's traceback exits as usual)
+        if not cpu:
+            raise
+        exit_without_teardown(0 if e.code is None else e.code)
 
 
 if __name__ == "__main__":
