@@ -109,7 +109,7 @@ HOST_LAYERS = {"jobs": ("jobs",), "install": ("install",), "fetch": ("fetch",), 
                "serve": ("jobs", "serve"), "data": ("jobs", "serve", "data"),
                "train": ("jobs", "install", "serve", "data", "train"),
                "check": ("jobs", "install", "serve", "data", "train", "check")}
-HOST_BASE = ("contract", "hostenv", "datafmt", "ckpt")
+HOST_BASE = ("contract", "hostenv", "datafmt", "ckpt", "lean")
 
 
 @pytest.mark.parametrize("top", PACKAGES)

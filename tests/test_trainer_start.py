@@ -1,7 +1,8 @@
-"""The trainer's fixed cost (remote/specops_host/train/hooked.py; failures rows 265-267): its imports loaded without
-cyclic garbage collection, then frozen; a CPU trainer's end without the interpreter's teardown, but with everything
-that teardown does that anyone sees. Run here in a real Python process (stdlib only: the heavy tests train through
-the same code, and read what the trainer wrote at its end: its checkpoints, TensorBoard events and exit code)."""
+"""A host program's fixed cost (remote/specops_host/lean.py: the trainer's and the preflight's; failures rows 265-267):
+its imports loaded without cyclic garbage collection, then frozen; its end without the interpreter's teardown, but
+with everything that teardown does that anyone sees. Run here in a real Python process (stdlib only: the heavy tests
+train and check through the same code, and read what they wrote at their end: checkpoints, TensorBoard events,
+payloads and exit codes)."""
 
 import subprocess
 import sys
@@ -11,10 +12,10 @@ from conftest import REPO
 ENDING = r"""
 import atexit, gc, logging, sys, threading, time
 from pathlib import Path
-from specops_host.train import hooked
+from specops_host import lean
 
 out = Path(sys.argv[1])
-settled = hooked.imports_untraced()
+settled = lean.imports_untraced()
 collecting = gc.isenabled()
 import json, email.parser  # (modules loaded meanwhile)
 settled()
@@ -41,7 +42,7 @@ def late():  # (a non-daemon thread still writing: the interpreter waits for it,
 
 threading.Thread(target=late).start()
 sys.stdout.write("buffered, not flushed")
-hooked.exit_without_teardown(int(sys.argv[2]))
+lean.exit_without_teardown(int(sys.argv[2]))
 (out / "after").write_text("reached")
 """
 

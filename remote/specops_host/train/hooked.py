@@ -11,23 +11,21 @@ here: interrupt_passes()). Then:
 - --max-steps ends the training in the epoch that reaches it (stop_at_max_steps(): speculators 0.9.0 breaks that
   epoch's loop, then still runs each later epoch's first step, save and validation: a resumed 200-epoch run with
   --max-steps 1 went on through its remaining epochs so, 112 CPU-s on the rig; failures row 235);
-- its modules load without cyclic garbage collection, then frozen out of it (imports_untraced(): failures row 265);
-  a CPU trainer ends without the interpreter's teardown of them (exit_without_teardown(): failures row 267);
+- its modules load without cyclic garbage collection, then frozen out of it (lean.py's imports_untraced(): failures row
+  265); a CPU trainer ends without the interpreter's teardown of them (lean.exit_without_teardown(): row 267);
 - SIGUSR2 dumps every thread's Python stack (faulthandler) into RUN/stacks/faulthandler-<pid>.txt (RUN: the job's
   run folder, SPECOPS_JOB_DIR): what the supervisor asks for when the trainer stalls (jobs/watch.py).
 """
 
-import atexit
 import faulthandler
-import gc
 import importlib
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from specops_host import ckpt
+from specops_host.lean import exit_without_teardown, imports_untraced
 
 #: kept open for faulthandler (it writes to the file descriptor when the signal comes)
 _STACKS = []
@@ -127,41 +125,6 @@ def interrupt_passes():
     import speculators.train.graceful_shutdown as shutdown
 
     shutdown.TrainingInterruptedError.__bases__ = (BaseException,)
-
-
-def imports_untraced():
-    """No cyclic garbage collection while the trainer's modules load (torch, transformers, speculators: some 4,300
-    modules), then those objects frozen out of every later collection (speculators' own gc.collect() before training
-    walked them all again): a 1-step CPU training took 6.5 CPU-s, 1.1 of it in collections that found next to
-    nothing (failures row 265). Unfrozen at exit: the interpreter's last collection frees them as before (a frozen
-    nanobind object left to exit makes triton print a leak report)."""
-    gc.disable()
-
-    def settled():
-        gc.freeze()
-        gc.enable()
-        atexit.register(gc.unfreeze)
-
-    return settled
-
-
-def exit_without_teardown(code):
-    """What the interpreter's exit does that anyone sees (its non-daemon threads joined, the atexit handlers run:
-    logging's closes the TensorBoard writer, multiprocessing's ends DataLoader workers; stdout and stderr flushed),
-    then the process ends without tearing down its 4,300 modules one object at a time: 1.2 CPU-s at the end of
-    every CPU trainer, most of them a few seconds long in the tests (failures row 267). Where this Python has no
-    threading._shutdown to join its threads as the interpreter does, the usual exit."""
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None or not isinstance(code, int):
-        raise SystemExit(code)
-    shutdown()
-    atexit._run_exitfuncs()
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except (OSError, ValueError):  # (a closed pipe: nothing more to say there)
-            pass
-    os._exit(code)
 
 
 def main(args):
