@@ -104,14 +104,18 @@ def test_a_followed_train_stopped_says_stopped_and_its_resume_follows_only_its_o
             # second start resumes if the first saved a checkpoint before its stop, else it is a new run again)
             heads = out.count(f"train {rid}: new run") + out.count(f"train {rid}: resuming from checkpoint")
             assert heads == 1, out[-3000:]
+            if n == 1:  # (-v streams the log byte for byte; text mode reads a progress bar's \r as \n)
+                shown = (t.read_bytes(log) or b"").decode().replace("\r\n", "\n").replace("\r", "\n")
+                assert shown.count("train/loss=") >= 1 and shown in out, out[-3000:]
             if n == 2:
                 assert out.count("train/loss=") < (t.read_bytes(log) or b"").count(b"train/loss="), out[-3000:]
 
 
-def test_train_follow_is_quiet_and_verbose_streams_the_log(pipeline_run, hosts_file):
+def test_train_follow_is_quiet(pipeline_run, hosts_file):
     """`inv train --follow` (the real trainer): its figures (step, loss, accuracy per draft position,
     tokens/s; each epoch's validation), not its per-step INFO panels, which stay whole in the run's
-    output.log; `-v` streams that log byte for byte."""
+    output.log. (`-v` streams that log byte for byte: the stopped run's first start above shows it, one training
+    fewer.)"""
     h = inventory.load(str(hosts_file)).get("box")
     base = ["--host", "box", "--hosts", str(hosts_file), "--dataset", "pipe", "--config", "configs/demo.yaml",
             "--epochs", "1", "--follow", "--no-serve-check"]
@@ -126,12 +130,6 @@ def test_train_follow_is_quiet_and_verbose_streams_the_log(pipeline_run, hosts_f
     assert re.search(r"^\[train\] validation after epoch 1/1: loss [\d.]+, accuracy by position [\d. ]+$",
                      r.stdout, re.M), r.stdout[-3000:]
     assert f"train {rid} on box: finished (exit 0)" in r.stdout and len(r.stdout.splitlines()) <= 12, r.stdout
-    r = inv("train", *base, "--run-id", rid + "-v", "-v")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    with connect(h) as t:
-        log = t.read_bytes(jobs.run_path(t, rid + "-v", "output.log")).decode()
-    shown = log.replace("\r\n", "\n").replace("\r", "\n")  # (inv()'s text mode reads a progress bar's \r as \n)
-    assert log.count("train/loss=") >= 2 and shown in r.stdout, r.stdout[-3000:]
 
 
 def test_train_failing_at_start_shows_the_traceback_tail(pipeline_run, hosts_file, tmp_path):
