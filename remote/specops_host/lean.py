@@ -32,10 +32,11 @@ def exit_without_teardown(code: object) -> NoReturn:
     """What the interpreter's exit does that anyone sees (its non-daemon threads joined, the atexit handlers run:
     logging's closes the TensorBoard writer, multiprocessing's ends DataLoader workers; stdout and stderr flushed),
     then the process ends without tearing down its 4,300 modules one object at a time: 1.2 CPU-s at the end of
-    every CPU trainer, most of them a few seconds long in the tests (failures row 267). Where this Python has no
-    threading._shutdown to join its threads as the interpreter does, the usual exit."""
+    every CPU trainer, most of them a few seconds long in the tests (failures row 267). The usual exit where this
+    Python has no threading._shutdown to join its threads as the interpreter does, or under a profiler or tracer
+    (`python -m cProfile` writes its stats once the program has returned)."""
     shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None or not isinstance(code, int):
+    if shutdown is None or not isinstance(code, int) or sys.getprofile() or sys.gettrace():
         raise SystemExit(code)
     shutdown()
     atexit._run_exitfuncs()
