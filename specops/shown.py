@@ -297,7 +297,7 @@ def _bakeoff(w: Where, b: dict) -> None:
 
     def ceil(r: dict, c: str) -> str:
         v = (r.get("ceiling") or {}).get(c) or {}
-        return "" if not v.get("ceiling_ratio") else (f"{v['ceiling_ratio']:.2f}x at {v['rate']:g}"
+        return "" if not v.get("ceiling_ratio") else (f"{v['ceiling_ratio']:.2f}x at acceptance {v['rate']:g}"
                                                       + (f" ({v['share']:.0%})" if v.get("share") else ""))
     levels = [str(c) for c in b["levels"]]
     ceilings = [c for c in levels if any((r.get("ceiling") or {}).get(c) for r in b["rows"])]

@@ -156,7 +156,7 @@ def test_a_bakeoff_serves_each_kind_at_its_own_k_and_refuses_bad_ones_in_one_lin
     assert one_line(inv(*base, "--ceiling", "2"), 2).startswith("specops: --ceiling 2: give acceptance rates")
 
 
-def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_failed_kind_says_why():
+def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_failed_kind_says_why(capsys):
     from specops.errors import SpecopsError
     from specops.ops import bakeoff
 
@@ -184,6 +184,10 @@ def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_faile
                                            r"evaluate b-dflash refused: x\)$"):
         bakeoff.verdict("gpu1", b)
     bakeoff.verdict("gpu1", {"bakeoff": "b", "rows": [r]})  # (none failed: nothing raised)
+    from specops import shown  # (the table: the ceiling cell names its acceptance rate, not a concurrency)
+    shown._bakeoff(shown.Where("gpu1", str), {**b, "levels": [1], "file": "b.json"})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2.80x (2.70-2.90) peagle k=5 4.00x at acceptance 1 (62%)" in out, out
 
 
 def test_the_bakeoff_plot_draws_acceptance_by_position_and_speedup_with_its_spread(tmp_path):

@@ -103,8 +103,13 @@ STAGES=${STAGES:-setup boot verifier prep extract bake show}
 SIZE=$(cat "$SIZE_FILE" 2>/dev/null || gpu_size)
 V=$WD/models/learnable-llama-$SIZE
 DRAFTS=${DRAFTS:-eagle3,dflash,peagle}
-KS=${KS:-eagle3:5,peagle:7,dflash:7}
-TUNE=${TUNE-eagle3:3,peagle:5,dflash:5}  # (TUNE= : no sweep)
+of_drafts() {  # KIND:K,... less the kinds DRAFTS leaves out (inv bakeoff refuses a k for a kind it does not run)
+  local kv out=(); IFS=, read -ra kvs <<< "$1"
+  for kv in "${kvs[@]}"; do [[ ",$DRAFTS," == *",${kv%%:*},"* ]] && out+=("$kv"); done
+  (IFS=,; echo "${out[*]}")
+}
+KS=$(of_drafts "${KS:-eagle3:5,peagle:7,dflash:7}")
+TUNE=$(of_drafts "${TUNE-eagle3:3,peagle:5,dflash:5}")  # (TUNE= : no sweep)
 REQS=${REQS:-16}
 CEILING=${CEILING-1}
 KV=${KV:-$([ "$SIZE" = 8b ] && echo 8589934592 || echo 4294967296)}
