@@ -109,12 +109,8 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
                            timeout=300)
         got = decode_payload(p.stdout)
         assert p.returncode == 2 and got["ok"] is False and want in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
-    # a verifier that did not learn the language is never published (5 steps: far below 0.8)
-    p = subprocess.run([py, "-m", "specops_host.fixtures.learnable_verifier", "/tmp/specops-never", "--seconds", "5", "--steps", "5"],
-                       cwd=REPO / "remote", capture_output=True, text=True, timeout=300)
-    got = decode_payload(p.stdout)
-    assert p.returncode == 1 and "did not learn the language" in got["error"], p.stdout[-2000:] + p.stderr[-2000:]
-    assert not Path("/tmp/specops-never").exists()
+    # (a verifier that did not learn the language is never published: test_a_verifier_that_did_not_learn_..., through
+    # `inv make-verifier` as a user meets it)
     # a size whose training runs out of memory (the 3b on an 80 GB H100) is refused in one line, not a traceback
     # (the out-of-memory raised here by a stand-in train(): a CPU rig cannot fill an H100's memory)
     oom = ("import sys, torch; from specops_host import contract; from specops_host.fixtures import "
