@@ -261,7 +261,7 @@ def kimi_data(kimi_verifier, kimi_hosts, tmp_path_factory):
     return {"prepare": prep.stdout, "extract": ext.stdout}
 
 
-def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
+def test_kimi_shaped_verifier_prepare_extract_inspect(kimi_data, kimi_verifier, kimi_hosts, work):
     assert "vLLM server" not in kimi_data["prepare"]  # pre-tokenised rows: no render server
     out = kimi_data["extract"]
     # the wrapper's custom code ran (trust_remote_code auto: the config has auto_map), the decoder
@@ -278,22 +278,8 @@ def test_kimi_shaped_verifier_prepare_extract_inspect_train(kimi_data, kimi_veri
         rec = json.loads(t.read_bytes(f"{work}/data/kimi/specops-data.json"))
     assert rec["layer_ids"] == KIMI_IDS and rec["hidden_size"] == 256 and rec["trust_remote_code"] is True
 
-    # speculators train loads the verifier's processor: for Kimi-K2.5 that needs its own code too,
-    # decided from the host's trust_remote_code (auto: the config has auto_map), not the config file
-    assert "trust-remote-code" not in (REPO / "configs" / "demo.yaml").read_text()
-    rid = "t-kimi-" + str(int(time.time()))
-    # (--no-serve-check: vLLM cannot serve this fixture with an EAGLE-3 draft on CPU (its vision tower
-    # has no weights here; with --language-model-only, MLA: test_serve_check.py); training needs no vLLM)
-    r = inv("train", *base, "--config", str(REPO / "configs" / "demo.yaml"), "--dataset", "kimi", "--verifier", kimi_verifier,
-            "--run-id", rid, "--follow", "--epochs", "1", "--no-serve-check")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "draft-serves preflight: skipped (--no-serve-check)" in r.stdout
-    with box(kimi_hosts) as t:
-        from specops.ops import jobs
-
-        log = (t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"").decode(errors="replace")
-        assert "train/loss=" in log and "--trust-remote-code" in log
-        assert t.exists(jobs.run_path(t, rid, "checkpoints", "0", "model.safetensors"), "-f")
+    # (its training, which loads the verifier's processor with the fixture's own code: the --no-serve-check start
+    # of test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it, not a training of its own)
 
 
 def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_verifier, kimi_hosts, work, cpu_box):
@@ -485,7 +471,8 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
     Without AMX its CPU_MLA takes blocks of 16 only, which the draft's attention does not: refused.
     The refusal is always tested with that real failure (on AMX: `--block-size=16`; an
     `--attention-backend=CPU_MLA` was served): one line, nothing started, its log kept, not cached;
-    then --no-serve-check starts and trains it (offline training needs no vLLM)."""
+    then --no-serve-check starts and trains it (offline training needs no vLLM; the verifier's own code loaded by
+    the trainer: the Kimi shape's one training)."""
     from specops.ops import jobs
 
     base = ["--host", "boxlm", "--hosts", str(kimi_hosts), "--config", str(REPO / "configs" / "demo.yaml"),
@@ -522,9 +509,15 @@ def test_train_refuses_a_draft_vllm_cannot_serve_then_no_serve_check_starts_it(k
         key = log.split("/serve-check/", 1)[1].split("/", 1)[0]
         assert not t.exists(f"{work}/.specops/serve-check/{key}.json")  # (a failure is never cached)
         assert not t.exists(f"{work}/.specops/serve-check/{key}/checkpoints")  # (the draft's weights are gone)
-    # --no-serve-check: the same training starts (and trains: offline training has no KV cache)
-    r = inv("train", *base, "--run-id", rid, "--no-serve-check", "--epochs", "1", "--max-steps", "1", "--follow")
+    # --no-serve-check: the same training starts (and trains: offline training has no KV cache); speculators
+    # train loads the verifier's processor: for Kimi-K2.5 that needs its own code too, decided from the host's
+    # trust_remote_code (auto: the config has auto_map), not the config file
+    assert "trust-remote-code" not in (REPO / "configs" / "demo.yaml").read_text()
+    r = inv("train", *base, "--run-id", rid, "--no-serve-check", "--epochs", "1", "--follow")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "draft-serves preflight: skipped (--no-serve-check)" in r.stdout, r.stdout[-3000:]
     with box(kimi_hosts, "boxlm") as t:
         assert jobs.status(t, rid)[0].state == "succeeded"
+        log = (t.read_bytes(jobs.run_path(t, rid, "output.log")) or b"").decode(errors="replace")
+        assert "train/loss=" in log and "--trust-remote-code" in log
+        assert t.exists(jobs.run_path(t, rid, "checkpoints", "0", "model.safetensors"), "-f")
