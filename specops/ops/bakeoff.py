@@ -6,7 +6,6 @@ paired timing; one table, the winner per level and its `vllm serve` line. Every 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from specops.host.transport import Transport
 from specops.ops import controls as _controls, data, evaluate, jobs, train
 from specops.ops.ceiling import read_plan
 from specops.ops.evaluate import concurrency_levels
+from specops_host.contract import write_json
 from specops_host.serve import drafts as kinds_of
 
 DEFAULT = "eagle3,peagle,dflash"
@@ -245,7 +245,7 @@ def bakeoff(t: Transport, *, drafts: Optional[str] = None, dataset: Optional[str
 
 def record(bid: str, host: str, kinds: list, levels: list, rows: list, dest: str, *, final: bool) -> "Bakeoff":
     """dest/<bid>.json (and its plot where final): the rows so far, the winners among them, and `pending`, the kinds
-    not yet served and timed (none where final). Written whole (a temporary file renamed), never half."""
+    not yet served and timed (none where final). Written whole (contract.write_json), never half."""
     done = {r["kind"] for r in rows}
     out = Bakeoff({"bakeoff": bid, "host": host, "kinds": kinds, "levels": levels, "rows": rows,
                    "winners": winners(rows, levels), "pending": [k for k in kinds if k not in done],
@@ -253,9 +253,7 @@ def record(bid: str, host: str, kinds: list, levels: list, rows: list, dest: str
     Path(dest).mkdir(parents=True, exist_ok=True)
     out["file"] = str(Path(dest) / f"{bid}.json")
     out["plot"] = plot(out, Path(dest) / f"{bid}.png") if final else None
-    tmp = Path(f"{out['file']}.part")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(out["file"])
+    write_json(out["file"], out)
     return out
 
 

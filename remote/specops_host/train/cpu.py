@@ -37,7 +37,6 @@ import torch
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
 
 
-
 def compiled_when_called(fn=None, /, **kwargs):
     """torch.compile(fn) at fn's first call instead of at once: what speculators compiles as it is imported
     (speculators.models.dflash.core's create_block_mask, used only under simple_flex_attention, which a CPU run does

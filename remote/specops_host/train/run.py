@@ -46,7 +46,7 @@ def not_resumed(ckpts: Path) -> str:
     """What the start line adds where a stop left checkpoints/interrupted: speculators resumes from complete epochs
     only (its checkpointer skips `interrupted`, with a warning deep in the log), so the steps since the last epoch's
     save are trained again; the folder stays, served or fetched as checkpoint `interrupted` until the next stop."""
-    if not (ckpts / "interrupted" / "model.safetensors").is_file():
+    if "interrupted" not in ckpt.states(ckpts)[0]:  # (ckpt's rule of a complete checkpoint)
         return ""
     return ("; checkpoints/interrupted (the stop's mid-epoch save) is not resumed: speculators resumes complete "
             "epochs only, so the steps since are trained again (`inv evaluate --checkpoint interrupted` serves it)")
