@@ -123,8 +123,29 @@ def test_learnable_verifier_is_never_replaced_without_overwrite(learnable, cpu_b
     got = decode_payload(p.stdout)
     assert p.returncode == 2 and got["error"].startswith(
         "--size 3b (batch 32): its training does not fit this host's memory (CUDA out of memory. Tried to allocate "
-        "100.00 MiB); give a smaller --size (1b) or --batch"), p.stdout[-2000:] + p.stderr[-2000:]
+        "100.00 MiB); give a smaller --size (1b), --batch or more --frozen-layers"), p.stdout[-2000:] + p.stderr[-2000:]
     assert "Traceback" not in p.stdout + p.stderr and not Path("/tmp/specops-never").exists()
+    # on a GPU the presets' frozen layers rise until the training's estimated memory fits the card (issue 47 item 4:
+    # the 8b's shape on an 80 GB H100), calibrated on the 3b's out-of-memory there and the 8b's ~112 GB on an H200
+    fit = ("import json; from types import SimpleNamespace as N; from specops_host.fixtures import learnable_verifier "
+           "as m\nprint(json.dumps({s: [m.fit_frozen(N(**m.SIZES[s], vocab=512), g * 2**30) for g in (79.2, 139.8)] "
+           "+ [round(m.training_bytes(N(**m.SIZES[s], vocab=512), m.SIZES[s]['layers'] - m.SIZES[s]['frozen_layers'])"
+           " / 2**30)] for s in ('1b', '3b', '8b')}))\n")
+    p = subprocess.run([py, "-c", fit], cwd=REPO / "remote", capture_output=True, text=True, timeout=300)
+    assert json.loads(p.stdout) == {"1b": [2, 2, 27], "3b": [9, 2, 74], "8b": [26, 16, 101]}, p.stdout + p.stderr
+    # a card too small for even one trained layer: one line before anything is built (a stand-in card: no GPU here)
+    small = ("import sys, torch; from specops_host import contract; from specops_host.fixtures import "
+             "learnable_verifier as m\n"
+             "torch.cuda.is_available = lambda: True\n"
+             "torch.cuda.get_device_properties = lambda i: type('P', (), {'total_memory': 8 * 2**30})()\n"
+             "torch.cuda.get_device_name = lambda i: 'a stand-in 8 GiB card'\n"
+             "sys.argv = ['learnable_verifier', '/tmp/specops-never', '--size', '8b']\ncontract.main(m.main)\n")
+    p = subprocess.run([py, "-c", small], cwd=REPO / "remote", capture_output=True, text=True, timeout=300)
+    got = decode_payload(p.stdout)
+    assert p.returncode == 2 and got["error"] == (
+        "--size 8b: its training needs about 38 GiB even with one layer trained, more than 75% of a stand-in 8 GiB "
+        "card's 8 GiB; give a smaller --size or --batch"), p.stdout[-2000:] + p.stderr[-2000:]
+    assert not Path("/tmp/specops-never").exists()
 
 
 def test_a_verifier_that_did_not_learn_says_its_whole_reason_through_inv(cpu_box, hosts_file, work):

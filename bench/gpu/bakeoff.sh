@@ -12,14 +12,15 @@
 # --have bench/h200/h200-freeze.txt --laptop`: the cuda-torch2.11 profile, vLLM 0.26.0, speculators 0.9.0, and
 # laptop/). `verifier` needs only the torch venv: the first call starts it while the parts arrive. Its size: SIZE,
 # else 8b where GPU 0 has 120 GiB or more (an H200: Llama-3.1-8B's shape, ~130 s), else 1b (an H100: the 3b's
-# training ran out of its 80 GB on 2026-12-07).
+# training ran out of its 80 GB on 2026-12-07). SIZE=8b on an 80 GB card: the fixture freezes more of its layers so
+# that its training fits (learnable_verifier.fit_frozen: its top 6 trained), KV 4 GiB and SIDE 3 (three 16 GB servers).
 # Settings (environment): DRAFTS (default eagle3,dflash,peagle: the reference first, P-EAGLE last, the slowest on
 # the H100's 1B, bench/results/bakeoff-gpu.md: a run cut short by the device time keeps the first ones), KS (the
 # k each kind is served at, default eagle3:5,peagle:7,dflash:7), TUNE (the k
 # each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 16: a
 # whole wave at 16), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
-# 8b, else 4 GiB), EXTRACT (hf, the default: transformers, no server to start; or vllm), EPOCHS (override the configs' epochs), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4),
+# 8b on a card of 120 GiB or more, else 4 GiB), EXTRACT (hf, the default: transformers, no server to start; or vllm), EPOCHS (override the configs' epochs), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4; 3 for the 8b under 120 GiB),
 # BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager).
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the CPU
@@ -34,6 +35,8 @@
 #              each kind's four servers (its draft at its k, at the tune k, at each ceiling rate, the verifier alone)
 #              up at once, every ratio paired with the verifier alone timed beside it
 #   (RUN: the bake-off's id, default bo)
+#   demo       (named only) `inv demo --size SIZE --speedup DEMO_LEVELS --repeats REPEATS`: the demo on this card, e.g.
+#              SIZE=8b on an H100 (`... start 560 setup boot verifier demo`): is its one-request figure within 5%?
 #   show       the bake-off's JSON in short (each kind's settings, ratios, acceptance by position, ceiling)
 set -u
 MODE=${1:-all}
@@ -112,8 +115,10 @@ KS=$(of_drafts "${KS:-eagle3:5,peagle:7,dflash:7}")
 TUNE=$(of_drafts "${TUNE-eagle3:3,peagle:5,dflash:5}")  # (TUNE= : no sweep)
 REQS=${REQS:-16}
 CEILING=${CEILING-1}
-KV=${KV:-$([ "$SIZE" = 8b ] && echo 8589934592 || echo 4294967296)}
-LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-4}
+BIG=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+BIG=$([ "${BIG:-0}" -ge 122880 ] && echo 1 || echo 0)  # (an H200: four 8b servers fit; an 80 GB card: three)
+KV=${KV:-$([ "$SIZE" = 8b ] && [ "$BIG" = 1 ] && echo 8589934592 || echo 4294967296)}
+LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-$([ "$SIZE" = 8b ] && [ "$BIG" = 0 ] && echo 3 || echo 4)}
 mkdir -p "$B"; rm -f "$B/DONE"
 gpu_run_env
 
@@ -169,6 +174,11 @@ s_bake() {
     --num-spec-tokens "$KS" "${tk[@]}" --side-by-side "$SIDE" --speedup-requests "$REQS" "${cl[@]}" \
     "${ep[@]}" --vllm-arg=--kv-cache-memory-bytes="$KV" --vllm-arg=--gpu-memory-utilization=0.15 ${BAKE_ARGS:-} \
     --dest "$B/lap-runs"
+}
+
+s_demo() {  # (not a default stage) issue 47 item 4: `inv demo` on this card with the SIZE verifier (the one `verifier`
+  # trained: the demo's own path, reused), its speedup timed REPEATS times at DEMO_LEVELS (default 1)
+  $INV demo --size "$SIZE" --speedup "${DEMO_LEVELS:-1}" --repeats "$REPEATS" --dest "$B/lap-runs"
 }
 
 s_show() {  # the bake-off's JSON in short, else each kind's evaluation (a bake-off cut short writes no JSON)
