@@ -188,6 +188,10 @@ def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_faile
     shown._bakeoff(shown.Where("gpu1", str), {**b, "levels": [1], "file": "b.json"})
     out = " ".join(capsys.readouterr().out.split())
     assert "2.80x (2.70-2.90) peagle k=5 4.00x at acceptance 1 (62%)" in out, out
+    over = {**r, "ceiling": {"1": {"draft_ratio": 3.0, "ceiling_ratio": 2.4, "rate": 1.0, "share": 1.25}}}
+    shown._bakeoff(shown.Where("gpu1", str), {**b, "rows": [over], "levels": [1], "file": "b.json"})
+    out = " ".join(capsys.readouterr().out.split())  # (a draft above its ceiling: the timing's noise, said so)
+    assert "2.40x at acceptance 1 (125%: above it, so noise)" in out, out
 
 
 def test_the_bakeoff_plot_draws_acceptance_by_position_and_speedup_with_its_spread(tmp_path):
