@@ -36,8 +36,9 @@
 #              (default 128): the hidden states on disk once (20,000 rows: about 24 GB), each epoch then the
 #              trainer's steps alone; but speculators' extraction ran at 1,100-1,350 tokens/s on the H200
 #              (bench/results/h200-vllm.md), online training at about 13,600 (0.6 s a 8,192-token step)
-#   train      inv train --hidden-states HS (bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
-#              train-data-ratio 0.98), --layers 2,15,27,30 (speculators' default for 30 layers)
+#   train      inv train --hidden-states HS --config CONFIG (default bench/gpu/smollm2.yaml: eagle3.yaml, loss eager on torch 2.11,
+#              train-data-ratio 0.98; CONFIG=bench/gpu/smollm2-dflash.yaml: a DFlash draft, served at k=3 the same
+#              way), --layers 2,15,27,30 (speculators' default for 30 layers)
 #   eval       inv evaluate at 3 draft tokens on configs/prompts/mt-categories.jsonl as MT-Bench rows (the
 #              verifier's chat template), all 40, 256 tokens each: by category; --speedup 1 --baselines ngram:
 #              ngram's acceptance length beside the draft's in the timed table
@@ -210,7 +211,7 @@ s_train() {
   say "train: $epochs epoch(s), stopped after $budget s if not done"
   rm -rf "$WD/runs/$RUN"
   timeout "$budget" \
-    $INV train --config "$REPO/bench/gpu/smollm2.yaml" --dataset smol --verifier "$V" --run-id "$RUN" \
+    $INV train --config "$REPO/${CONFIG:-bench/gpu/smollm2.yaml}" --dataset smol --verifier "$V" --run-id "$RUN" \
     --hidden-states "$HS" --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow
   local rc=$?
   rm -f "$B/checkpoint.txt"
