@@ -98,6 +98,10 @@ fi
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
 HS=${HS:-online}; XCONC=${XCONC:-128}
+# EAGER=1 (default): prepare-data's render server and the online run's hidden-state server start eager (no
+# torch.compile, no CUDA graphs: they only prefill); in the sixth run each took 115-117 s to be healthy compiled
+# on a fresh machine, and the GPU sat a median 10% busy beside the trainer. EAGER=0: specops' GPU default (compiled)
+EA=(); [ "${EAGER:-1}" = 1 ] && EA=(--vllm-arg=--enforce-eager)
 ROWS=${ROWS:-20000}; CONC=${CONC:-1024}; SYNTH_ARGS=${SYNTH_ARGS:---servers=4}; ANSWER_TOKENS=${ANSWER_TOKENS:-512}; EPOCHS=${EPOCHS:-$([ "$HS" = offline ] && echo 3 || echo 2)}
 END=${END:-1400}; EVAL_S=${EVAL_S:-360}; SYNTH_END=${SYNTH_END:-$((END - EVAL_S - 300))}
 V=$WD/models/smollm2-135m-instruct
@@ -195,7 +199,8 @@ s_ab() {  # synthesis settings side by side on this card (AB_ROWS rows each, the
 
 s_prep() {
   rm -rf "$WD/data/smol"
-  $INV prepare-data --data "$WD/synthesized/smol-synth.jsonl" --dataset smol --verifier "$V" --seq-length 2048 || return 1
+  $INV prepare-data --data "$WD/synthesized/smol-synth.jsonl" --dataset smol --verifier "$V" --seq-length 2048 "${EA[@]}" \
+    || return 1
   ls "$WD/data/smol"
 }
 
@@ -212,7 +217,8 @@ s_train() {
   rm -rf "$WD/runs/$RUN"
   timeout "$budget" \
     $INV train --config "$REPO/${CONFIG:-bench/gpu/smollm2.yaml}" --dataset smol --verifier "$V" --run-id "$RUN" \
-    --hidden-states "$HS" --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow
+    --hidden-states "$HS" --layers 2,15,27,30 --epochs "$epochs" --no-serve-check --follow \
+    $([ "$HS" = online ] && echo "${EA[@]}")
   local rc=$?
   rm -f "$B/checkpoint.txt"
   if [ $rc = 124 ]; then  # (the trainer saves checkpoints/interrupted on the stop: the latest weights)
