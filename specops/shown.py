@@ -119,6 +119,13 @@ def _group_extract(w: Where, res) -> None:
     verdict("extract", res["outcomes"])
 
 
+def _learnable(r) -> str:
+    lang = r.get("language") or {}
+    return (f"learnable verifier at {r['path']}: {r['layers']} layers, hidden {r['hidden']}, "
+            f"vocab {r['vocab']}, {r['params']} parameters; {r['steps']} steps in {r.get('train_seconds', 0):.0f} s, "
+            f"greedy agreement with the language {r['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
+
+
 def _verifier(w: Where, v) -> None:
     res = v.built
     if v.real:
@@ -126,7 +133,7 @@ def _verifier(w: Where, v) -> None:
                    f"{res.source}): {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, {res.positions} "
                    f"positions, {res.params} parameters; greedy answer to {res.question!r}: {res.answer!r}")
     else:
-        views.line(views.learnable_verifier(res) if v.learnable else
+        views.line(_learnable(res) if v.learnable else
                    f"tiny verifier at {res.path}: {res.layers} layers, hidden {res.hidden}, vocab {res.vocab}, "
                    f"{res.params} parameters")
     views.next_step(w.hint(f"pipeline --verifier {res.path} --data FILE.jsonl"),
@@ -293,7 +300,7 @@ def _bakeoff(w: Where, b: dict) -> None:
         v = r["by_concurrency"][c]
         return "" if v.get("ratio") is None else f"{v['ratio']:.2f}x" + (
             f" ({v['ratio_min']:.2f}-{v['ratio_max']:.2f})" if v.get("ratio_min") is not None else "") + (
-            f" {v['side']}" if v.get("side") not in (None, "draft") else "")
+            f" {v['side']}" if v.get("side") not in (None, "draft") else "") + (" short" if v.get("short") else "")
 
     def ceil(r: dict, c: str) -> str:
         v = (r.get("ceiling") or {}).get(c) or {}

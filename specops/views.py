@@ -301,13 +301,6 @@ def plan_summary(plan) -> str:
     return "would: " + ", ".join(p for p in parts if p)
 
 
-def learnable_verifier(r: dict) -> str:
-    lang = r.get("language") or {}
-    return (f"learnable verifier at {r['path']}: {r['layers']} layers, hidden {r['hidden']}, "
-            f"vocab {r['vocab']}, {r['params']} parameters; {r['steps']} steps in {r.get('train_seconds', 0):.0f} s, "
-            f"greedy agreement with the language {r['greedy_agreement']:.2f} (language {lang.get('fingerprint', '?')})")
-
-
 def _span(v: Optional[dict]) -> str:
     """A level's speedup spread across repeats: 1.20-1.26 (one repeat: none)."""
     v = v or {}
@@ -322,6 +315,10 @@ def spreads(sp: dict) -> None:
     ratio stands). Where the speedup itself is marked noisy: not a result yet, and what narrows it."""
     mark = sp.get("noisy_above", 0.05)
     for c, v in (sp.get("by_concurrency") or {}).items():
+        if v.get("short"):
+            line(f"at {c} concurrent: a timed run lasted {v.get('seconds') or 0:.1f} s (under "
+                 f"{sp.get('short_below', 5):g} s): mostly its start and end, not the steady state; more requests "
+                 f"(`--speedup-requests`) or tokens (`--speedup-tokens`) make it a figure", "yellow")
         wide = max(v.get("draft_spread") or 0, v.get("baseline_spread") or 0)
         if v.get("noisy"):
             moved = v.get("ratio_spread") if sp.get("paired") and v.get("ratio_spread") is not None else wide

@@ -192,6 +192,12 @@ def test_a_bakeoff_row_keeps_its_best_setting_its_ks_and_its_ceiling_and_a_faile
     shown._bakeoff(shown.Where("gpu1", str), {**b, "rows": [over], "levels": [1], "file": "b.json"})
     out = " ".join(capsys.readouterr().out.split())  # (a draft above its ceiling: the timing's noise, said so)
     assert "2.40x at acceptance 1 (125%: above it, so noise)" in out, out
+    sev = {**ev, "speedup": {**ev["speedup"], "by_concurrency": {"1": {**ev["speedup"]["by_concurrency"]["1"],
+                                                                      "short": True}}}}
+    short = bakeoff.row("peagle", "b-peagle", sev, [1])  # (evaluate's `short` carried to the bake-off's row)
+    shown._bakeoff(shown.Where("gpu1", str), {**b, "rows": [short], "levels": [1], "file": "b.json"})
+    out = " ".join(capsys.readouterr().out.split())  # (a level timed in runs of about a second: marked)
+    assert "2.80x (2.70-2.90) peagle k=5 short" in out, out
 
 
 def test_the_bakeoff_plot_draws_acceptance_by_position_and_speedup_with_its_spread(tmp_path):

@@ -134,6 +134,10 @@ def test_median_spread_and_paired_ratio():
     assert unpaired == {"median": 1.3, "min": 1.3, "max": 1.3, "spread": 0.0, "n": 1}
     quiet = sp.record([b, d], runs[:2], results, [1], paired=True)["draft"]["by_concurrency"]["1"]
     assert quiet["noisy"] is False and quiet["output_tokens_per_s"]["spread"] == 0.0
+    # a run of 1 s (fig()'s: one wave of 16 requests on an H100) is marked short on a GPU (SHORT_S), never on a CPU
+    assert v["seconds"]["median"] == 1.0 and v["short"] is False
+    gpu = sp.record([b, d], runs, results, [1], paired=True, short_s=sp.SHORT_S)
+    assert gpu["draft"]["by_concurrency"]["1"]["short"] is True and gpu["baseline"]["by_concurrency"]["1"]["short"]
 
 
 def test_a_figure_is_noisy_by_its_own_spread_and_drift_of_both_sides_cancels_in_a_paired_ratio():
@@ -318,6 +322,13 @@ def test_the_table_says_when_the_machine_drifted_and_when_a_figure_is_not_a_resu
     views.spreads({"by_concurrency": by, "paired": False, "noisy_above": 0.05, "repeats": 2})
     out = capsys.readouterr().out  # unpaired: the sides' spreads are the ratio's (no drift line)
     assert "tokens/s moved" not in out and "at 16 concurrent: the speedup moved 22.1% across 2 repeats" in out
+    assert "a timed run lasted" not in out
+    # a level whose timed runs lasted about a second (the third GPU bake-off's 16 requests at 16): said, and the fix
+    views.spreads({"by_concurrency": {"16": {**by["16"], "short": True, "seconds": 1.04}}, "paired": True,
+                   "noisy_above": 0.05, "short_below": 5.0, "repeats": 3})
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("at 16 concurrent: a timed run lasted 1.0 s (under 5 s): mostly its start and end, not the steady state; "
+            "more requests (`--speedup-requests`) or tokens (`--speedup-tokens`) make it a figure") in out, out
 
 
 def test_the_table_says_when_the_speedup_saw_other_prompts_than_acceptance(capsys):

@@ -118,7 +118,7 @@ def row(kind: str, rid: str, ev: dict, levels: list) -> dict:
                   "ratio_min": r["ratio_min"] if r["ratio_min"] is not None else d.get("ratio_min"),
                   "ratio_max": r["ratio_max"] if r["ratio_max"] is not None else d.get("ratio_max"),
                   "side": b.get("side", "draft"),
-                  "deploy": b.get("deploy") or sp.get("draft_deploy")}
+                  "deploy": b.get("deploy") or sp.get("draft_deploy"), **({"short": True} if d.get("short") else {})}
     settings = {n: {"k": (v.get("speculative_config") or {}).get("num_speculative_tokens"),
                     **{c: _ratio(v, c) for c in map(str, levels)}}
                 for n, v in sides.items() if v.get("role") in ("draft", "tune")}

@@ -185,7 +185,8 @@ def bench_dataset(prompts, verifier, trust, path):
 def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, paired, deploy, requests, tokens,
                    argv, run, out_dir, prompts, prompts_inexact=0):
     """evaluation.json's `speedup` (docs/evaluation.md)."""
-    sides_rec = speedup.record(all_sides, runs, results, levels, paired=paired)
+    sides_rec = speedup.record(all_sides, runs, results, levels, paired=paired,
+                               short_s=speedup.SHORT_S if a.kind != "cpu" else 0.0)
     d, b = sides_rec["draft"]["by_concurrency"], sides_rec["baseline"]["by_concurrency"]
     by = {}
     for c in map(str, levels):
@@ -203,11 +204,12 @@ def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, pair
                  "draft_ttft_ms": (d[c]["ttft_ms"] or {}).get("median"),
                  "baseline_ttft_ms": (b[c]["ttft_ms"] or {}).get("median"),
                  "draft_completed": d[c]["completed"], "baseline_completed": b[c]["completed"],
-                 "noisy": d[c]["noisy"]}
+                 "noisy": d[c]["noisy"], "short": bool(d[c].get("short") or b[c].get("short")),
+                 "seconds": min(((v.get("seconds") or {}).get("median") or 0) for v in (d[c], b[c]))}
     out = {"method": "vllm bench serve", "by_concurrency": by, "sides": sides_rec, "paired": paired,
            "repeats": a.repeats, "requests": {str(c): requests(c) for c in levels}, "max_tokens": tokens,
            "prompts": prompts, "prompts_inexact": prompts_inexact, "noisy_above": speedup.NOISY,
-           "skipped": skipped + failed,
+           "short_below": speedup.SHORT_S, "skipped": skipped + failed,
            "files": sorted({str((out_dir / r["file"]).relative_to(run)) for r in runs}),
            "commands": [speedup.command(r["args"]) for r in runs], **speedup_settings(a.kind, argv, tokens),
            "draft_deploy": deploy(sides_rec["draft"])}

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Optional
 
 NOISY = 0.05  # a figure whose spread across repeats exceeds this is marked
+SHORT_S = 5.0  # on a GPU, a timed run under this many seconds is marked `short`: one wave of 16 requests lasted
+# 1 s on an H100 (the third GPU bake-off, bench/results/bakeoff-gpu.md), mostly its start and end
 METHODS = ("ngram", "suffix")
 PERCENTILES = "ttft,tpot,itl,e2el"
 ASYNC = "--async-scheduling"
@@ -278,9 +280,10 @@ def noisy(v, base_spread, *, paired):
     return max(own, base_spread or 0) > NOISY
 
 
-def record(all_sides, runs, results, levels, *, paired):
+def record(all_sides, runs, results, levels, *, paired, short_s=0.0):
     """The `sides` record: {name: {..describe(), "by_concurrency": {level: {...}}}} from the runs
-    (plan()'s, every batch's) and their results ({file: figures()})."""
+    (plan()'s, every batch's) and their results ({file: figures()}); `short` where a side's runs at a level lasted
+    under short_s seconds (their median: SHORT_S on a GPU, 0 on a CPU, whose runs are long and kept short)."""
     base = {(r["level"], r["repeat"], r["batch"]): results[r["file"]]["output_tokens_per_s"]
             for r in runs if r["side"] == "baseline"}
     base_at = {c: [x for (lv, _, _), x in base.items() if lv == c] for c in levels}  # (the baseline's runs per level)
@@ -296,6 +299,7 @@ def record(all_sides, runs, results, levels, *, paired):
             v = {"output_tokens_per_s": spread([f["output_tokens_per_s"] for f in figs]),
                  **{k: spread([f[k] for f in figs]) for k in ("tpot_ms", "itl_ms", "ttft_ms")},
                  "acceptance_length": (spread([f["acceptance_length"] for f in figs]) or {}).get("median"),
+                 "seconds": spread([f.get("seconds") for f in figs]),
                  "completed": sum(f["completed"] or 0 for f in figs), "files": [r["file"] for r in at],
                  "unstreamed": sum(f.get("streamed") is False for f in figs)}
             if s.role != "baseline":
@@ -312,6 +316,7 @@ def record(all_sides, runs, results, levels, *, paired):
                     v["baseline_tokens_per_s"] = spread(base_at[c])
                 v["ratio"] = spread(ratios)
             v["noisy"] = noisy(v, (spread(base_at[c]) or {}).get("spread"), paired=paired)
+            v["short"] = bool(v["seconds"] and v["seconds"]["median"] < short_s)
             by[str(c)] = v
         out[s.name] = {**s.describe(), "by_concurrency": by}
     return out
