@@ -3,7 +3,8 @@
 transformers), over the real sshd with the cpu venv, converted once a module (the `smollm2` fixture); then the
 verifier answers English prompts itself through vLLM (greedy, said); it writes conversations itself (`inv synthesize`:
 test_synthesize.py's real runs, here to share the conversion), seeded by a user's prompts too, the draft vocabulary sized
-to its answers; `inv demo --verifier smollm2`'s dry run."""
+to its answers; bench/gpu/smollm2-dflash.yaml's DFlash draft trained online and served at 3 draft tokens by category;
+`inv demo --verifier smollm2`'s dry run."""
 
 import json
 import re
@@ -381,3 +382,54 @@ def test_demo_on_smollm2_plans_the_build_from_its_wheel_then_stops(tmp_path):
     assert not (tmp_path / "work").exists() and not (tmp_path / "runs").exists()
     bad = inv("demo", "--verifier", "gpt2", "--hosts", str(hosts), "--dry-run")
     assert bad.returncode != 0 and "demo --verifier 'gpt2': choose smollm2" in bad.stderr, bad.stdout + bad.stderr
+
+
+#: bench/gpu/smollm2.sh with CONFIG=bench/gpu/smollm2-dflash.yaml, checked on the CPU before a GPU runs it: the config's
+#: cpu profile trains a DFlash draft on SmolLM2 with online hidden states at smollm2.sh's layers for DFLASH_STEPS steps
+#: (the module's rows: the must-show's dataset), then `inv evaluate` serves it at 3 draft tokens on DFLASH_PROMPTS of
+#: the shipped prompts (one a category), DFLASH_TOKENS tokens each. On the rig (2026-12-07, 9 rows kept, draft
+#: vocabulary 256): train 25 s, evaluate 36 s; 1.000 (0 of 708 draft tokens accepted). Beside it once by hand, 6 epochs
+#: at lr 3e-3 (65 s): 1.043 on 16 prompts (39 of 2,697, all at position 0), its untrained control 1.000: it learns.
+DFLASH_CONFIG = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "smollm2-dflash.yaml"
+DFLASH_STEPS, DFLASH_PROMPTS, DFLASH_TOKENS = 2, 8, 32
+
+
+def test_smollm2_dflash_config_trains_online_and_is_served_at_three_tokens_by_category(prepared, smollm2, hosts_file,
+                                                                                      tmp_path):
+    """bench/gpu/smollm2-dflash.yaml as smollm2.sh's train and eval stages run it (`--hidden-states online --layers
+    2,15,27,30`, then `--num-spec-tokens 3` on category-carrying prompts), a couple of steps: the path works (the
+    acceptance after 2 steps is near 1: nothing is asked of it)."""
+    p = prepared["r"]
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-3000:]
+    path, seconds, rid = smollm2["path"], {}, "smol-dflash"
+    common = ("--host", "box", "--hosts", str(hosts_file))
+
+    def step(name, *args):
+        t0 = time.time()
+        r = inv(*args)
+        seconds[name] = round(time.time() - t0)
+        assert r.returncode == 0, f"{name}: " + r.stdout[-4000:] + r.stderr[-3000:]
+        return r
+
+    t = step("train", "train", *common, "--config", str(DFLASH_CONFIG), "--dataset", "smol-must", "--verifier", path,
+             "--run-id", rid, "--hidden-states", "online", "--layers", "2,15,27,30", "--max-steps", str(DFLASH_STEPS),
+             "--no-serve-check", "--follow")
+    r = step("evaluate", "evaluate", *common, "--run-id", rid, "--prompts", str(CATEGORIES), "--max-prompts",
+             str(DFLASH_PROMPTS), "--max-tokens", str(DFLASH_TOKENS), "--num-spec-tokens", "3", "--speedup", "none",
+             "--dest", str(tmp_path / "runs"))
+    e = json.loads((tmp_path / "runs" / rid / "evaluation.json").read_text())
+    cats = {x["category"] for x in map(json.loads, CATEGORIES.read_text().splitlines())}
+    print(t.stdout[-2500:])
+    print(f"\nsmollm2 dflash: {seconds} s; mean acceptance length {e['mean_acceptance_length']:.3f}, by position "
+          f"{e['acceptance_by_position']}, counters {e['counters']}; by category "
+          f"{ {k: v['mean_acceptance_length'] for k, v in e['by_category'].items()} }")
+    assert e["draft"] == "dflash" and e["speculative_config"]["method"] == "dflash", e
+    assert e["num_spec_tokens"] == 3 and len(e["acceptance_by_position"]) == 3 and e["counters"]["drafts"] > 0, e
+    assert e["prompts"] == DFLASH_PROMPTS and set(e["by_category"]) == cats, e
+    assert all(v["prompts"] == 1 and v["mean_acceptance_length"] >= 1.0 for v in e["by_category"].values()), e
+    assert "# acceptance by category" in r.stdout, r.stdout[-3000:]
+    assert f"draft-vocab-size auto in {DFLASH_CONFIG}" in t.stdout, t.stdout[-3000:]
+    assert "online hidden states: a vLLM server generates each row's hidden states for the trainer (layers [2, 15, " \
+           "27, 30]" in t.stdout and f"--max-steps {DFLASH_STEPS}: reached at step {DFLASH_STEPS}" in t.stdout, \
+        t.stdout[-3000:]
+
