@@ -119,6 +119,15 @@ def _group_extract(w: Where, res) -> None:
     verdict("extract", res["outcomes"])
 
 
+def _cleaned(host: str, res: dict) -> None:
+    """`inv clean`: what went (or would go: res["said"]) and what stayed, with why."""
+    gone = res.get("removed") or []
+    views.line(f"clean {host}: {res.get('said') or 'removed'} {len(gone)} run(s)"
+               + (": " + ", ".join(gone) if gone else ""))
+    for rid, why in res.get("kept") or []:
+        views.line(f"  kept {rid}: {why}")
+
+
 def _learnable(r) -> str:
     lang = r.get("language") or {}
     return (f"learnable verifier at {r['path']}: {r['layers']} layers, hidden {r['hidden']}, "
@@ -339,7 +348,7 @@ VIEWS: dict[type, View] = {
     Pushed: View(_pushed, _sent),
     jobs.Runs: View(_runs, lambda rows: f"{len(rows)} run(s), running: "
                     + (", ".join(j.run_id for j in rows if not j.ended) or "none"), each=views.status),
-    jobs.Cleaned: View(lambda w, r: views.cleaned(w.name, r), dry=True),
+    jobs.Cleaned: View(lambda w, r: _cleaned(w.name, r), dry=True),
     jobs.LogTail: View(lambda w, b: views.log(bytes(b))),
     Stopped: View(lambda w, r: views.line(f"stop {r.run_id}: {views.stopped(r)}"), views.stopped),
     fetch.Fetched: View(_fetched, views.fetched_summary),

@@ -156,11 +156,17 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
     c = ev["counters"]
     line(f"mean acceptance length {ev.get('mean_acceptance_length', float('nan')):.3f} "
          f"(drafts {c['drafts']:.0f}, draft tokens {c['draft_tokens']:.0f}, accepted {c['accepted']:.0f})")
+    free = ev.get("free_acceptance") or {}  # (ngram, suffix on the same prompts, greedy: tokens a verifier step)
     if ev.get("by_category"):  # (each category's share of the spec-decode counters; a speedup times all prompts)
         table("acceptance by category (the prompts' \"category\")", ("category", "prompts", "tokens", "mean acceptance "
-              "length", *[f"accepted at {i}" for i in range(len(acc))]), [[c, e["prompts"], e["generated_tokens"],
-              f(e.get("mean_acceptance_length")), *map(f, e.get("acceptance_by_position") or [])]
-              for c, e in [*ev["by_category"].items(), ("all", ev)]])
+              "length", *[f"accepted at {i}" for i in range(len(acc))], *[f"{m}: tokens a step" for m in free]),
+              [[c, e["prompts"], e["generated_tokens"], f(e.get("mean_acceptance_length")),
+                *map(f, e.get("acceptance_by_position") or []),
+                *[f(((x.get("by_category") or {}).get(c) or x).get("tokens_per_step")) for x in free.values()]]
+               for c, e in [*ev["by_category"].items(), ("all", ev)]])
+    for m, x in free.items():  # (its mean acceptance length counts only the steps it drafted at)
+        line(f"{m} on the same prompts, greedy: {f(x.get('tokens_per_step'))} tokens a verifier step (it drafted at "
+             f"{x['counters']['drafts']:.0f} steps, mean acceptance length {f(x.get('mean_acceptance_length'))} there)")
     for fl in ev.get("flags", []):
         line(f"! large gap at {fl}", "red")
     if ev.get("flags"):
@@ -444,15 +450,6 @@ def fetched_checkpoint(r: dict) -> None:
 def next_step(command: str, why: str = "") -> None:
     """The command a stage's user types next, after its result."""
     line(f"next: {command}" + (f"  ({why})" if why else ""))
-
-
-def cleaned(host: str, res: dict) -> None:
-    """`inv clean`: what went (or would go: res["said"]) and what stayed, with why."""
-    gone = res.get("removed") or []
-    line(f"clean {host}: {res.get('said') or 'removed'} {len(gone)} run(s)"
-         + (": " + ", ".join(gone) if gone else ""))
-    for rid, why in res.get("kept") or []:
-        line(f"  kept {rid}: {why}")
 
 
 # -- inv plan -----------------------------------------------------------------------------

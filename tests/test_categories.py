@@ -108,6 +108,21 @@ def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys
     out = capsys.readouterr().out
     assert "acceptance by category" in out and "math" in out and "coding" in out
     assert "2.200" in out and "1.300" in out and f"{whole['mean_acceptance_length']:.3f}" in out
+    # a training-free method on the same prompts (`--baselines ngram`: evaluate's free_acceptance): tokens a verifier
+    # step, a column beside the draft's per category and in all (issue 46: "beside ngram", by category); its mean
+    # acceptance length counts only the steps it drafted at (here 10 of them, 3.0 there, 70 tokens in 50 steps: 1.4)
+    from specops_host.serve.evaluate import per_step
+
+    got = per_step({"counters": {"drafts": 10, "accepted": 20}, "mean_acceptance_length": 3.0, "generated_tokens": 70})
+    assert got["tokens_per_step"] == 1.4 and per_step({"counters": {}, "generated_tokens": 0})["tokens_per_step"] is None
+    ng = {**got, "by_category": {"math": {"tokens_per_step": 1.7}, "coding": {"tokens_per_step": 1.25}}}
+    views.evaluation("r1", {**ev, "free_acceptance": {"ngram": ng}}, "causes")
+    out = capsys.readouterr().out
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in out.splitlines() if "\t" in ln}
+    assert rows["category"][-1] == "ngram: tokens a step", rows["category"]
+    assert (rows["math"][-1], rows["coding"][-1], rows["all"][-1]) == ("1.700", "1.250", "1.400"), rows
+    assert ("ngram on the same prompts, greedy: 1.400 tokens a verifier step (it drafted at 10 steps, mean acceptance "
+            "length 3.000 there)") in out
 
 
 def test_evaluate_gives_acceptance_by_category_on_a_real_server(pipeline_run, hosts_file, tmp_path):

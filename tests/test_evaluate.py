@@ -43,6 +43,12 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert sp["settings"].startswith("cpu: ") and sp["cuda_graphs"] is False and "below 1" in sp["note"]
     assert list(sp["sides"]) == ["baseline", "draft", "eagle3 k=2", "ngram"], \
         (list(sp["sides"]), sp["skipped"])
+    # ngram's acceptance on the draft's own prompts, greedy, when its server came up (not --ignore-eos's past the end)
+    ng = ev["free_acceptance"]["ngram"]
+    assert 0 < ng["generated_tokens"] <= 4 * 16 and ng["tokens_per_step"] >= 1.0, ng
+    assert re.search(r"^ngram on the same prompts, greedy: \d\.\d{3} tokens a verifier step \(it drafted at \d+ "
+                     r"steps, mean acceptance length (\d\.\d{3})? there\)$", r.stdout, re.M), r.stdout[-3000:]
+    assert list(ev["free_acceptance"]) == ["ngram"]  # (suffix: skipped, never served)
     assert [x["method"] for x in sp["skipped"]] == ["suffix"] and "arctic-inference" in sp["skipped"][0]["why"]
     for name, side in sp["sides"].items():
         for _lv, v in side["by_concurrency"].items():

@@ -182,6 +182,14 @@ def bench_dataset(prompts, verifier, trust, path):
     return path, inexact
 
 
+def per_step(e):
+    """An acceptance entry with `tokens_per_step`: the tokens generated over the verifier's steps (each step makes one
+    token and its accepted drafts: steps = tokens - accepted). A training-free method drafts only where it finds a
+    match, so its mean acceptance length (over its drafts) says more than what it buys; this counts every step."""
+    n, got = e.get("generated_tokens") or 0, (e.get("counters") or {}).get("accepted") or 0
+    return {**e, "tokens_per_step": round(n / (n - got), 3) if n > got else None}
+
+
 def speedup_record(a, levels, all_sides, runs, results, failed, skipped, *, paired, deploy, requests, tokens,
                    argv, run, out_dir, prompts, prompts_inexact=0):
     """evaluation.json's `speedup` (docs/evaluation.md)."""
@@ -380,11 +388,24 @@ def main():
                 shutil.rmtree(out_dir)
             out_dir.mkdir(parents=True)
             dataset, inexact = bench_dataset(prompts, a.verifier, trust, out_dir / "prompts.jsonl")
+            free = {}
+
+            def on_ready(side, srv):  # (a training-free method's acceptance on the draft's prompts, greedy, by
+                # category: beside the draft's where the timing's figure runs past each answer's end, --ignore-eos)
+                if side.role == "free":
+                    pre = parse_metrics(get(f"{srv.url}/metrics"))
+                    n, cats, post = answer(srv.url, prompts, a, pre)
+                    free[side.name] = per_step({**acceptance(pre, post), "generated_tokens": n,
+                                                **({"by_category": {c: per_step(e) for c, e in cats.items()}}
+                                                   if cats else {})})
+
             runs, results, failed = speedup.measure(
                 all_sides=all_sides, levels=levels, repeats=a.repeats, together=together,
                 up=up, launch=launch, wait=wait, stop=lambda srv: vllm_server.stop(srv.dir), out_dir=out_dir,
                 dataset=dataset, tokenizer=a.verifier, trust_remote_code=trust, requests_for=requests,
-                tokens=tokens, python=sys.executable, ready={"draft"})
+                tokens=tokens, python=sys.executable, ready={"draft"}, on_ready=on_ready)
+            if free:
+                res["free_acceptance"] = free
             failed_names = {f["side"] for f in failed}
             measured = [s for s in all_sides if s.name not in failed_names]
 

@@ -379,10 +379,11 @@ class SideFailed(RuntimeError):
 
 
 def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out_dir, dataset, tokenizer,
-            trust_remote_code, requests_for, tokens, python, ready=()):
+            trust_remote_code, requests_for, tokens, python, ready=(), on_ready=None):
     """Every side timed (see the module's docstring): batch after batch, the servers of a batch
     up (`up`: {name: server} already running; launch(side) -> server, wait(server) raising
-    SideFailed, stop(server)), then one benchmark process runs the batch's plan(). Returns
+    SideFailed, stop(server); on_ready(side, server) once a side's server is healthy, before its timing: the
+    evaluation's acceptance pass on a training-free method), then one benchmark process runs the batch's plan(). Returns
     (runs, results: {file: figures()}, failed: [{"side", "why"}]); `up` keeps what is still running."""
     import subprocess
 
@@ -400,6 +401,8 @@ def measure(*, all_sides, levels, repeats, together, up, launch, wait, stop, out
                 if s.name not in ready:
                     wait(up[s.name])
                     ready.add(s.name)
+                    if on_ready:
+                        on_ready(s, up[s.name])
             except SideFailed as e:
                 if s.role in ("baseline", "draft"):
                     raise SystemExit(f"speedup: {s.name}: {e}") from None
