@@ -156,7 +156,8 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
     c = ev["counters"]
     line(f"mean acceptance length {ev.get('mean_acceptance_length', float('nan')):.3f} "
          f"(drafts {c['drafts']:.0f}, draft tokens {c['draft_tokens']:.0f}, accepted {c['accepted']:.0f})")
-    free = ev.get("free_acceptance") or {}  # (ngram, suffix on the same prompts, greedy: tokens a verifier step)
+    free = {m: x for m, x in (ev.get("free_acceptance") or {}).items() if "error" not in x}  # (ngram, suffix: on the
+    # same prompts, greedy: tokens a verifier step; one that failed there is said below)
     if ev.get("by_category"):  # (each category's share of the spec-decode counters; a speedup times all prompts)
         table("acceptance by category (the prompts' \"category\")", ("category", "prompts", "tokens", "mean acceptance "
               "length", *[f"accepted at {i}" for i in range(len(acc))], *[f"{m}: tokens a step" for m in free]),
@@ -164,7 +165,10 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
                 *map(f, e.get("acceptance_by_position") or []),
                 *[f(((x.get("by_category") or {}).get(c) or x).get("tokens_per_step")) for x in free.values()]]
                for c, e in [*ev["by_category"].items(), ("all", ev)]])
-    for m, x in free.items():  # (its mean acceptance length counts only the steps it drafted at)
+    for m, x in (ev.get("free_acceptance") or {}).items():  # (its mean acceptance length: its drafted steps alone)
+        if "error" in x:
+            line(f"{m} on the same prompts: not measured ({x['error']})", "yellow")
+            continue
         line(f"{m} on the same prompts, greedy: {f(x.get('tokens_per_step'))} tokens a verifier step (it drafted at "
              f"{x['counters']['drafts']:.0f} steps, mean acceptance length {f(x.get('mean_acceptance_length'))} there)")
     for fl in ev.get("flags", []):

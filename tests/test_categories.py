@@ -123,6 +123,9 @@ def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys
     assert (rows["math"][-1], rows["coding"][-1], rows["all"][-1]) == ("1.700", "1.250", "1.400"), rows
     assert ("ngram on the same prompts, greedy: 1.400 tokens a verifier step (it drafted at 10 steps, mean acceptance "
             "length 3.000 there)") in out
+    views.evaluation("r1", {**ev, "free_acceptance": {"ngram": {"error": "URLError: refused"}}}, "causes")
+    out = capsys.readouterr().out  # (its server failed the pass: said, no column)
+    assert "ngram on the same prompts: not measured (URLError: refused)" in out and "tokens a step" not in out
 
 
 def test_evaluate_gives_acceptance_by_category_on_a_real_server(pipeline_run, hosts_file, tmp_path):

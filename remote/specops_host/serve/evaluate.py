@@ -392,12 +392,17 @@ def main():
 
             def on_ready(side, srv):  # (a training-free method's acceptance on the draft's prompts, greedy, by
                 # category: beside the draft's where the timing's figure runs past each answer's end, --ignore-eos)
-                if side.role == "free":
+                if side.role != "free":
+                    return
+                try:
                     pre = parse_metrics(get(f"{srv.url}/metrics"))
                     n, cats, post = answer(srv.url, prompts, a, pre)
-                    free[side.name] = per_step({**acceptance(pre, post), "generated_tokens": n,
-                                                **({"by_category": {c: per_step(e) for c, e in cats.items()}}
-                                                   if cats else {})})
+                except Exception as e:  # noqa: BLE001 - a figure beside the draft's: its timing still runs, said
+                    free[side.name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    return
+                free[side.name] = per_step({**acceptance(pre, post), "generated_tokens": n,
+                                            **({"by_category": {c: per_step(e) for c, e in cats.items()}}
+                                               if cats else {})})
 
             runs, results, failed = speedup.measure(
                 all_sides=all_sides, levels=levels, repeats=a.repeats, together=together,
