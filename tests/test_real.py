@@ -301,6 +301,15 @@ def tsv_table(out: str, title: str) -> list[list[str]]:
     return rows
 
 
+def timed(seconds: dict, name: str, *args):
+    """`inv ARGS`, which must succeed; its wall seconds kept as seconds[name] (the tests print where time went)."""
+    t0 = time.time()
+    r = inv(*args)
+    seconds[name] = round(time.time() - t0)
+    assert r.returncode == 0, f"{name}: " + r.stdout[-4000:] + r.stderr[-3000:]
+    return r
+
+
 def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_category(synthesized, prepared,
                                                                                        smollm2, hosts_file, tmp_path):
     """Issue 46's must-show on the CPU, through the `inv` tasks as a user runs them: the conversations SmolLM2
@@ -312,11 +321,7 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
     common = ("--host", "box", "--hosts", str(hosts_file))
 
     def step(name, *args):
-        t0 = time.time()
-        r = inv(*args)
-        seconds[name] = round(time.time() - t0)
-        assert r.returncode == 0, f"{name}: " + r.stdout[-4000:] + r.stderr[-3000:]
-        return r
+        return timed(seconds, name, *args)
 
     p = prepared  # (the module's: test_synthesize_writes_... asserts it too)
     seconds["prepare-data"] = p["seconds"]
@@ -405,11 +410,7 @@ def test_smollm2_dflash_config_trains_online_and_is_served_at_three_tokens_by_ca
     common = ("--host", "box", "--hosts", str(hosts_file))
 
     def step(name, *args):
-        t0 = time.time()
-        r = inv(*args)
-        seconds[name] = round(time.time() - t0)
-        assert r.returncode == 0, f"{name}: " + r.stdout[-4000:] + r.stderr[-3000:]
-        return r
+        return timed(seconds, name, *args)
 
     t = step("train", "train", *common, "--config", str(DFLASH_CONFIG), "--dataset", "smol-must", "--verifier", path,
              "--run-id", rid, "--hidden-states", "online", "--layers", "2,15,27,30", "--max-steps", str(DFLASH_STEPS),

@@ -51,10 +51,14 @@ REPO=$PWD
 SIZE_FILE=${SIZE_FILE:-/tmp/bakeoff-size.txt}
 source "$REPO/bench/laptop_side.sh"  # join_wheelhouse PARTS, laptop_side
 
+big_gpu() {  # GPU 0 has 120 GiB or more (an H200): the 8b trains with its preset, four 8b servers fit
+  local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+  [ "${mib:-0}" -ge 122880 ]
+}
+
 gpu_size() {  # SIZE, else 8b where GPU 0 has 120 GiB or more, else 1b
   [ -n "${SIZE:-}" ] && { echo "$SIZE"; return; }
-  local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-  [ "${mib:-0}" -ge 122880 ] && echo 8b || echo 1b
+  big_gpu && echo 8b || echo 1b
 }
 
 if [ "$MODE" = verifier ]; then  # (the first call: the torch venv alone; its log /tmp/verifier.log)
@@ -115,8 +119,7 @@ KS=$(of_drafts "${KS:-eagle3:5,peagle:7,dflash:7}")
 TUNE=$(of_drafts "${TUNE-eagle3:3,peagle:5,dflash:5}")  # (TUNE= : no sweep)
 REQS=${REQS:-16}
 CEILING=${CEILING-1}
-BIG=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-BIG=$([ "${BIG:-0}" -ge 122880 ] && echo 1 || echo 0)  # (an H200: four 8b servers fit; an 80 GB card: three)
+BIG=$(big_gpu && echo 1 || echo 0)  # (an H200: four 8b servers fit; an 80 GB card: three)
 KV=${KV:-$([ "$SIZE" = 8b ] && [ "$BIG" = 1 ] && echo 8589934592 || echo 4294967296)}
 LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-$([ "$SIZE" = 8b ] && [ "$BIG" = 0 ] && echo 3 || echo 4)}
 mkdir -p "$B"; rm -f "$B/DONE"
