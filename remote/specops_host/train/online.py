@@ -296,14 +296,14 @@ def run(spec, trainer_argv, *, poll=1.0):
     if on.get("server_gpus") is not None:
         senv["CUDA_VISIBLE_DEVICES"] = allocated(on["server_gpus"])
         tenv["CUDA_VISIBLE_DEVICES"] = allocated(on["train_gpus"])
-    state = {"trainer": None, "stopping": False}
+    state = {"trainer": None, "stopping": False, "signal": None}
 
     def on_term(signum, _frame):
         p = state["trainer"]
         if p is None:  # (the server is starting: abandon it; `finally` stops it)
             raise SystemExit(128 + signum)
         if not state["stopping"]:
-            state["stopping"] = True
+            state["stopping"], state["signal"] = True, signum
             print(f"[specops] signal {signum}: stopping the trainer (it saves checkpoints/interrupted), "
                   f"then the vLLM server", flush=True)
             signal_trainer(p)
@@ -327,7 +327,9 @@ def run(spec, trainer_argv, *, poll=1.0):
         state["trainer"] = p = subprocess.Popen(argv, env=tenv, stdin=subprocess.DEVNULL,
                                                 preexec_fn=ends_with(os.getpid()))
         died = vllm_server.watch(p, server_dir, url, hang, "training", poll)
-        if died is not None and p.poll() is None:
+        if died is not None and p.poll() is None and not state["stopping"]:
+            # (not a second signal while the trainer saves checkpoints/interrupted: speculators takes a second
+            # one as "exit now", which would lose that checkpoint)
             print("[specops] stopping the trainer: its vLLM server is gone", flush=True)
             state["stopping"] = True
             signal_trainer(p)
@@ -344,7 +346,10 @@ def run(spec, trainer_argv, *, poll=1.0):
         shutil.rmtree(stage, ignore_errors=True)
         if left:
             print(f"[specops] {left} staged hidden-state file(s) the trainer did not load: removed", flush=True)
-    if died is not None:
+    if died is not None and state["signal"] is not None:  # (the server ended under the stop asked: not the run's error)
+        print(f"[specops] the vLLM server ended while the trainer stopped on signal {state['signal']}: "
+              f"{str(died).split(' (log: ')[0]}", flush=True)
+    elif died is not None:
         print(f"VLLMServerError: {vllm_server.died_line(died, server_dir)}",
               flush=True)  # (the job's error: its last XError line)
         return 1
