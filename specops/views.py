@@ -163,7 +163,8 @@ def evaluation(run_id: str, ev: dict, causes: str) -> None:
               "length", *[f"accepted at {i}" for i in range(len(acc))], *[f"{m}: tokens a step" for m in free]),
               [[c, e["prompts"], e["generated_tokens"], f(e.get("mean_acceptance_length")),
                 *map(f, e.get("acceptance_by_position") or []),
-                *[f(((x.get("by_category") or {}).get(c) or x).get("tokens_per_step")) for x in free.values()]]
+                *[f((x if c == "all" else (x.get("by_category") or {}).get(c) or {}).get("tokens_per_step"))
+                  for x in free.values()]]
                for c, e in [*ev["by_category"].items(), ("all", ev)]])
     for m, x in (ev.get("free_acceptance") or {}).items():  # (its mean acceptance length: its drafted steps alone)
         if "error" in x:

@@ -121,6 +121,10 @@ def test_categories_counters_add_up_to_the_whole_and_the_table_shows_them(capsys
     rows = {ln.split("\t")[0]: ln.split("\t") for ln in out.splitlines() if "\t" in ln}
     assert rows["category"][-1] == "ngram: tokens a step", rows["category"]
     assert (rows["math"][-1], rows["coding"][-1], rows["all"][-1]) == ("1.700", "1.250", "1.400"), rows
+    views.evaluation("r1", {**ev, "free_acceptance": {"ngram": {**got, "by_category": {"math": {"tokens_per_step": 1.7}}}}},
+                     "causes")  # (a category the method has no figure for: blank, never its figure over all prompts)
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in capsys.readouterr().out.splitlines() if "\t" in ln}
+    assert (rows["math"][-1], rows["coding"][-1], rows["all"][-1]) == ("1.700", "", "1.400"), rows
     assert ("ngram on the same prompts, greedy: 1.400 tokens a verifier step (it drafted at 10 steps, mean acceptance "
             "length 3.000 there)") in out
     views.evaluation("r1", {**ev, "free_acceptance": {"ngram": {"error": "URLError: refused"}}}, "causes")
