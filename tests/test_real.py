@@ -9,6 +9,7 @@ to its answers; bench/gpu/smollm2-dflash.yaml's DFlash draft trained online and 
 import json
 import re
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -324,8 +325,7 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
     path, seconds = smollm2["path"], {"synthesize (the module's)": synthesized["seconds"]}
     common = ("--host", "box", "--hosts", str(hosts_file))
 
-    def step(name, *args):
-        return timed(seconds, name, *args)
+    step = partial(timed, seconds)
 
     p = prepared  # (the module's: test_synthesize_writes_... asserts it too)
     seconds["prepare-data"] = p["seconds"]
@@ -413,8 +413,7 @@ def test_smollm2_dflash_config_trains_online_and_is_served_at_three_tokens_by_ca
     path, seconds, rid = smollm2["path"], {}, "smol-dflash"
     common = ("--host", "box", "--hosts", str(hosts_file))
 
-    def step(name, *args):
-        return timed(seconds, name, *args)
+    step = partial(timed, seconds)
 
     t = step("train", "train", *common, "--config", str(DFLASH_CONFIG), "--dataset", "smol-must", "--verifier", path,
              "--run-id", rid, "--hidden-states", "online", "--layers", "2,15,27,30", "--max-steps", str(DFLASH_STEPS),
