@@ -427,7 +427,7 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
 @task(changes=True, streams=True, help={
     **COMMON, "host": "the host (default: the built-in local, on CPU; a cuda host trains an 8B-class or a 1B "
     "verifier on its GPU and serves the drafts with CUDA graphs)", "dest": DEST, "steps": "stop training after N steps",
-    "size": "the verifier: auto (default: tiny on a cpu host; on a cuda host 8b where GPU 0 has 120 GiB or more, "
+    "size": "the verifier: auto (default: tiny on a cpu host; on a cuda host 8b where GPU 0 has 72 GiB or more, "
             "else 1b), tiny, 1b or 8b",
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
     "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the verifier "
@@ -440,7 +440,7 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 
     On `local` (CPU) a tiny verifier that learnt a synthetic language; on a cuda host one of
-    Llama-3.1-8B's shape (1B parameters on a GPU under 120 GiB) trained on its GPU. Its draft is
+    Llama-3.1-8B's shape (1B parameters on a GPU under 72 GiB) trained on its GPU. Its draft is
     trained, then served by vLLM: mean acceptance length beside untrained and wrong-layers drafts,
     and the speedup over the verifier alone. --verifier smollm2: the same on a real chat model.
 

@@ -252,7 +252,7 @@ def test_demo_picks_its_verifier_by_the_gpus_memory_and_refuses_a_gpu_size_on_a_
     from specops.ops import pipeline
 
     smi = "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0"
-    for mib, want in (("143771\n", "8b"), ("81559\n", "1b"), ("", "1b")):
+    for mib, want in (("143771\n", "8b"), ("81559\n", "8b"), ("49140\n", "1b"), ("", "1b")):
         t = RecordingTransport(host(profile="cuda"), answers=[("nvidia-smi", 0 if mib else 127, mib)])
         assert pipeline.demo_size(t) == want
         assert t.commands == [smi]
