@@ -432,10 +432,11 @@ def plan(c, host=None, hosts=None, data=None, dataset=None, verifier=None, confi
     "evaluate": "serve the trained draft and its controls through vLLM at the end (default on; --no-evaluate skips it)",
     "speedup": "concurrency levels at which the trained draft's output tokens/s is timed against the verifier "
                "served without it (default 1,16; none skips it; on a CPU near 1, can be below)",
-    "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2)",
+    "repeats": "the speedup timed this many times by vllm bench serve, sides interleaved (default 2 on a cpu host, "
+               "3 on a cuda host)",
     "verifier": "a real chat model instead of the learnable verifier: smollm2 (`inv make-verifier --real smollm2`, "
                 "built once; English prompts it answers itself, then the same pipeline and controls)"})
-def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=2,
+def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, speedup="1,16", repeats=None,
          size="auto", verifier=None):
     """The whole pipeline on a learnable verifier, ending with its draft served by vLLM.
 

@@ -265,6 +265,19 @@ def test_demo_picks_its_verifier_by_the_gpus_memory_and_refuses_a_gpu_size_on_a_
         pipeline.demo_size(RecordingTransport(host()), "2b")
 
 
+def test_demo_times_its_speedup_twice_on_a_cpu_host_three_times_on_a_cuda_one():
+    """Issue 47 item 4: a cuda host's demo figure is the median of 3 repeats (the 8b on an H100 held within 3.3%
+    over 3); a cpu host's 2 keep `make demo`'s time; --repeats wins, and 0 is one line before anything runs."""
+    from specops.ops import pipeline
+
+    cpu, cuda = RecordingTransport(host()), RecordingTransport(host(profile="cuda"))
+    assert (pipeline.demo_repeats(cpu), pipeline.demo_repeats(cuda)) == (2, 3)
+    assert (pipeline.demo_repeats(cpu, 5), pipeline.demo_repeats(cuda, 1)) == (5, 1)
+    with pytest.raises(SpecopsError, match=r"--repeats 0: give 1 or more \(the speedup timed that many times\)"):
+        pipeline.demo(cuda, repeats=0)
+    assert cpu.commands == cuda.commands == []
+
+
 def test_plan_counts_and_cuts_a_host_file_on_the_host(tmp_path):
     from specops.ops import plan
 
