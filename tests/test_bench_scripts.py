@@ -41,3 +41,25 @@ def test_the_bakeoff_scripts_line_names_only_its_kinds(tmp_path, drafts, tune):
     else:
         sweep = bakeoff.per_kind(flag["--tune-k"], kinds, "--tune-k", many=True)
         assert set(sweep) <= set(kinds) and sweep, sweep
+
+
+@pytest.mark.parametrize("mode", [("all",), ("start", "5"), ("start", "5", "bake", "show")])
+def test_the_bakeoff_script_refuses_a_bake_of_one_kind_before_any_stage(tmp_path, mode):
+    """DRAFTS of one kind with the bake stage to run: refused in one line before setup (on 2026-12-07 an H100 ran
+    setup, boot, prep and extract, 5 minutes, for `inv bakeoff` to refuse `--drafts peagle`), as `inv bakeoff`
+    refuses it; stages without bake still run for that DRAFTS."""
+    from specops.args import Refused
+    from specops.ops import bakeoff
+
+    with pytest.raises(Refused, match="two or more kinds"):
+        bakeoff.parse_drafts("peagle")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "INV": "echo", "B": str(tmp_path / "b"), "SIZE": "1b",
+           "SIZE_FILE": str(tmp_path / "none"), "DRAFTS": "peagle"}
+    r = subprocess.run(["bash", "bench/gpu/bakeoff.sh", *mode], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == ("DRAFTS=peagle: a bake-off compares two or more kinds (such "
+                                                      "as eagle3,peagle): name another, or leave out the bake stage")
+    assert not (tmp_path / "b").exists() and r.stdout == ""
+    r = subprocess.run(["bash", "bench/gpu/bakeoff.sh", "all", "show"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "== show: rc=0" in r.stdout, r.stdout + r.stderr

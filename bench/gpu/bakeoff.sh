@@ -69,6 +69,15 @@ if [ "$MODE" = verifier ]; then  # (the first call: the torch venv alone; its lo
     "$WD/models/learnable-llama-$size" --size "$size" --overwrite > /tmp/verifier.log 2>&1 < /dev/null &
   sleep 25; echo "verifier $size started: $WD/models/learnable-llama-$size"; cat /tmp/verifier.log; exit 0
 fi
+drafts_problem() {  # (cheap checks first) STAGES ($1, empty: the default, bake among them) with a bake of one kind:
+  # `inv bakeoff` refuses it (bakeoff.parse_drafts), so say so before setup, not after its minutes (2026-12-07)
+  local d=${DRAFTS:-eagle3,dflash,peagle} ks; [ -z "$1" ] || [[ " $1 " == *" bake "* ]] || return 1
+  IFS=, read -ra ks <<< "$d"; [ "${#ks[@]}" -ge 2 ] && return 1
+  echo "DRAFTS=$d: a bake-off compares two or more kinds (such as eagle3,peagle): name another, or leave out the bake stage"
+}
+if [ "$MODE" = start ] || [ "$MODE" = all ]; then
+  if why=$(drafts_problem "${*:$([ "$MODE" = start ] && echo 3 || echo 2)}"); then echo "$why" >&2; exit 2; fi
+fi
 if [ "$MODE" = start ]; then
   mkdir -p "$B"
   setsid nohup bash "$0" all "${@:3}" > "$B/all.out" 2>&1 < /dev/null &
