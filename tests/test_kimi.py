@@ -320,9 +320,10 @@ def test_hf_backend_refuses_what_it_cannot_handle_in_one_line(kimi_data, kimi_ve
 
 
 def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_verifier, kimi_hosts, work, tmp_path):
-    """No GPU needed: the plans of prepare-data (conversations: render server), extract (vllm)
-    and evaluate on a `gpus: 8` host, each vLLM launch with -tp 8, --trust-remote-code, the
-    host's vllm_args then the run's --vllm-arg last; speculators prepare-data trusts too."""
+    """No GPU needed: the plans of prepare-data (conversations: vLLM's GPU-less render server), extract (vllm)
+    and evaluate on a `gpus: 8` host, each vLLM launch with --trust-remote-code, the host's vllm_args then the run's
+    --vllm-arg last, each whole server with -tp 8 (the render server loads no weights: none); speculators
+    prepare-data trusts too."""
     from specops.ops import data, jobs
     from specops.host.remote_exec import run_script
 
@@ -354,11 +355,15 @@ def test_gpus8_host_plans_tp8_and_trust_in_every_vllm_launch(kimi_data, kimi_ver
         assert p["ok"], (what, p)
         assert p["trust_remote_code"] is True and p["tensor_parallel"] == 8, (what, p)
         servers = [c for c in p["commands"] if "vllm.entrypoints.openai.api_server" in c]
+        render = [c for c in p["commands"] if c[1:3] == ["-m", "specops_host.serve.render_server"]]
         # (evaluate: the draft's server, then the verifier alone for the speedup, the same flags)
-        assert len(servers) == (2 if what == "evaluate" else 1), (what, p["commands"])
-        for argv in servers:
-            assert argv[argv.index("--tensor-parallel-size") + 1] == "8" and "--trust-remote-code" in argv, argv
+        assert len(servers) == {"evaluate": 2, "extract": 1, "prepare": 0}[what], (what, p["commands"])
+        assert len(render) == (what == "prepare") and p["commands"][0] == (render or servers)[0], (what, p["commands"])
+        for argv in servers + render:
+            assert "--trust-remote-code" in argv, argv
             assert argv[-4:] == ["--enable-expert-parallel", "--max-num-seqs", "8", "--enforce-eager"], argv
+        for argv in servers:
+            assert argv[argv.index("--tensor-parallel-size") + 1] == "8", argv
     prep = payloads["prepare"]["commands"]
     assert prep[1][2:4] == ["speculators", "prepare-data"] and "--trust-remote-code" in prep[1]
     assert prep[1][prep[1].index("--render-endpoint") + 1] == "http://127.0.0.1:<port>"

@@ -12,7 +12,8 @@ synchronously, then the same arguments without it as a detached job):
 vLLM arguments) and changes nothing; its payload holds `commands`: the argv of every process
 the run would start, in order (the vLLM server's port shows as <port>: it is picked at start).
 Without it: prepare runs `speculators prepare-data` (a vLLM render server is started when rows
-are conversations); extract runs a vLLM server with the `extract_hidden_states` speculative
+are conversations: vLLM's GPU-less one, serve/render_server.py, where the run extracts no hidden states through vLLM
+and this vLLM has it; else the whole server); extract runs a vLLM server with the `extract_hidden_states` speculative
 config and a hidden-states connector (cpu hosts: the CPU-safe one in
 remote/specops_host/serve/cpu_hs_connector.py) plus `speculators generate-offline-data --validate-outputs`, or a
 transformers forward (`--backend hf`) writing identical files. Existing readable files are
@@ -136,6 +137,12 @@ def server_name(a):
 
 
 def server_cmd(a, info, port):
+    """The run's one server: for a prepare alone (no vLLM extraction), vLLM's GPU-less render server where this vLLM
+    has it (what prepare-data asks of a server is its render endpoint: no weights loaded, no engine); else the
+    whole server, extracting where --extract --backend vllm asks."""
+    if not (a.extract and a.backend == "vllm") and vllm_server.has_render():
+        return vllm_server.render_argv(a.verifier, port, max_model_len=info.get("max_model_len"),
+                                       trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
     return vllm_server.server_argv(
         a.verifier, port, kind=a.kind, layer_ids=info["layer_ids"] if a.extract and a.backend == "vllm" else None,
         stage=hs_stage(a), max_model_len=info.get("max_model_len"),
