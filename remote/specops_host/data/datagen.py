@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from specops_host import contract
-from specops_host.serve import vllm_server
+from specops_host.serve import render_server, vllm_server
 from specops_host.contract import Refused, emit, human_bytes
 from specops_host.datafmt import RECORD, check_model_len, hs_files, read_arrow_columns, verifier_config
 from specops_host.data.hsfile import readable
@@ -140,9 +140,9 @@ def server_cmd(a, info, port):
     """The run's one server: for a prepare alone (no vLLM extraction), vLLM's GPU-less render server where this vLLM
     has it (what prepare-data asks of a server is its render endpoint: no weights loaded, no engine); else the
     whole server, extracting where --extract --backend vllm asks."""
-    if not (a.extract and a.backend == "vllm") and vllm_server.has_render():
-        return vllm_server.render_argv(a.verifier, port, max_model_len=info.get("max_model_len"),
-                                       trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
+    if not (a.extract and a.backend == "vllm") and render_server.has_render():
+        return render_server.render_argv(a.verifier, port, max_model_len=info.get("max_model_len"),
+                                         trust_remote_code=info["trust_remote_code"], user_args=a.vllm_arg)
     return vllm_server.server_argv(
         a.verifier, port, kind=a.kind, layer_ids=info["layer_ids"] if a.extract and a.backend == "vllm" else None,
         stage=hs_stage(a), max_model_len=info.get("max_model_len"),

