@@ -27,7 +27,7 @@
 #              dry run's: the laptop's own venv as /tmp/lap, VPY's venv as the host's, nothing installed)
 #   boot       inv bootstrap --wheelhouse W
 #   verifier   wait for the verifier `verifier` trains (else train it here: inv make-verifier --learnable)
-#   prep       the demo's 267 conversations: inv prepare-data --seq-length 512 (a vLLM render server, eager)
+#   prep       the demo's 267 conversations: inv prepare-data --seq-length 512 (vLLM's GPU-less render server)
 #   extract    inv extract (the verifier's default layers, eager): the three kinds read the same hidden states
 #   bake       inv bakeoff --drafts DRAFTS --configs bench/gpu/bakeoff (each kind's config: the same rows
 #              and batches) --hidden-states offline --no-serve-check --speedup 1,16 --repeats 3 --baselines

@@ -98,7 +98,7 @@ fi
 STAGES=${*:2}
 STAGES=${STAGES:-setup boot verifier synth prep extract train eval controls}
 HS=${HS:-online}; XCONC=${XCONC:-128}
-# EAGER=1 (default): prepare-data's render server and the online run's hidden-state server start eager (no
+# EAGER=1 (default): the online run's hidden-state server starts eager (prepare-data's is GPU-less since 60f8a85) (no
 # torch.compile, no CUDA graphs: they only prefill); in the sixth run each took 115-117 s to be healthy compiled
 # on a fresh machine, and the GPU sat a median 10% busy beside the trainer. EAGER=0: specops' GPU default (compiled)
 EA=(); [ "${EAGER:-1}" = 1 ] && EA=(--vllm-arg=--enforce-eager)

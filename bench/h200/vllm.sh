@@ -22,7 +22,7 @@
 #   online     inv train --hidden-states online on the demo's dataset (server and trainer on the GPU;
 #              the draft-serves preflight runs first, as before every `inv train`)
 #   verifier   the demo's 1B learnable verifier alone (`inv make-verifier --learnable --size 1b`)
-#   prep       the demo's conversations prepared once (`inv prepare-data`, a vLLM render server)
+#   prep       the demo's conversations prepared once (`inv prepare-data`, vLLM's GPU-less render server)
 #   x2a        2a: `inv extract` against the same by hand (bench/h200/hand_extract.py: the server and
 #              `speculators generate-offline-data` with the flags specops printed), order-balanced
 #              (specops, by hand, specops), each on its own copy of the prepared rows
