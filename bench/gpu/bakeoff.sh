@@ -21,7 +21,9 @@
 # whole wave at 16), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
 # 8b on a card of 120 GiB or more, else 4 GiB), EXTRACT (hf, the default: transformers, no server to start; or vllm), EPOCHS (override the configs' epochs), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4; 3 for the 8b under 120 GiB),
-# BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager).
+# BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager),
+# VERIFIER_ARGS (more learnable_verifier flags for the `verifier` call, e.g. --steps 600: the 8b with 26 frozen layers
+# agreed 0.854-0.859 after its preset's 300 steps on an H100, its loss still falling; the H200's 16-frozen 0.92-0.93).
 # Stages (each one's output in $B/<stage>.log, a line per stage in $B/summary.txt):
 #   setup      join the parts; laptop-side venv /tmp/lap from laptop/ wheels; hosts.yaml (SETUP_HOSTS=cpu: the CPU
 #              dry run's: the laptop's own venv as /tmp/lap, VPY's venv as the host's, nothing installed)
@@ -66,7 +68,7 @@ if [ "$MODE" = verifier ]; then  # (the first call: the torch venv alone; its lo
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   mkdir -p "$WD/models"; cd "$WD" || exit 1
   setsid nohup env PYTHONPATH="$REPO/remote" "$VPY" -m specops_host.fixtures.learnable_verifier \
-    "$WD/models/learnable-llama-$size" --size "$size" --overwrite > /tmp/verifier.log 2>&1 < /dev/null &
+    "$WD/models/learnable-llama-$size" --size "$size" --overwrite ${VERIFIER_ARGS:-} > /tmp/verifier.log 2>&1 < /dev/null &
   sleep 25; echo "verifier $size started: $WD/models/learnable-llama-$size"; cat /tmp/verifier.log; exit 0
 fi
 drafts_problem() {  # (cheap checks first) STAGES ($1, empty: the default, bake among them) with a bake of one kind:
