@@ -471,7 +471,8 @@ def demo(c, host="local", hosts=None, dest="runs", steps=None, evaluate=True, sp
               "scheduling left at vLLM's default",
     "baselines": "vLLM's training-free methods timed beside the draft: ngram,suffix (default, one checkpoint; suffix "
                  "where the host's vLLM serves it) or none",
-    "speedup_requests": "requests per level and side (default: cuda 32 x level, cpu max(8, 2 x level))",
+    "speedup_requests": "requests per level and side: N, or LEVEL:N,... for some levels, e.g. 1:16,16:64 (default: "
+                        "cuda 32 x level, cpu max(8, 2 x level))",
     "speedup_tokens": "output tokens per timed request (default: cuda 256, cpu --max-tokens)",
     "side_by_side": "servers up at once: the verifier alone beside N - 1 other sides, the GPU memory split "
                     "between them (default: cpu 2; cuda 2 where two servers and 4 GiB of KV cache each fit GPU 0 "

@@ -98,7 +98,6 @@ FLAGS: dict[str, Number] = {
     "max_prompts": _i("how many prompts", 32),
     "max_tokens": _i("how many tokens per response", 64),
     "repeats": _i("how many times each side of the speedup is timed", 3),
-    "speedup_requests": _i("how many requests per level and side", 32),
     "speedup_tokens": _i("how many output tokens per timed request", 256),
     "side_by_side": _i("how many vLLM servers up at once", 2, le=64),
     "max_model_len": _i("vLLM's max model length in tokens", 4096),
@@ -172,8 +171,27 @@ def shard_of(value: Any) -> str:
     return f"{int(i)}/{int(n)}"
 
 
+def requests_of(value: Any) -> str:
+    """--speedup-requests as N (every level) or LEVEL:N,... (those levels; the others their default), each 1 or
+    more: its normal form (`16`, `1:16,16:64`), or BadNumber saying why."""
+    text = str(value).replace(" ", "")
+    try:
+        if ":" not in text:
+            n = int(text)
+            if n < 1:
+                raise ValueError
+            return str(n)
+        pairs = [(int(a), int(b)) for a, _, b in (p.partition(":") for p in text.split(","))]
+    except ValueError:
+        pairs = []
+    if not pairs or any(lv < 1 or n < 1 for lv, n in pairs) or len({lv for lv, _ in pairs}) < len(pairs):
+        raise BadNumber("give requests per level and side, 1 or more: N for every level, or LEVEL:N for some "
+                        "(e.g. 1:16,16:64; the levels not named take their default)")
+    return ",".join(f"{lv}:{n}" for lv, n in pairs)
+
+
 #: flags of a shape other than a number: checked as the numbers are (`layers` where it is not a count)
-SHAPED = {"layers": layer_ids, "shard": shard_of}
+SHAPED = {"layers": layer_ids, "shard": shard_of, "speedup_requests": requests_of}
 
 
 def flag_name(name: str) -> str:

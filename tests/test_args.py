@@ -27,6 +27,8 @@ BAD_FLAGS = [
     ("make-verifier", ["--seconds", "0"]), ("make-verifier", ["--hidden", "abc"]), ("make-verifier", ["--layers", "0"]),
     ("demo", ["--steps", "0"]), ("dist-check", ["--nproc", "0"]), ("logs", ["--rank", "-1"]),
     ("train", ["--nodes", "abc"]), ("dist-check", ["--nodes", "0"]),
+    ("evaluate", [*R, "--speedup-requests", "many"]), ("evaluate", [*R, "--speedup-requests", "16:0"]),
+    ("bakeoff", ["--speedup-requests", "0"]),
 ]
 
 

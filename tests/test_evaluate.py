@@ -14,7 +14,7 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     needs arctic-inference), twice each, interleaved; the benchmark's own result files fetched."""
     rid = pipeline_run["run_id"]
     r = inv("evaluate", "--host", "box", "--hosts", str(hosts_file), "--run-id", rid, "--max-prompts", "4",
-            "--max-tokens", "16", "--speedup", "1,4", "--repeats", "2", "--speedup-requests", "4", "--tune-k", "2",
+            "--max-tokens", "16", "--speedup", "1,4", "--repeats", "2", "--speedup-requests", "1:4,4:8", "--tune-k", "2",
             "--baselines", "ngram,suffix", "--dest", str(tmp_path), env={"SPECOPS_PROGRESS_EVERY": "0.1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     # never silent (a line every 0.1 s here): prompts answered so far, then each timed run
@@ -34,11 +34,11 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert "mean acceptance length" in r.stdout
     sp = ev["speedup"]
     assert sp["method"] == "vllm bench serve" and sp["repeats"] == 2 and sp["paired"] is True
-    assert sp["requests"] == {"1": 4, "4": 4} and sp["max_tokens"] == 16
+    assert sp["requests"] == {"1": 4, "4": 8} and sp["max_tokens"] == 16  # (per level: --speedup-requests 1:4,4:8)
     assert set(sp["by_concurrency"]) == {"1", "4"}
-    for _lv, v in sp["by_concurrency"].items():
+    for lv, v in sp["by_concurrency"].items():
         assert v["draft_tokens_per_s"] > 0 and v["baseline_tokens_per_s"] > 0, sp
-        assert v["ratio_min"] <= v["ratio"] <= v["ratio_max"] and v["draft_completed"] == 8, v
+        assert v["ratio_min"] <= v["ratio"] <= v["ratio_max"] and v["draft_completed"] == 2 * sp["requests"][lv], v
     assert ev["speedup_at_1"] == sp["by_concurrency"]["1"]["ratio"]
     assert sp["settings"].startswith("cpu: ") and sp["cuda_graphs"] is False and "below 1" in sp["note"]
     assert list(sp["sides"]) == ["baseline", "draft", "eagle3 k=2", "ngram"], \
@@ -66,7 +66,8 @@ def test_evaluate_reads_real_spec_decode_counters(pipeline_run, hosts_file, tmp_
     assert sp["local_dir"] == str(local)
     for f in sp["files"]:
         got = json.loads((tmp_path / rid / f).read_text())
-        assert got["completed"] == 4 and got["max_concurrency"] in (1, 4) and got["total_output_tokens"] == 64, f
+        n = sp["requests"][str(got["max_concurrency"])]
+        assert got["completed"] == n and got["max_concurrency"] in (1, 4) and got["total_output_tokens"] == 16 * n, f
     # (3 pairs of servers: the baseline beside each other side in turn; 2 levels, 2 repeats)
     assert len(sp["files"]) == len(sp["commands"]) == 3 * 2 * 2 * 2 and (local / "prompts.jsonl").is_file()
     # the benchmark's prompts are acceptance's: each text tokenizes back to its ids, the BOS written out

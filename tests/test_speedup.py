@@ -194,6 +194,10 @@ def test_laptop_timing_options_and_refusals(tmp_path):
         "--repeats", "1", "--tune-k", "1,2,3,4,5", "--tune-async", "--baselines", "ngram", "--speedup-requests", "4",
         "--speedup-tokens", "16", "--side-by-side", "4"]
     assert ev.timing_args([1], tune_k="2,3") == ["--repeats", "3", "--tune-k", "2,3"]  # (k only: no async sweep)
+    # requests per level: N for every level, or LEVEL:N for some (a one-wave level at 16 is `short` on a GPU, while
+    # its 1-request level at 16 requests already takes 25 s for an 8B on an H100)
+    assert ev.timing_args([1, 16], speedup_requests=" 1:16, 16:64")[2:] == ["--speedup-requests", "1:16,16:64"]
+    assert ev.timing_args([1, 16], speedup_requests="16:64")[2:] == ["--speedup-requests", "16:64"]
     assert ev.timing_args([1], tune=True, tune_k="2")[2:] == ["--tune-k", "2", "--tune-async"]
     check = ev.evaluate_run.refuse
     empty = tmp_path / "empty.jsonl"
@@ -208,7 +212,12 @@ def test_laptop_timing_options_and_refusals(tmp_path):
         ({"speedup": "0,16"}, "--speedup '0,16': give concurrent request counts (1-1024) such as 1,16, or none"),
         ({"speedup": "0"}, "--speedup '0': give concurrent request counts (1-1024) such as 1,16, or none"),  # (not none)
         ({"baselines": "ngram", "speedup": "none"}, "--baselines ngram are timed: give --speedup levels (not none)"),
-        ({"speedup_requests": "0"}, "--speedup-requests 0: give 1 or more"),
+        ({"speedup_requests": "0"}, "--speedup-requests 0: give requests per level and side, 1 or more: N for "
+                                    "every level, or LEVEL:N for some (e.g. 1:16,16:64; "),
+        ({"speedup_requests": "1:16,16:0"}, "--speedup-requests 1:16,16:0: give requests per level and side"),
+        ({"speedup_requests": "1:16,1:8"}, "--speedup-requests 1:16,1:8: give requests per level and side"),
+        ({"speedup_requests": "8:64"}, "--speedup-requests 8:64: level 8 is not timed (--speedup 1,16): name the "
+                                       "levels timed"),
         ({"baselines": "ngram,eagle"}, "--baselines ngram,eagle: the training-free methods are ngram, suffix (or none)"),
         ({"tune": True, "checkpoints": "all"}, "--tune measures one checkpoint's serving settings"),
         ({"prompts": str(empty)}, f"--prompts {empty}: no prompt in it"),
@@ -230,11 +239,18 @@ def test_host_refuses_bad_timing_options_in_one_line():
     host.speedup_options(ap)
     assert host.check_speedup_options(ap.parse_args(["--tune-k", "3,1,3", "--baselines", "suffix,ngram"]), [1]) == \
         ([3, 1], ["suffix", "ngram"])
+    for given, want in (("", {}), ("0", {}), ("8", {1: 8, 16: 8}), ("16:64", {16: 64}), ("1:16,16:64", {1: 16, 16: 64})):
+        a = ap.parse_args(["--speedup-requests", given])
+        host.check_speedup_options(a, [1, 16])
+        assert a.requests_given == want, (given, a.requests_given)
     for argv, levels, want in [
         (["--repeats", "0"], [1], "--repeats 0: give 1 or more"),
         (["--tune-k", "0,2"], [1], "--tune-k '0,2': give numbers 1-16 such as 1,2,3"),
         (["--baselines", "eagle"], [1], "--baselines 'eagle': the training-free methods are ngram, suffix"),
         (["--tune-k", "2"], [], "--tune and --baselines time the servers: give --speedup levels (not none)"),
+        (["--speedup-requests", "1:4,16:x"], [1, 16], "--speedup-requests 1:4,16:x: give N (every level) or "
+                                                       "LEVEL:N,... (e.g. 1:16,16:64), each 1 or more"),
+        (["--speedup-requests", "4:8"], [1, 16], "--speedup-requests 4:8: level 4 is not timed (--speedup 1,16)"),
     ]:
         with pytest.raises(Refused, match="^" + want.replace("(", r"\(").replace(")", r"\)")):
             host.check_speedup_options(ap.parse_args(argv), levels)

@@ -21,7 +21,7 @@ from specops.ops import ceiling as ceilings, checkpoints as ckpts, fetch, jobs
 from specops import metrics, paths
 from specops.contract import Refused as HostRefused, concurrency_levels
 from specops.ops.data import remote_input
-from specops.args import Refused, refusing
+from specops.args import Refused, refusing, requests_of
 from specops.errors import SpecopsError
 from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
@@ -138,7 +138,7 @@ TIMING = ("repeats", "tune_k", "baselines", "speedup_requests", "speedup_tokens"
 
 
 def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: Optional[str] = None,
-                baselines: Optional[str] = None, speedup_requests: Optional[int] = None,
+                baselines: Optional[str] = None, speedup_requests: Optional[int | str] = None,
                 speedup_tokens: Optional[int] = None, side_by_side: Optional[int] = None,
                 kind: str = "eagle3", ceiling: Optional[str] = None) -> list[str]:
     """The host's options of the speedup's timing (remote/specops_host/serve/evaluate.py); bad values
@@ -154,9 +154,19 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
         raise SpecopsError(f"--baselines {baselines}: the training-free methods are {', '.join(METHODS)} (or none)")
     if baselines not in (None, "", "none") and not levels:
         raise SpecopsError(f"--baselines {baselines} are timed: give --speedup levels (not none)")
-    for name, v in (("--speedup-requests", speedup_requests), ("--speedup-tokens", speedup_tokens)):
-        if v is not None and int(v) < 1:
-            raise SpecopsError(f"{name} {v}: give 1 or more")
+    if speedup_tokens is not None and int(speedup_tokens) < 1:
+        raise SpecopsError(f"--speedup-tokens {speedup_tokens}: give 1 or more")
+    requests = None
+    if speedup_requests is not None:
+        try:
+            requests = requests_of(speedup_requests)
+        except SpecopsError as e:
+            raise SpecopsError(f"--speedup-requests {speedup_requests}: {e}") from None
+        named = [int(x.split(":")[0]) for x in requests.split(",") if ":" in x]
+        if [lv for lv in named if lv not in levels]:
+            raise SpecopsError(f"--speedup-requests {speedup_requests}: level "
+                               f"{', '.join(str(lv) for lv in named if lv not in levels)} is not timed (--speedup "
+                               f"{','.join(map(str, levels)) or 'none'}): name the levels timed")
     out = ["--repeats", str(int(repeats))]
     if tune:  # (--tune: k and async scheduling; --tune-k alone: k only)
         ks = ",".join(map(str, drafts.KINDS[kind]["tune_k"])) if kind in drafts.KINDS else TUNE_K
@@ -165,8 +175,8 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
         out += ["--tune-k", str(tune_k)]
     if baselines not in (None, "", "none"):
         out += ["--baselines", str(baselines)]
-    if speedup_requests:
-        out += ["--speedup-requests", str(int(speedup_requests))]
+    if requests:
+        out += ["--speedup-requests", requests]
     if speedup_tokens:
         out += ["--speedup-tokens", str(int(speedup_tokens))]
     if side_by_side is not None and int(side_by_side) < 1:

@@ -6,8 +6,8 @@ Launch (what `inv evaluate` starts as a job, from the host workdir):
         [--checkpoint best|N] [--prompts FILE.jsonl] [--num-spec-tokens 3] [--max-prompts 32] \
         [--max-tokens 64] [--concurrency 8] [--max-model-len N] [--tensor-parallel 8] [--ceiling 0,0.5,0.9] \
         [--trust-remote-code auto|true|false] [--vllm-arg=ARG ...] [--speedup 1,16|none] [--repeats 3] \
-        [--speedup-requests N] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] [--baselines ngram,suffix] \
-        [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
+        [--speedup-requests N|LEVEL:N,...] [--speedup-tokens N] [--tune-k 1,2,3] [--tune-async] \
+        [--baselines ngram,suffix] [--side-by-side N] [--plan] [--result runs/R/evaluation.json]
 
 Starts a vLLM server (managed job, this venv's interpreter, stopped by its process group
 whatever happens) with the draft kind's `--speculative_config` (serve/drafts.py: {"method": "eagle3", "model":
@@ -113,8 +113,9 @@ def speedup_options(ap):
     ap.add_argument("--speedup", default="1,16",
                     help="concurrency levels timed with the draft and without it (default 1,16; none: skip)")
     ap.add_argument("--repeats", type=int, default=3, help="each side timed this many times (sides interleaved)")
-    ap.add_argument("--speedup-requests", type=int, default=0,
-                    help="requests per level and side (default: cuda 32 x level, cpu max(8, 2 x level))")
+    ap.add_argument("--speedup-requests", default="",
+                    help="requests per level and side: N, or LEVEL:N,... for some levels (default: cuda 32 x level, "
+                         "cpu max(8, 2 x level))")
     ap.add_argument("--speedup-tokens", type=int, default=0,
                     help="output tokens per timed request (default: cuda 256, cpu --max-tokens)")
     ap.add_argument("--tune-k", default="", help="the draft also timed at these num_speculative_tokens (1,2,3)")
@@ -142,8 +143,9 @@ def check_speedup_options(a, levels):
         raise Refused(f"--repeats {a.repeats}: give 1 or more")
     if a.side_by_side < 0:
         raise Refused(f"--side-by-side {a.side_by_side}: give how many servers are up at once (1 or more)")
-    if a.speedup_requests < 0 or a.speedup_tokens < 0:
-        raise Refused("--speedup-requests and --speedup-tokens: give a positive number (0: the default)")
+    if a.speedup_tokens < 0:
+        raise Refused("--speedup-tokens: give a positive number (0: the default)")
+    a.requests_given = speedup.requests_given(a.speedup_requests, levels)
     tune_k = int_list(a.tune_k, "--tune-k", 1, 16)
     methods = [m.strip() for m in a.baselines.split(",") if m.strip() and m.strip() != "none"]
     bad = [m for m in methods if m not in speedup.METHODS]
@@ -381,7 +383,7 @@ def main():
             tokens = a.speedup_tokens or speedup.default_tokens(a.kind, a.max_tokens)
 
             def requests(c):
-                return a.speedup_requests or speedup.default_requests(a.kind, c)
+                return a.requests_given.get(c) or speedup.default_requests(a.kind, c)
 
             out_dir = eval_dir / "bench" / (Path(a.result).stem if a.result else "evaluation")
             if out_dir.exists():

@@ -31,6 +31,8 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
+from specops_host.contract import Refused
+
 NOISY = 0.05  # a figure whose spread across repeats exceeds this is marked
 SHORT_S = 5.0  # on a GPU, a timed run under this many seconds is marked `short`: one wave of 16 requests lasted
 # 1 s on an H100 (the third GPU bake-off, bench/results/bakeoff-gpu.md), mostly its start and end
@@ -44,6 +46,30 @@ def default_requests(kind, level):
     `level` requests of 256 tokens: with 8 waves an 8B draft's run at 16 lasted 6 s on an H200 and
     its repeats spread 10%); a CPU's stays short (the tiny verifier; the demo's time goal)."""
     return 32 * level if kind == "cuda" else max(8, 2 * level)
+
+
+def requests_given(text, levels):
+    """--speedup-requests: N (every level) or LEVEL:N,... (those levels): {level: N} for the levels it sets (the
+    others take default_requests); "" or 0: none set. A bad form, a count under 1 or a level not timed: Refused."""
+    text = str(text or "").replace(" ", "")
+    if text in ("", "0"):
+        return {}
+    try:
+        if ":" not in text:
+            n = int(text)
+            pairs = [(c, n) for c in levels]
+        else:
+            pairs = [(int(a), int(b)) for a, _, b in (x.partition(":") for x in text.split(","))]
+    except ValueError:
+        pairs = [(0, 0)]
+    if any(c < 1 or n < 1 for c, n in pairs):
+        raise Refused(f"--speedup-requests {text}: give N (every level) or LEVEL:N,... (e.g. 1:16,16:64), each 1 "
+                      f"or more")
+    off = [c for c, _ in pairs if c not in levels]
+    if off:
+        raise Refused(f"--speedup-requests {text}: level {', '.join(map(str, off))} is not timed (--speedup "
+                      f"{','.join(map(str, levels)) or 'none'})")
+    return dict(pairs)
 
 
 def default_tokens(kind, max_tokens):
