@@ -173,21 +173,17 @@ def shard_of(value: Any) -> str:
 
 def requests_of(value: Any) -> str:
     """--speedup-requests as N (every level) or LEVEL:N,... (those levels; the others their default), each 1 or
-    more: its normal form (`16`, `1:16,16:64`), or BadNumber saying why."""
-    text = str(value).replace(" ", "")
+    more (the host's parser: speedup.request_counts): its normal form (`16`, `1:16,16:64`), or BadNumber."""
+    from specops_host.serve.speedup import request_counts
+
     try:
-        if ":" not in text:
-            n = int(text)
-            if n < 1:
-                raise ValueError
-            return str(n)
-        pairs = [(int(a), int(b)) for a, _, b in (p.partition(":") for p in text.split(","))]
+        counts = request_counts(value)
     except ValueError:
-        pairs = []
-    if not pairs or any(lv < 1 or n < 1 for lv, n in pairs) or len({lv for lv, _ in pairs}) < len(pairs):
+        counts = {}
+    if not counts:
         raise BadNumber("give requests per level and side, 1 or more: N for every level, or LEVEL:N for some "
                         "(e.g. 1:16,16:64; the levels not named take their default)")
-    return ",".join(f"{lv}:{n}" for lv, n in pairs)
+    return str(counts[None]) if None in counts else ",".join(f"{lv}:{n}" for lv, n in counts.items())
 
 
 #: flags of a shape other than a number: checked as the numbers are (`layers` where it is not a count)

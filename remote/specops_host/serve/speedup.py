@@ -48,28 +48,37 @@ def default_requests(kind, level):
     return 32 * level if kind == "cuda" else max(8, 2 * level)
 
 
-def requests_given(text, levels):
-    """--speedup-requests: N (every level) or LEVEL:N,... (those levels): {level: N} for the levels it sets (the
-    others take default_requests); "" or 0: none set. A bad form, a count under 1 or a level not timed: Refused."""
+def request_counts(text):
+    """--speedup-requests's form, one parser for laptop and host: N for every level ({None: N}) or LEVEL:N,... for
+    some ({level: N}); "" or "0": {} (the defaults). ValueError where it is neither, a level or count is under 1, or a
+    level is named twice."""
     text = str(text or "").replace(" ", "")
     if text in ("", "0"):
         return {}
+    if ":" not in text:
+        n = int(text)
+        if n < 1:
+            raise ValueError(text)
+        return {None: n}
+    pairs = [(int(a), int(b)) for a, _, b in (x.partition(":") for x in text.split(","))]
+    if any(c < 1 or n < 1 for c, n in pairs) or len(dict(pairs)) < len(pairs):
+        raise ValueError(text)
+    return dict(pairs)
+
+
+def requests_given(text, levels):
+    """{level: N} for the timed levels --speedup-requests sets (the others take default_requests); a bad form or a
+    level not timed: Refused in one line."""
     try:
-        if ":" not in text:
-            n = int(text)
-            pairs = [(c, n) for c in levels]
-        else:
-            pairs = [(int(a), int(b)) for a, _, b in (x.partition(":") for x in text.split(","))]
+        counts = request_counts(text)
     except ValueError:
-        pairs = [(0, 0)]
-    if any(c < 1 or n < 1 for c, n in pairs):
         raise Refused(f"--speedup-requests {text}: give N (every level) or LEVEL:N,... (e.g. 1:16,16:64), each 1 "
-                      f"or more")
-    off = [c for c, _ in pairs if c not in levels]
+                      f"or more") from None
+    off = [c for c in counts if c is not None and c not in levels]
     if off:
         raise Refused(f"--speedup-requests {text}: level {', '.join(map(str, off))} is not timed (--speedup "
                       f"{','.join(map(str, levels)) or 'none'})")
-    return dict(pairs)
+    return {c: counts[None] for c in levels} if None in counts else counts
 
 
 def default_tokens(kind, max_tokens):
