@@ -35,6 +35,9 @@ def test_the_bakeoff_scripts_line_names_only_its_kinds(tmp_path, drafts, tune):
     kinds = bakeoff.parse_drafts(flag["--drafts"])
     assert kinds == drafts.split(",")
     ks = bakeoff.per_kind(flag["--num-spec-tokens"], kinds, "--num-spec-tokens", many=False)  # (else: Refused)
+    from specops_host.serve.speedup import requests_given  # (requests per level: only the levels timed, else Refused)
+
+    assert requests_given(flag["--speedup-requests"], [1, 16]) == {1: 16, 16: 64} and flag["--speedup"] == "1,16"
     assert sorted(ks) == sorted(kinds), ks
     if tune == "":
         assert "--tune-k" not in flag

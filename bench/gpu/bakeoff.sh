@@ -17,8 +17,9 @@
 # Settings (environment): DRAFTS (default eagle3,dflash,peagle: the reference first, P-EAGLE last, the slowest on
 # the H100's 1B, bench/results/bakeoff-gpu.md: a run cut short by the device time keeps the first ones), KS (the
 # k each kind is served at, default eagle3:5,peagle:7,dflash:7), TUNE (the k
-# each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default 1:16,16:64: 16 at one
-# request, 25 s for the 8b on an H100; 4 waves at 16, where one wave was `short`, 2-3 s, in the fifth run), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
+# each is also timed at, default eagle3:3,peagle:5,dflash:5), REQS (requests per level and side, default
+# 16 at one request, 25 s for the 8b on an H100, and 4 waves at each other level: 1:16,16:64; one wave at 16
+# was `short`, 2-3 s, in the fifth run), CEILING (synthetic acceptance rates each kind's draft is also timed at, at its k; default 1:
 # every proposal accepted, the most a draft of that cost can buy), KV (each server's KV cache bytes: 8 GiB on the
 # 8b on a card of 120 GiB or more, else 4 GiB), EXTRACT (hf, the default: transformers, no server to start; or vllm), EPOCHS (override the configs' epochs), LEVELS (1,16), REPEATS (3), SIDE (servers up at once, 4; 3 for the 8b under 120 GiB),
 # BAKE_ARGS (more `inv bakeoff` flags: the CPU check's --max-steps 2 --max-prompts 8 --vllm-arg=--enforce-eager),
@@ -128,11 +129,12 @@ of_drafts() {  # KIND:K,... less the kinds DRAFTS leaves out (inv bakeoff refuse
 }
 KS=$(of_drafts "${KS:-eagle3:5,peagle:7,dflash:7}")
 TUNE=$(of_drafts "${TUNE-eagle3:3,peagle:5,dflash:5}")  # (TUNE= : no sweep)
-REQS=${REQS:-1:16,16:64}
 CEILING=${CEILING-1}
 BIG=$(big_gpu && echo 1 || echo 0)  # (an H200: four 8b servers fit; an 80 GB card: three)
 KV=${KV:-$([ "$SIZE" = 8b ] && [ "$BIG" = 1 ] && echo 8589934592 || echo 4294967296)}
-LEVELS=${LEVELS:-1,16}; REPEATS=${REPEATS:-3}; SIDE=${SIDE:-$([ "$SIZE" = 8b ] && [ "$BIG" = 0 ] && echo 3 || echo 4)}
+LEVELS=${LEVELS:-1,16}; REQS=${REQS:-$(sep=; IFS=,; for l in $LEVELS; do  # (16 at 1, 4 waves elsewhere)
+  printf '%s%s:%s' "$sep" "$l" "$([ "$l" = 1 ] && echo 16 || echo $((4 * l)))"; sep=,; done)}
+REPEATS=${REPEATS:-3}; SIDE=${SIDE:-$([ "$SIZE" = 8b ] && [ "$BIG" = 0 ] && echo 3 || echo 4)}
 mkdir -p "$B"; rm -f "$B/DONE"
 gpu_run_env
 
