@@ -70,7 +70,8 @@ def test_deep_check_on_cpu_finds_the_working_setting(tmp_path, cpu_box):
                      f"    workdir: {tmp_path / 'work'}\n")
     cfg = tmp_path / "flex.yaml"  # FlexAttention has no backward on CPU: the configured setting must fail
     cfg.write_text("train:\n  speculator-type: eagle3\n  draft-vocab-size: 256\nprofiles:\n  cpu: {}\n")
-    r = inv("check", "--host", "cpu", "--hosts", str(hosts), "--deep", "--config", str(cfg), timeout=900)
+    r = inv("check", "--host", "cpu", "--hosts", str(hosts), "--deep", "--config", str(cfg), "--min-free-gb", "1",
+            timeout=900)
     assert r.returncode != 0
     line = [x for x in r.stderr.splitlines() if x.startswith("specops:")][0]
     assert "fail a training step: NotImplementedError: FlexAttention does not support backward on CPU" in line

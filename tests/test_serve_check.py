@@ -113,7 +113,7 @@ def test_the_laptop_lines():
 
 def test_check_serve_passes_on_the_tiny_verifier_with_the_demo_config(verifier, hosts_file, work):
     base = ["--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO, "--verifier", verifier,
-            "--layers", LAYERS]
+            "--layers", LAYERS, "--min-free-gb", "1"]
     t0 = time.time()
     r = inv("check", *base)
     took = time.time() - t0
@@ -141,7 +141,7 @@ def test_check_serve_passes_on_the_tiny_verifier_with_the_demo_config(verifier, 
                if "api_server" in ln and s["key"] in ln]
         assert srv == [], srv  # (the server was stopped by its process group)
     # no verifier: one line
-    r = inv("check", "--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO)
+    r = inv("check", "--host", "box", "--hosts", str(hosts_file), "--serve", "--config", DEMO, "--min-free-gb", "1")
     assert r.returncode != 0 and "check --serve on box: no verifier: pass --verifier DIR" in r.stderr, r.stderr
 
 
@@ -163,7 +163,7 @@ def test_a_preflight_killed_midway_leaves_no_vllm_server(verifier, hosts_file, w
     h = inventory.load(str(hosts_file)).get("box")
     p = subprocess.Popen([sys.executable, "-m", "invoke", "check", "--host", "box", "--hosts", str(hosts_file),
                           "--serve", "--config", DEMO, "--verifier", verifier, "--layers", LAYERS,
-                          f"--vllm-arg=--seed={seed}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          "--min-free-gb", "1", f"--vllm-arg=--seed={seed}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env={**os.environ, "NO_COLOR": "1"},
                          # (SIGINT as a terminal delivers it: a suite started in the background by a shell without
                          # job control inherits SIGINT ignored, and so would the laptop process)
