@@ -127,8 +127,8 @@ def test_check_runs_on_a_compute_node_and_shows_the_partition(slurm, cluster_che
 
 def test_a_workdir_the_nodes_do_not_share_is_found_and_refused(slurm, cluster_hosts):
     """cluster-local's workdir is a folder the compute nodes cover with a tmpfs of their own."""
-    base = ["--host", "cluster-local", "--hosts", str(cluster_hosts), "--min-free-gb", "1"]
-    r = inv("check", *base)
+    base = ["--host", "cluster-local", "--hosts", str(cluster_hosts)]
+    r = inv("check", *base, "--min-free-gb", "1")
     out = " ".join(r.stdout.split())
     assert r.returncode != 0 and "shared workdir" in out and f"do not see {slurm.node_local}/.specops/slurm-probe" \
         in out, r.stdout[-2000:] + r.stderr[-2000:]
