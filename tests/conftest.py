@@ -342,6 +342,13 @@ def cpu_box(rig, hosts_file):
     return {"venv": str(venv), "created": created, "first_output": r.stdout}
 
 
+#: the rig user's light workdirs: the run folders the light tests make there (fetch's and transfer's up to 48 MiB
+#: each, about a hundred a suite run) outlive the run with the user's home; removed when the session starts and
+#: when it ends (SPECOPS_KEEP_RIG=1 keeps the end's): before this, the light lane's user held 6.5 GB of 1,302 run
+#: folders after a day of suite runs, and the machine's disk ran short under `inv check` (stop 60)
+LIGHT_WORKDIRS = "~/specops-light/runs ~/specops-light-copy ~/specops-light-twin"
+
+
 @pytest.fixture(scope="session")
 def light_host(rig):
     """A host whose venv is a bare `python -m venv --without-pip` (stdlib-only remote scripts)."""
@@ -354,7 +361,11 @@ def light_host(rig):
     with connect(h) as t:
         t.check("test -x ~/light-venv/bin/python3 || /usr/bin/python3 -m venv --without-pip ~/light-venv",
                 "light venv")
-    return h
+        t.check(f"rm -rf -- {LIGHT_WORKDIRS}", "earlier sessions' light run folders")
+    yield h
+    if os.environ.get("SPECOPS_KEEP_RIG") != "1":
+        with connect(h) as t:
+            t.run(f"rm -rf -- {LIGHT_WORKDIRS}")
 
 
 LAYERS = "1,3,4,6"
