@@ -77,7 +77,7 @@ LONGEST_FIRST = ("test_learnable", "test_slurm", "test_real", "test_plan", "test
 #: lanes run them, the last worker the light files beside them (tests/lanes.py); checked at collection
 HEAVY = ("test_bootstrap", "test_categories", "test_deep_check", "test_evaluate", "test_inspect", "test_interrupt",
          "test_inuse", "test_kimi", "test_learnable", "test_longruns", "test_metrics", "test_online", "test_pipeline",
-         "test_plan", "test_real", "test_scaleout", "test_serve_check", "test_slurm", "test_tagged", "test_train",
+         "test_plan", "test_real", "test_scaleout", "test_serve_check", "test_slurm", "test_train",
          "test_wheelhouse")
 #: the files that read the session's pipeline_run (one `inv pipeline`): one unit of work, so one worker builds it
 PIPELINE_RUN = ("test_categories", "test_evaluate", "test_inuse", "test_kimi", "test_longruns", "test_online",

@@ -4,6 +4,7 @@ checkpoint and no process behind."""
 
 import json
 import re
+import shlex
 import os
 import signal
 import subprocess
@@ -267,3 +268,41 @@ def test_ranks_orphaned_by_a_killed_torchrun_are_ended(cpu_box, hosts_file, work
         assert not alive(t, pid)
         log = t.read_bytes(jobs.run_path(t, rid, "output.log")).decode()
         assert f"the command left 1 process(es) running (pids {pid}): ending them" in log, log[-1500:]
+
+
+#: what vLLM's engines do: rename themselves with setproctitle (here the host venv's own, vLLM's
+#: dependency), then run on
+RENAME = ("import setproctitle, time\n"
+          "setproctitle.setproctitle('VLLM::EngineCore')\n"
+          "time.sleep(300)\n")
+
+
+def test_a_renamed_process_of_a_job_keeps_its_tag_and_is_stopped(cpu_box, hosts_file):
+    """The job starts its command with SPT_NOENV: a process renamed by the real setproctitle (as
+    vLLM's engines are) keeps the tag readable in /proc/PID/environ. Once the job's supervisor and
+    command are SIGKILLed, that process alone keeps the job running, and stop ends it. (Here, not in
+    test_tagged.py beside its kin: it needs the cpu venv, which makes a file heavy; test_tagged.py runs on
+    the light lane.)"""
+    hf = str(hosts_file)
+    rid = jobs.new_run_id("t") + "-renamed"
+    h = inventory.load(hf).get("box")
+    with connect(h) as t:
+        py = t.expand("~/ml-env/bin/python3")
+        jobs.start(t, rid, ["sh", "-c", f"{shlex.quote(py)} -c {shlex.quote(RENAME)} & sleep 300"], kind="test")
+        rec = wait_for(lambda: (r := json.loads(t.read_bytes(jobs.run_path(t, rid, "job.json")))).get("child_pid")
+                       and r, 30, "the command's pid recorded")
+        engine = wait_for(lambda: [p for p in t.run(f"pgrep -g {rec['pgid']} -f EngineCore").stdout.split()
+                                   if t.run(f"tr '\\000' ' ' < /proc/{p}/cmdline").stdout.startswith("VLLM::")],
+                          60, "the renamed member")[0]
+        env = t.check(f"tr '\\000' '\\n' < /proc/{engine}/environ", "its environment").stdout.splitlines()
+        assert f"SPECOPS_JOB={rec['tag']}" in env and "SPT_NOENV=1" in env, env
+        t.check(f"kill -9 {rec['pid']} {rec['child_pid']}", "the supervisor and command die")
+        time.sleep(0.5)
+        try:
+            row = next(j for j in jobs.status(t, rid))
+            assert row.state == "running", row
+            r = inv("stop", "--host", "box", "--hosts", hf, "--run-id", rid, "--grace", "3")
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert not alive(t, int(engine))
+        finally:
+            t.run(f"kill {engine}")
