@@ -37,16 +37,10 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench import _common  # noqa: E402
+from specops.ops.controls import standard_errors as z  # noqa: E402
 
 PROMPTS = _common.REPO / "configs" / "prompts" / "mt-categories.jsonl"
 RUN = "smol-cpu"
-
-
-def z(trained: dict, control: dict) -> float:
-    """The trained draft's accepted share of draft tokens over the control's, in pooled standard errors."""
-    (na, aa), (nb, ab) = ((e["counters"]["draft_tokens"], e["counters"]["accepted"]) for e in (trained, control))
-    p = (aa + ab) / (na + nb)
-    return (aa / na - ab / nb) / (p * (1 - p) * (1 / na + 1 / nb)) ** 0.5
 
 
 def main():

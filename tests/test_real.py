@@ -367,10 +367,10 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
     counts = {k: (acc[k]["counters"]["drafts"], acc[k]["counters"]["accepted"]) for k in mean}
     rows = tsv_table(r.stdout, "mean acceptance length by category (prompts)")
     got = {x[0]: x[1:] for x in rows[1:]}
+    from specops.ops.controls import below, standard_errors
+
     def z(b):  # (controls.below()'s test: the trained draft's accepted share over b's, in pooled standard errors)
-        (na, aa), (nb, ab) = ((acc[k]["counters"]["draft_tokens"], acc[k]["counters"]["accepted"]) for k in ("trained", b))
-        p = (aa + ab) / (na + nb)
-        return round((aa / na - ab / nb) / (p * (1 - p) * (1 / na + 1 / nb)) ** 0.5, 1)
+        return round(standard_errors(acc["trained"], acc[b]) or 0.0, 1)
 
     print(f"\nmust-show: {seconds} s; draft vocabulary {vocab[0]}; mean acceptance length {mean}; (drafts, accepted) "
           f"{counts}; standard errors over the controls (3 asked): untrained {z('untrained')}, wrong layers "
@@ -383,8 +383,6 @@ def test_smollm2_drafts_trained_on_its_own_conversations_beat_both_controls_by_c
         assert all(e["prompts"] == MUST_PROMPTS // 8 and e["mean_acceptance_length"] >= 1.0
                    for e in acc[k]["by_category"].values()), (k, acc[k]["by_category"])
     assert all(re.fullmatch(rf"\d\.\d\d \({MUST_PROMPTS // 8}\)", c) for v in got.values() for c in v), got
-    from specops.ops.controls import below
-
     for k in ("untrained", "wrong_layers"):  # (above it, and clearly: by the accepted tokens counted)
         assert mean["trained"] > mean[k] and below(acc["trained"], acc[k], 0.5), (k, mean, counts)
     shown = {x[0]: float(x[1]) for x in tsv_table(r.stdout, "drafts served by vLLM with the verifier")[1:]}

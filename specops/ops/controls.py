@@ -230,16 +230,26 @@ def acceptance(t: Transport, run_id: str, *, dataset: str, verifier: str, dest: 
     return out
 
 
-def below(a: dict, b: dict, margin: float) -> bool:
-    """Whether draft b's acceptance is clearly under draft a's: with both's spec-decode counters, b's share of its
-    draft tokens accepted lower by more than 3 standard errors (pooled); without them, b's mean acceptance length
-    `margin` or more under a's."""
+def standard_errors(a: dict, b: dict) -> Optional[float]:
+    """How far draft a's share of its draft tokens accepted stands over draft b's, in pooled standard errors (their
+    spec-decode counters); None without both's counters."""
     ca, cb = a.get("counters") or {}, b.get("counters") or {}
     na, nb = ca.get("draft_tokens") or 0, cb.get("draft_tokens") or 0
-    if na > 0 and nb > 0:
-        pa, pb = (ca.get("accepted") or 0) / na, (cb.get("accepted") or 0) / nb
-        p = ((ca.get("accepted") or 0) + (cb.get("accepted") or 0)) / (na + nb)
-        return pa - pb > 3 * math.sqrt(p * (1 - p) * (1 / na + 1 / nb))
+    if not (na > 0 and nb > 0):
+        return None
+    aa, ab = ca.get("accepted") or 0, cb.get("accepted") or 0
+    p = (aa + ab) / (na + nb)
+    se = math.sqrt(p * (1 - p) * (1 / na + 1 / nb))
+    return (aa / na - ab / nb) / se if se > 0 else 0.0
+
+
+def below(a: dict, b: dict, margin: float) -> bool:
+    """Whether draft b's acceptance is clearly under draft a's: with both's spec-decode counters, b's share of its
+    draft tokens accepted lower by more than 3 standard errors (pooled: standard_errors); without them, b's mean
+    acceptance length `margin` or more under a's."""
+    z = standard_errors(a, b)
+    if z is not None:
+        return z > 3
     return b["mean_acceptance_length"] <= a["mean_acceptance_length"] - margin
 
 
